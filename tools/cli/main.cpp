@@ -1,0 +1,43 @@
+// uocr command-line tool: `uocr inspect ...` exposes the engine's intermediate results as .npy
+// files so that parity can be checked from outside; `uocr run` transcribes documents.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "uocr/core/error.hpp"
+#include "args.hpp"
+
+namespace {
+
+int usage(FILE* out) {
+  std::fprintf(out,
+               "usage: uocr <command> [options]\n"
+               "commands:\n"
+               "  inspect tokenize --model DIR (--text STR | --ids ID,ID,...)\n"
+               "  inspect vision   --model DIR --image IMG [--mode base|gundam] -o OUT.npy\n"
+               "  inspect logits   --model DIR --image IMG --input-ids IDS.npy [--generated GEN.npy]\n"
+               "                   [--attention full|rswa] [--window N] -o OUT.npy\n");
+  return out == stdout ? 0 : 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) return usage(stderr);
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") return usage(stdout);
+  try {
+    uocr_cli::Args parsed(std::vector<std::string>(args.begin() + 1, args.end()));
+    (void)parsed;
+    std::fprintf(stderr, "uocr: unknown command '%s'\n", args[0].c_str());
+    return usage(stderr);
+  } catch (const uocr::Error& e) {
+    std::fprintf(stderr, "uocr: %s: %s\n", uocr::status_name(e.status()), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "uocr: error: %s\n", e.what());
+    return 1;
+  }
+}
