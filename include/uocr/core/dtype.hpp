@@ -1,0 +1,85 @@
+// Element types of checkpoint tensors and their conversion to float32 (all compute is float32).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "uocr/core/error.hpp"
+
+namespace uocr {
+
+enum class DType { f32, f16, bf16 };
+
+inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+  }
+  return "?";
+}
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round-to-nearest-even, like torch's .to(torch.bfloat16); NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu)) return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) { mant <<= 1; --exp; }
+      bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Converts n elements of type `t` starting at `src` to float32.
+inline void to_f32(DType t, const void* src, float* dst, size_t n) {
+  switch (t) {
+    case DType::f32: std::memcpy(dst, src, n * 4); return;
+    case DType::bf16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t bits = uint32_t(s[i]) << 16;
+        std::memcpy(dst + i, &bits, 4);
+      }
+      return;
+    }
+    case DType::f16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+  }
+}
+
+}  // namespace uocr

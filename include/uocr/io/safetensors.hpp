@@ -1,0 +1,122 @@
+// safetensors reader over a memory map: header validated completely before any tensor is used,
+// so a truncated or corrupt file is an error naming the file and tensor, never a crash.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "uocr/core/dtype.hpp"
+#include "uocr/core/error.hpp"
+#include "uocr/io/mapped_file.hpp"
+
+namespace uocr {
+
+// A tensor inside a mapped checkpoint: no copy, valid while the owning file stays open.
+struct TensorView {
+  std::string name;
+  std::string file;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int64_t dim(size_t i) const { return shape.at(i); }
+  // Reads element range [offset, offset + n) as float32.
+  void read_f32(int64_t offset, int64_t n, float* out) const {
+    to_f32(dtype, data + size_t(offset) * dtype_size(dtype), out, size_t(n));
+  }
+  std::vector<float> to_vector() const {
+    std::vector<float> v(static_cast<size_t>(numel()));
+    read_f32(0, numel(), v.data());
+    return v;
+  }
+};
+
+inline std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path) : map_(path) {
+    const size_t size = map_.size();
+    require(size >= 8, Status::invalid_model, [&] { return path + ": too small for a safetensors file"; });
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | map_.data()[i];
+    require(header_len <= size - 8, Status::invalid_model, [&] {
+      return path + ": header length " + std::to_string(header_len) + " exceeds file size " +
+             std::to_string(size) + " (truncated file?)";
+    });
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(map_.data() + 8, map_.data() + 8 + header_len);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(Status::invalid_model, path + ": header is not valid JSON: " + e.what());
+    }
+    require(header.is_object(), Status::invalid_model, [&] { return path + ": header is not a JSON object"; });
+    const uint8_t* base = map_.data() + 8 + header_len;
+    const uint64_t data_size = size - 8 - header_len;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") continue;
+      tensors_.emplace(it.key(), parse_entry(path, it.key(), it.value(), base, data_size));
+    }
+  }
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::string& path() const { return map_.path(); }
+
+ private:
+  static DType parse_dtype(const std::string& path, const std::string& name, const std::string& s) {
+    if (s == "BF16") return DType::bf16;
+    if (s == "F16") return DType::f16;
+    if (s == "F32") return DType::f32;
+    throw Error(Status::unsupported, path + ": tensor " + name + " has dtype " + s + " (supported: BF16, F16, F32)");
+  }
+
+  static TensorView parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e,
+                                const uint8_t* base, uint64_t data_size) {
+    auto bad = [&](const std::string& why) { return Error(Status::invalid_model, path + ": tensor " + name + ": " + why); };
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+      throw bad("entry needs dtype, shape and data_offsets");
+    const auto& js = e["shape"];
+    const auto& jo = e["data_offsets"];
+    if (!e["dtype"].is_string() || !js.is_array() || !jo.is_array() || jo.size() != 2) throw bad("malformed entry");
+    TensorView t;
+    t.name = name;
+    t.file = path;
+    t.dtype = parse_dtype(path, name, e["dtype"].get<std::string>());
+    uint64_t numel = 1;
+    for (const auto& d : js) {
+      if (!d.is_number_unsigned()) throw bad("shape entries must be non-negative integers");
+      const uint64_t v = d.get<uint64_t>();
+      if (v > (uint64_t(1) << 40) || (v && numel > (uint64_t(1) << 62) / v)) throw bad("shape too large");
+      numel *= v;
+      t.shape.push_back(int64_t(v));
+    }
+    if (!jo[0].is_number_unsigned() || !jo[1].is_number_unsigned()) throw bad("data_offsets must be integers");
+    const uint64_t begin = jo[0].get<uint64_t>(), end = jo[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      throw bad("data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + ") outside the " +
+                std::to_string(data_size) + "-byte data section (truncated file?)");
+    if (end - begin != numel * dtype_size(t.dtype))
+      throw bad("byte size " + std::to_string(end - begin) + " does not match shape " + shape_string(t.shape));
+    if (begin % dtype_size(t.dtype) != 0) throw bad("misaligned data offset");
+    t.data = base + begin;
+    return t;
+  }
+
+  MappedFile map_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+}  // namespace uocr

@@ -1,0 +1,108 @@
+// A model folder's weights as published: model.safetensors.index.json + shards (or a single
+// model.safetensors). Lookups check names and shapes and say which file is at fault.
+#pragma once
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "uocr/io/mapped_file.hpp"
+#include "uocr/io/safetensors.hpp"
+
+namespace uocr {
+
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::string& dir) {
+    Checkpoint c;
+    c.dir_ = dir;
+    const std::string index_path = dir + "/model.safetensors.index.json";
+    std::vector<std::string> shards;
+    std::map<std::string, std::string> weight_map;
+    if (file_exists(index_path)) {
+      nlohmann::json index;
+      try {
+        index = nlohmann::json::parse(read_text_file(index_path));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(Status::invalid_model, index_path + ": not valid JSON: " + e.what());
+      }
+      require(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+              Status::invalid_model, [&] { return index_path + ": missing object 'weight_map'"; });
+      std::set<std::string> unique;
+      for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+        require(it.value().is_string(), Status::invalid_model,
+                [&] { return index_path + ": weight_map entry " + it.key() + " is not a file name"; });
+        const std::string shard = it.value().get<std::string>();
+        require(shard.find('/') == std::string::npos && shard != ".." && !shard.empty(), Status::invalid_model,
+                [&] { return index_path + ": shard name '" + shard + "' must be a plain file name"; });
+        weight_map[it.key()] = shard;
+        if (unique.insert(shard).second) shards.push_back(shard);
+      }
+    } else if (file_exists(dir + "/model.safetensors")) {
+      shards.push_back("model.safetensors");
+    } else {
+      throw Error(Status::invalid_model, dir + ": no model.safetensors.index.json or model.safetensors found");
+    }
+    for (const std::string& shard : shards) {
+      c.files_.push_back(std::make_unique<SafetensorsFile>(dir + "/" + shard));
+      for (const auto& kv : c.files_.back()->tensors()) {
+        require(c.tensors_.emplace(kv.first, &kv.second).second, Status::invalid_model,
+                [&] { return "tensor " + kv.first + " appears in more than one shard of " + dir; });
+      }
+    }
+    for (const auto& kv : weight_map) {
+      auto it = c.tensors_.find(kv.first);
+      require(it != c.tensors_.end(), Status::invalid_model, [&] {
+        return "tensor " + kv.first + " is listed in model.safetensors.index.json but missing from " + kv.second;
+      });
+      require(it->second->file == dir + "/" + kv.second, Status::invalid_model, [&] {
+        return "tensor " + kv.first + " is in " + it->second->file + " but the index says " + kv.second;
+      });
+    }
+    return c;
+  }
+
+  bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
+
+  // The tensor `name`, which must have exactly `shape`; marks it used.
+  const TensorView& get(const std::string& name, const std::vector<int64_t>& shape) const {
+    auto it = tensors_.find(name);
+    require(it != tensors_.end(), Status::invalid_model,
+            [&] { return "checkpoint " + dir_ + " lacks tensor " + name + " (expected shape " + shape_string(shape) + ")"; });
+    const TensorView& t = *it->second;
+    require(t.shape == shape, Status::invalid_model, [&] {
+      return "tensor " + name + " in " + t.file + " has shape " + shape_string(t.shape) + ", expected " +
+             shape_string(shape) + " from config.json";
+    });
+    used_.insert(name);
+    return t;
+  }
+
+  // Names present in the files that no get() asked for (after the model is built): a config
+  // that does not describe the checkpoint shows up here.
+  std::vector<std::string> unused() const {
+    std::vector<std::string> out;
+    for (const auto& kv : tensors_)
+      if (!used_.count(kv.first)) out.push_back(kv.first);
+    return out;
+  }
+
+  size_t size() const { return tensors_.size(); }
+  int64_t parameter_count() const {
+    int64_t n = 0;
+    for (const auto& kv : tensors_) n += kv.second->numel();
+    return n;
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> tensors_;
+  mutable std::set<std::string> used_;
+};
+
+}  // namespace uocr

@@ -1,0 +1,232 @@
+// Model folder loading: config.json, safetensors (index + shards), weight binding, .npy I/O,
+// and the errors a damaged model folder must produce.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "test_support.hpp"
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/io/npy.hpp"
+#include "uocr/model/checkpoint.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+
+namespace fs = std::filesystem;
+using uocr::Status;
+
+namespace {
+
+std::string tiny() { return uocr_test::golden_dir("tiny-a"); }
+
+// A scratch copy of tiny-a (weights symlinked unless `copy_weights`) that a test may damage.
+struct ModelCopy {
+  fs::path dir;
+  explicit ModelCopy(const std::string& tag) {
+    dir = fs::temp_directory_path() / ("uocr_test_" + tag + "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir);
+    for (const char* f : {"config.json", "model.safetensors.index.json", "model-00001-of-000001.safetensors"})
+      fs::copy_file(fs::path(tiny()) / f, dir / f);
+  }
+  ~ModelCopy() { fs::remove_all(dir); }
+  std::string path(const char* f) const { return (dir / f).string(); }
+  std::string read(const char* f) const {
+    std::ifstream in(path(f), std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  void write(const char* f, const std::string& s) const {
+    std::ofstream out(path(f), std::ios::binary | std::ios::trunc);
+    out << s;
+  }
+};
+
+// Replaces every occurrence (config.json repeats decoder keys in language_config).
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  size_t n = 0;
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()), ++n) s.replace(p, from.size(), to);
+  REQUIRE(n > 0);
+}
+
+template <class Fn>
+std::string error_of(Fn fn, Status expected) {
+  try {
+    fn();
+  } catch (const uocr::Error& e) {
+    CHECK(e.status() == expected);
+    return e.what();
+  }
+  FAIL("no error was raised");
+  return "";
+}
+
+void load_all(const std::string& dir) {
+  auto cfg = uocr::ModelConfig::load(dir + "/config.json");
+  auto ck = uocr::Checkpoint::open(dir);
+  uocr::ModelWeights::bind(ck, cfg);
+}
+
+}  // namespace
+
+TEST_CASE("tiny-a golden model folder loads and every tensor is bound") {
+  auto cfg = uocr::ModelConfig::load(tiny() + "/config.json");
+  CHECK(cfg.model_type == "deepseek_vl_v2");
+  CHECK(cfg.decoder.hidden == 32);
+  CHECK(cfg.decoder.layers == 2);
+  CHECK(cfg.decoder.head_dim == 8);
+  CHECK(cfg.decoder.n_routed_experts == 8);
+  CHECK(cfg.decoder.experts_per_token == 2);
+  CHECK(cfg.decoder.sliding_window == 0);
+  CHECK(cfg.sam.width == 64);
+  CHECK(cfg.sam.global_layers == std::vector<int>{1, 3});
+  CHECK(cfg.sam.out_chans == 32);
+  CHECK(cfg.clip.ffn == 512);
+  CHECK(cfg.clip.positions() == 257);
+  auto ck = uocr::Checkpoint::open(tiny());
+  CHECK(ck.size() == 146);
+  CHECK(ck.parameter_count() == 9464256);
+  auto w = uocr::ModelWeights::bind(ck, cfg);
+  CHECK(w.decoder.layers.size() == 2);
+  CHECK(w.decoder.layers[1].moe);
+  CHECK(w.decoder.layers[1].experts.size() == 8);
+  CHECK(ck.unused().empty());
+  // Spot-check values through the bf16 path: the first lm_head row is finite and non-zero.
+  std::vector<float> row(32);
+  w.decoder.lm_head->read_f32(0, 32, row.data());
+  float sum = 0;
+  for (float v : row) sum += std::abs(v);
+  CHECK(sum > 0.f);
+}
+
+TEST_CASE("the published Unlimited-OCR config.json parses to the real dimensions") {
+  auto cfg = uocr::ModelConfig::load(uocr_test::shared_dir() + "/unlimited-ocr/config.json");
+  CHECK(cfg.model_type == "unlimited-ocr");
+  CHECK(cfg.decoder.hidden == 1280);
+  CHECK(cfg.decoder.head_dim == 128);
+  CHECK(cfg.decoder.n_routed_experts == 64);
+  CHECK(cfg.decoder.n_shared_experts == 2);
+  CHECK(cfg.decoder.experts_per_token == 6);
+  CHECK(cfg.decoder.sliding_window == 128);
+  CHECK(cfg.decoder.rope_theta == 10000.f);
+  CHECK(cfg.decoder.rms_eps == doctest::Approx(1e-6));
+  CHECK(cfg.sam.width == 768);
+  CHECK(cfg.sam.out_chans == 256);
+  CHECK(cfg.sam.window == 14);
+  CHECK(cfg.clip.ffn == 4096);
+  CHECK(cfg.projector.input_dim == 2048);
+}
+
+TEST_CASE("damaged model folders give errors that name the file and tensor") {
+  SUBCASE("missing folder") {
+    auto msg = error_of([] { uocr::Checkpoint::open("/nonexistent/model"); }, Status::invalid_model);
+    CHECK(msg.find("/nonexistent/model") != std::string::npos);
+  }
+  SUBCASE("truncated shard") {
+    ModelCopy m("trunc");
+    std::string data = m.read("model-00001-of-000001.safetensors");
+    m.write("model-00001-of-000001.safetensors", data.substr(0, data.size() / 2));
+    auto msg = error_of([&] { uocr::Checkpoint::open(m.dir.string()); }, Status::invalid_model);
+    CHECK(msg.find("model-00001-of-000001.safetensors") != std::string::npos);
+    CHECK(msg.find("truncated") != std::string::npos);
+  }
+  SUBCASE("header cut short") {
+    ModelCopy m("hdr");
+    m.write("model-00001-of-000001.safetensors", m.read("model-00001-of-000001.safetensors").substr(0, 100));
+    error_of([&] { uocr::Checkpoint::open(m.dir.string()); }, Status::invalid_model);
+  }
+  SUBCASE("corrupt header JSON") {
+    ModelCopy m("json");
+    std::string data = m.read("model-00001-of-000001.safetensors");
+    data[8] = '[';
+    data[9] = '!';
+    m.write("model-00001-of-000001.safetensors", data);
+    auto msg = error_of([&] { uocr::Checkpoint::open(m.dir.string()); }, Status::invalid_model);
+    CHECK(msg.find("JSON") != std::string::npos);
+  }
+  SUBCASE("config that does not match the tensor shapes") {
+    ModelCopy m("shape");
+    std::string cfg = m.read("config.json");
+    replace_all(cfg, "\"intermediate_size\": 64", "\"intermediate_size\": 65");
+    m.write("config.json", cfg);
+    auto msg = error_of([&] { load_all(m.dir.string()); }, Status::invalid_model);
+    CHECK(msg.find("model.layers.0.mlp.gate_proj.weight") != std::string::npos);
+    CHECK(msg.find("[64, 32]") != std::string::npos);
+  }
+  SUBCASE("config with fewer layers than the checkpoint") {
+    ModelCopy m("layers");
+    std::string cfg = m.read("config.json");
+    replace_all(cfg, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    m.write("config.json", cfg);
+    auto msg = error_of([&] { load_all(m.dir.string()); }, Status::invalid_model);
+    CHECK(msg.find("model.layers.1") != std::string::npos);
+  }
+  SUBCASE("index names a tensor the shard lacks") {
+    ModelCopy m("index");
+    std::string idx = m.read("model.safetensors.index.json");
+    idx.replace(idx.find("\"weight_map\": {") + 15, 0, "\"model.extra\": \"model-00001-of-000001.safetensors\",");
+    m.write("model.safetensors.index.json", idx);
+    auto msg = error_of([&] { uocr::Checkpoint::open(m.dir.string()); }, Status::invalid_model);
+    CHECK(msg.find("model.extra") != std::string::npos);
+  }
+  SUBCASE("bad config JSON") {
+    ModelCopy m("cfg");
+    m.write("config.json", "{\"hidden_size\": ");
+    error_of([&] { uocr::ModelConfig::load(m.path("config.json")); }, Status::invalid_model);
+  }
+  SUBCASE("config with a missing key") {
+    ModelCopy m("key");
+    m.write("config.json", "{\"model_type\": \"unlimited-ocr\"}");
+    auto msg = error_of([&] { uocr::ModelConfig::load(m.path("config.json")); }, Status::invalid_model);
+    CHECK(msg.find("hidden_size") != std::string::npos);
+  }
+  SUBCASE("unsupported attention variant") {
+    ModelCopy m("mla");
+    std::string cfg = m.read("config.json");
+    replace_all(cfg, "\"use_mla\": false", "\"use_mla\": true");
+    m.write("config.json", cfg);
+    error_of([&] { uocr::ModelConfig::load(m.path("config.json")); }, Status::unsupported);
+  }
+}
+
+TEST_CASE("npy round trip and golden arrays") {
+  const std::string p = (fs::temp_directory_path() / "uocr_npy_roundtrip.npy").string();
+  std::vector<float> v = {1.5f, -2.f, 3.25f, 0.f, 7.f, 8.f};
+  uocr::write_npy_f32(p, {2, 3}, v.data());
+  auto a = uocr::read_npy(p);
+  CHECK(a.shape == std::vector<int64_t>{2, 3});
+  CHECK(a.to_f32() == v);
+  fs::remove(p);
+  auto ids = uocr::read_npy(tiny() + "/input_ids.npy").to_i64();
+  REQUIRE(ids.size() == 278);
+  CHECK(ids[0] == 0);
+  CHECK(ids[1] == 128815);
+  CHECK(ids[277] == 16);
+  auto img = uocr::read_npy(tiny() + "/image_normalized.npy");
+  CHECK(img.descr == "<f2");
+  CHECK(img.shape == std::vector<int64_t>{1, 3, 1024, 1024});
+  error_of([] { uocr::read_npy(tiny() + "/config.json"); }, Status::invalid_argument);
+}
+
+TEST_CASE("linear kernel matches a naive product for bf16 weights, decode and GEMM paths") {
+  auto cfg = uocr::ModelConfig::load(tiny() + "/config.json");
+  auto ck = uocr::Checkpoint::open(tiny());
+  auto w = uocr::ModelWeights::bind(ck, cfg);
+  const auto& l = w.sam.blocks[0].lin1;  // [256, 64] with bias
+  const std::vector<float> wf = l.weight->to_vector(), bf = l.bias->to_vector();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int64_t m : {1, 3, 37}) {
+    std::vector<float> x(size_t(m * l.in()));
+    for (float& f : x) f = nd(rng);
+    auto y = uocr::cpu::linear(x, m, l);
+    double max_err = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < l.out(); ++j) {
+        double ref = bf[size_t(j)];
+        for (int64_t c = 0; c < l.in(); ++c) ref += double(x[size_t(i * l.in() + c)]) * wf[size_t(j * l.in() + c)];
+        max_err = std::max(max_err, std::abs(ref - y[size_t(i * l.out() + j)]));
+      }
+    CHECK(max_err < 1e-4);
+  }
+}
