@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing uocr needs (run as root).
+set -euo pipefail
+packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev doctest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
