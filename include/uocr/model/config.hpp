@@ -152,6 +152,12 @@ struct ModelConfig {
     require(c.projector.n_embed == d.hidden, Status::invalid_model,
             [&] { return path + ": projector n_embed must equal hidden_size"; });
 
+    if (j.contains("vision_config")) {
+      // The page (global view) resolution; smaller models may declare a smaller one.
+      c.sam.image_size = r.integer(j["vision_config"], "image_size", c.sam.image_size);
+    }
+    require(c.sam.image_size > 0 && c.sam.image_size % (c.sam.patch * c.downsample) == 0, Status::invalid_model,
+            [&] { return path + ": vision_config.image_size must be a positive multiple of 64"; });
     if (j.contains("vision_config") && j["vision_config"].contains("width")) {
       const auto& w = j["vision_config"]["width"];
       if (w.contains("sam_vit_b")) {

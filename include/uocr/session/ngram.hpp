@@ -1,0 +1,68 @@
+// Upstream's SlidingWindowNoRepeatNgramProcessor (modeling_unlimitedocr.py): a token is banned
+// when emitting it would repeat an n-gram that already occurs within the last `window` tokens of
+// the full sequence (prompt ids included). Only the last `window` tokens are kept, so memory is
+// constant however long the document runs.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "uocr/core/error.hpp"
+
+namespace uocr {
+
+class NoRepeatNgram {
+ public:
+  // n == 0 disables the rule. window == 0 means the whole sequence (HF's plain NoRepeatNGram),
+  // which is not constant-memory and therefore rejected here.
+  NoRepeatNgram(int n, int window) : n_(n), window_(window) {
+    require(n >= 0, Status::invalid_argument, "no-repeat n-gram size must be >= 0");
+    require(n == 0 || window > 0, Status::invalid_argument, "no-repeat n-gram window must be > 0");
+  }
+
+  void reset() {
+    tail_.clear();
+    length_ = 0;
+  }
+  void push(int32_t token) {
+    tail_.push_back(token);
+    ++length_;
+    if (int64_t(tail_.size()) > std::max(window_, n_)) tail_.pop_front();
+  }
+  template <class It>
+  void push(It begin, It end) {
+    for (; begin != end; ++begin) push(*begin);
+  }
+
+  // Tokens that must not come next (ascending, unique).
+  std::vector<int32_t> banned() const {
+    std::vector<int32_t> out;
+    if (n_ == 0 || length_ < n_) return out;
+    const int64_t L = length_;
+    const int64_t start = std::max<int64_t>(0, L - window_);
+    const int64_t end = L - n_ + 1;
+    if (end <= start) return out;
+    const int64_t base = L - int64_t(tail_.size());  // absolute index of tail_[0]
+    auto at = [&](int64_t abs) { return tail_[size_t(abs - base)]; };
+    for (int64_t idx = start; idx < end; ++idx) {
+      bool match = true;
+      for (int64_t k = 0; k < n_ - 1 && match; ++k) match = at(idx + k) == at(L - n_ + 1 + k);
+      if (match) out.push_back(at(idx + n_ - 1));
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+  int n() const { return n_; }
+  int window() const { return window_; }
+
+ private:
+  int n_;
+  int window_;
+  std::deque<int32_t> tail_;
+  int64_t length_ = 0;
+};
+
+}  // namespace uocr

@@ -1,0 +1,120 @@
+// Generation rules: the upstream no-repeat n-gram processor (against a direct transcription of
+// the Python, on randomized streams), greedy/top-p sampling, and the loop guard.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "uocr/session/loop_guard.hpp"
+#include "uocr/session/ngram.hpp"
+#include "uocr/session/sampler.hpp"
+
+namespace {
+
+// modeling_unlimitedocr.py SlidingWindowNoRepeatNgramProcessor, over the whole sequence.
+std::set<int32_t> reference_banned(const std::vector<int32_t>& s, int n, int window) {
+  std::set<int32_t> banned;
+  const int64_t L = int64_t(s.size());
+  if (L < n) return banned;
+  const int64_t start = std::max<int64_t>(0, L - window), end = L - n + 1;
+  if (end <= start) return banned;
+  const std::vector<int32_t> prefix(s.begin() + (L - n + 1), s.end());
+  for (int64_t idx = start; idx < end; ++idx)
+    if (std::equal(prefix.begin(), prefix.end(), s.begin() + idx)) banned.insert(s[size_t(idx + n - 1)]);
+  return banned;
+}
+
+}  // namespace
+
+TEST_CASE("no-repeat n-gram matches the upstream rule on randomized token streams") {
+  std::mt19937 rng(42);
+  int checked_with_bans = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 1 + int(rng() % 6) + (trial % 3 == 0 ? 30 : 0);  // includes upstream's 35
+    const int window = n + int(rng() % 200);
+    const int alphabet = 2 + int(rng() % 5);
+    uocr::NoRepeatNgram rule(n, window);
+    std::vector<int32_t> seq;
+    const int prompt = int(rng() % 50);
+    for (int i = 0; i < prompt; ++i) seq.push_back(int32_t(rng() % alphabet));
+    rule.push(seq.begin(), seq.end());
+    for (int step = 0; step < 400; ++step) {
+      const std::set<int32_t> ref = reference_banned(seq, n, window);
+      const std::vector<int32_t> got = rule.banned();
+      REQUIRE(std::vector<int32_t>(ref.begin(), ref.end()) == got);
+      checked_with_bans += !ref.empty();
+      // Periodic streams make repeats (and bans) frequent.
+      const int32_t t = (rng() % 4 == 0) ? int32_t(rng() % alphabet) : seq.empty() ? 0 : seq[seq.size() / 2 % seq.size()];
+      seq.push_back(t);
+      rule.push(t);
+    }
+  }
+  CHECK(checked_with_bans > 1000);
+}
+
+TEST_CASE("no-repeat n-gram: off, short sequences, and bad parameters") {
+  uocr::NoRepeatNgram off(0, 0);
+  off.push(1);
+  off.push(1);
+  CHECK(off.banned().empty());
+  uocr::NoRepeatNgram three(3, 128);
+  for (int32_t t : {5, 6, 7, 5, 6}) three.push(t);
+  CHECK(three.banned() == std::vector<int32_t>{7});
+  CHECK_THROWS_AS(uocr::NoRepeatNgram(-1, 10), uocr::Error);
+  CHECK_THROWS_AS(uocr::NoRepeatNgram(35, 0), uocr::Error);
+}
+
+TEST_CASE("greedy picks the lowest index among ties and skips banned tokens") {
+  uocr::Sampler greedy({});
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> l = {0.5f, 2.f, 2.f, -inf};
+  CHECK(greedy.pick(l.data(), 4) == 1);
+  l[1] = -inf;
+  CHECK(greedy.pick(l.data(), 4) == 2);
+  std::vector<float> all_banned(3, -inf);
+  CHECK(greedy.pick(all_banned.data(), 3) == -1);
+}
+
+TEST_CASE("top-p sampling is reproducible from the seed and respects the nucleus") {
+  std::vector<float> l = {3.f, 2.f, 1.f, 0.f, -1.f, -5.f};
+  uocr::Sampler a({1.f, 0.8f, 7}), b({1.f, 0.8f, 7});
+  std::vector<int> counts(6, 0);
+  for (int i = 0; i < 4000; ++i) {
+    const int32_t x = a.pick(l.data(), 6);
+    CHECK(x == b.pick(l.data(), 6));
+    counts[size_t(x)]++;
+  }
+  // softmax mass: 0.63, 0.23, 0.086, ...: top_p 0.8 keeps exactly the first two tokens.
+  CHECK(counts[0] > 0);
+  CHECK(counts[1] > 0);
+  CHECK(counts[2] + counts[3] + counts[4] + counts[5] == 0);
+  const double share = counts[0] / 4000.0;
+  CHECK(share == doctest::Approx(0.6652 / (0.6652 + 0.2447)).epsilon(0.05));
+  CHECK_THROWS_AS(uocr::Sampler({-1.f, 1.f, 0}), uocr::Error);
+  CHECK_THROWS_AS(uocr::Sampler({1.f, 0.f, 0}), uocr::Error);
+}
+
+TEST_CASE("loop guard: varying box coordinates still count as a loop, real text does not") {
+  uocr::LoopGuard guard;
+  bool stopped = false;
+  for (int i = 0; i < 400 && !stopped; ++i)
+    stopped = guard.push("<|det|>table [" + std::to_string(i) + ", " + std::to_string(2 * i) + ", 999, 999]<|/det|>cell\n");
+  CHECK(stopped);
+  CHECK(guard.block().find("<|det|>table [") != std::string::npos);
+
+  uocr::LoopGuard prose;
+  std::mt19937 rng(1);
+  const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"};
+  bool false_alarm = false;
+  for (int i = 0; i < 5000; ++i) false_alarm |= prose.push(std::string(words[rng() % 8]) + " ");
+  CHECK_FALSE(false_alarm);
+
+  // A long table with numbers that change is content, not a loop.
+  uocr::LoopGuard table;
+  bool table_alarm = false;
+  for (int i = 0; i < 300; ++i)
+    table_alarm |= table.push("<tr><td>" + std::to_string(1000 + i * 7) + "</td><td>" + std::to_string(i * i) + "</td></tr>");
+  CHECK_FALSE(table_alarm);
+}
