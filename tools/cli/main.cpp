@@ -8,6 +8,7 @@
 
 #include "uocr/core/error.hpp"
 #include "args.hpp"
+#include "cmd_tokenize.hpp"
 
 namespace {
 
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") return usage(stdout);
   try {
     uocr_cli::Args parsed(std::vector<std::string>(args.begin() + 1, args.end()));
-    (void)parsed;
+    const auto& sub = parsed.positional();
+    if (args[0] == "inspect" && !sub.empty() && sub[0] == "tokenize") return uocr_cli::cmd_inspect_tokenize(parsed);
     std::fprintf(stderr, "uocr: unknown command '%s'\n", args[0].c_str());
     return usage(stderr);
   } catch (const uocr::Error& e) {
