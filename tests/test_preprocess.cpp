@@ -1,0 +1,416 @@
+// Image decoding, Pillow-exact geometry, the upstream preprocessing modes and the position-table
+// interpolation, against fixtures made by tools/preprocess/gen_fixtures.py (Pillow, PyTorch) and
+// the golden page of tiny-a (tensor captured from upstream infer()).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_support.hpp"
+#include "uocr/image/exif.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/image/interpolate.hpp"
+#include "uocr/image/preprocess.hpp"
+#include "uocr/image/resample.hpp"
+#include "uocr/io/npy.hpp"
+
+using json = nlohmann::json;
+using uocr::ImageU8;
+using uocr::Status;
+
+namespace {
+
+std::string data_dir() { return uocr_test::source_dir() + "/tests/data/preprocess/"; }
+
+const json& manifest() {
+  static const json m = [] {
+    std::ifstream f(data_dir() + "manifest.json");
+    REQUIRE_MESSAGE(f.good(), "missing fixture manifest in " << data_dir());
+    return json::parse(f);
+  }();
+  return m;
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Same hash noise as procedural() in gen_fixtures.py.
+ImageU8 procedural(int w, int h, uint32_t seed) {
+  ImageU8 im = uocr::make_image(w, h);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) {
+        uint32_t v = (uint32_t(x) * 73856093u) ^ (uint32_t(y) * 19349663u) ^ (uint32_t(c) * 83492791u) ^ seed;
+        v ^= v >> 13;
+        v *= 0x5BD1E995u;
+        v ^= v >> 15;
+        im.row(y)[3 * x + c] = uint8_t(v & 255);
+      }
+  return im;
+}
+
+// Same as checksum() in gen_fixtures.py: byte sum and sum of byte * (index + 1), mod 2^64.
+std::vector<std::string> checksum(const ImageU8& im) {
+  uint64_t s = 0, ws = 0;
+  for (size_t i = 0; i < im.rgb.size(); ++i) {
+    s += im.rgb[i];
+    ws += uint64_t(im.rgb[i]) * (i + 1);
+  }
+  return {std::to_string(s), std::to_string(ws)};
+}
+
+ImageU8 source_image(const json& src) {
+  if (src.is_string()) return uocr::load_image(data_dir() + src.get<std::string>());
+  return procedural(src["w"], src["h"], src["seed"]);
+}
+
+// An HxWx3 uint8 .npy fixture as an image.
+ImageU8 npy_image(const std::string& name) {
+  const uocr::NpyArray a = uocr::read_npy(data_dir() + name);
+  REQUIRE(a.descr == "|u1");
+  REQUIRE(a.shape.size() == 3);
+  REQUIRE(a.shape[2] == 3);
+  ImageU8 im = uocr::make_image(int(a.shape[1]), int(a.shape[0]));
+  im.rgb = a.bytes;
+  return im;
+}
+
+// Number of differing bytes; sizes must match.
+size_t count_diff(const ImageU8& a, const ImageU8& b) {
+  REQUIRE(a.width == b.width);
+  REQUIRE(a.height == b.height);
+  size_t n = 0;
+  for (size_t i = 0; i < a.rgb.size(); ++i) n += a.rgb[i] != b.rgb[i];
+  return n;
+}
+
+int max_abs_diff(const ImageU8& a, const ImageU8& b) {
+  int m = 0;
+  for (size_t i = 0; i < a.rgb.size(); ++i) m = std::max(m, std::abs(int(a.rgb[i]) - int(b.rgb[i])));
+  return m;
+}
+
+template <class F>
+Status status_of(F&& f) {
+  try {
+    f();
+  } catch (const uocr::Error& e) {
+    return e.status();
+  }
+  return Status::ok;
+}
+
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const uocr::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A PNG signature and IHDR chunk claiming w x h RGB, no image data.
+std::vector<uint8_t> png_header(uint32_t w, uint32_t h) {
+  std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+  for (uint32_t v : {w, h}) {
+    for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
+  }
+  for (uint8_t v : {8, 2, 0, 0, 0}) b.push_back(v);
+  // CRC over "IHDR" + data (stb does not check it, but keep the file well-formed).
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 12; i < b.size(); ++i) {
+    crc ^= b[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  crc ^= 0xFFFFFFFFu;
+  for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(crc >> s));
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("decoding matches Pillow's open + exif_transpose + convert('RGB')") {
+  const json& cases = manifest()["decode"];
+  REQUIRE(cases.size() >= 20);
+  for (const json& c : cases) {
+    const std::string file = c["file"];
+    CAPTURE(file);
+    const ImageU8 got = uocr::load_image(data_dir() + file);
+    const ImageU8 want = npy_image(c["expected"]);
+    REQUIRE(got.width == want.width);
+    REQUIRE(got.height == want.height);
+    if (c["exact"].get<bool>()) {
+      CHECK(count_diff(got, want) == 0);
+    } else {
+      // stb's JPEG decoder is not libjpeg: small pixel differences, identical geometry.
+      CHECK(max_abs_diff(got, want) <= 3);
+    }
+    // Decoding from memory is the same path.
+    const std::vector<uint8_t> bytes = read_bytes(data_dir() + file);
+    CHECK(count_diff(uocr::decode_image(bytes.data(), bytes.size()), got) == 0);
+  }
+}
+
+TEST_CASE("EXIF orientation is read from PNG eXIf and JPEG APP1 and applied like Pillow") {
+  for (int o = 1; o <= 8; ++o) {
+    const std::vector<uint8_t> b = read_bytes(data_dir() + "orient" + std::to_string(o) + "_7x5.png");
+    CHECK(uocr::exif_orientation(b.data(), b.size()) == o);
+  }
+  const std::vector<uint8_t> j1 = read_bytes(data_dir() + "photo1_48x32.jpg");
+  const ImageU8 upright = uocr::decode_image(j1.data(), j1.size());
+  for (int o : {3, 6}) {
+    const std::vector<uint8_t> b = read_bytes(data_dir() + "photo" + std::to_string(o) + "_48x32.jpg");
+    CHECK(uocr::exif_orientation(b.data(), b.size()) == o);
+    CHECK(count_diff(uocr::decode_image(b.data(), b.size()), uocr::apply_exif_orientation(upright, o)) == 0);
+  }
+  // Plain images and garbage have no orientation.
+  const std::vector<uint8_t> png = read_bytes(data_dir() + "noise_37x53.png");
+  CHECK(uocr::exif_orientation(png.data(), png.size()) == 1);
+  const uint8_t junk[] = {0xFF, 0xD8, 0xFF, 0xE1, 0x00, 0x08, 'E', 'x', 'i', 'f', 0, 0};
+  CHECK(uocr::exif_orientation(junk, sizeof(junk)) == 1);
+}
+
+TEST_CASE("resize_bicubic is Pillow's Image.resize(BICUBIC) bit for bit") {
+  const json& cases = manifest()["resize"];
+  REQUIRE(cases.size() >= 20);
+  for (const json& c : cases) {
+    CAPTURE(c.dump());
+    const ImageU8 got = uocr::resize_bicubic(source_image(c["source"]), c["w"], c["h"]);
+    REQUIRE(got.width == c["w"].get<int>());
+    REQUIRE(got.height == c["h"].get<int>());
+    if (c.contains("expected")) {
+      CHECK(count_diff(got, npy_image(c["expected"])) == 0);
+    } else {
+      CHECK(checksum(got) == c["checksum"].get<std::vector<std::string>>());
+    }
+  }
+}
+
+TEST_CASE("pad is ImageOps.pad with colour (127,127,127) bit for bit") {
+  const json& cases = manifest()["pad"];
+  REQUIRE(cases.size() >= 20);
+  for (const json& c : cases) {
+    CAPTURE(c.dump());
+    const int s = c["size"];
+    CHECK(count_diff(uocr::pad(source_image(c["source"]), s, s), npy_image(c["expected"])) == 0);
+  }
+}
+
+TEST_CASE("crop copies the box; contain rounds half to even") {
+  const ImageU8 im = procedural(9, 7, 3);
+  const ImageU8 c = uocr::crop(im, 2, 1, 7, 6);
+  REQUIRE(c.width == 5);
+  REQUIRE(c.height == 5);
+  for (int y = 0; y < 5; ++y)
+    for (int x = 0; x < 15; ++x) CHECK(c.row(y)[x] == im.row(y + 1)[6 + x]);
+  int w = 0, h = 0;
+  uocr::contain_size(5, 128, 64, 64, w, h);  // 2.5 -> 2
+  CHECK((w == 2 && h == 64));
+  uocr::contain_size(7, 128, 64, 64, w, h);  // 3.5 -> 4
+  CHECK((w == 4 && h == 64));
+  uocr::contain_size(128, 3, 64, 64, w, h);  // 1.5 -> 2
+  CHECK((w == 64 && h == 2));
+  // 0.5 -> 0: Pillow <= 12 raises here, Pillow 13 returns the plain canvas; so do we.
+  const ImageU8 blank = uocr::pad(procedural(1, 128, 7), 64, 64);
+  REQUIRE(blank.width == 64);
+  for (uint8_t v : blank.rgb) CHECK(v == 127);
+}
+
+TEST_CASE("tile grid search reproduces upstream dynamic_preprocess") {
+  const json& g = manifest()["grid"];
+  const auto& cand = g["candidates"];
+  REQUIRE(cand.size() == std::size(uocr::detail::kGridCandidates));
+  for (size_t i = 0; i < cand.size(); ++i) {
+    CHECK(cand[i][0].get<int>() == uocr::detail::kGridCandidates[i][0]);
+    CHECK(cand[i][1].get<int>() == uocr::detail::kGridCandidates[i][1]);
+  }
+  REQUIRE(g["cases"].size() == 200);
+  for (const json& c : g["cases"]) {
+    CAPTURE(c.dump());
+    const uocr::TileGrid t = uocr::choose_tile_grid(c[0], c[1]);
+    CHECK(t.x == c[2].get<int>());
+    CHECK(t.y == c[3].get<int>());
+  }
+}
+
+TEST_CASE("views of every mode match upstream infer()") {
+  const json& cases = manifest()["views"];
+  REQUIRE(cases.size() >= 9);
+  for (const json& c : cases) {
+    CAPTURE(c.dump().substr(0, 120));
+    const std::string mode = c["mode"];
+    const uocr::PreprocessConfig cfg = mode == "gundam" ? uocr::preset_gundam()
+                                       : mode == "tiny" ? uocr::preset_tiny()
+                                       : mode == "small" ? uocr::preset_small()
+                                       : mode == "large" ? uocr::preset_large()
+                                                         : uocr::preset_base();
+    const uocr::ImageViews v = uocr::make_views(source_image(c["source"]), cfg);
+    CHECK(v.global.width == c["global_size"].get<int>());
+    CHECK(v.global.height == c["global_size"].get<int>());
+    CHECK(checksum(v.global) == c["global"].get<std::vector<std::string>>());
+    CHECK(v.grid.x == c["grid"][0].get<int>());
+    CHECK(v.grid.y == c["grid"][1].get<int>());
+    REQUIRE(v.tiles.size() == c["tiles"].size());
+    for (size_t t = 0; t < v.tiles.size(); ++t) {
+      CAPTURE(t);
+      CHECK(checksum(v.tiles[t]) == c["tiles"][t].get<std::vector<std::string>>());
+    }
+  }
+}
+
+TEST_CASE("golden page: decode + base preprocessing equals the tensor captured from upstream") {
+  const std::string dir = uocr_test::golden_dir("tiny-a");
+  const uocr::PreparedImage p = uocr::prepare_image(uocr::load_image(dir + "/page.png"), uocr::preset_base());
+  const uocr::NpyArray want = uocr::read_npy(dir + "/image_normalized.npy");
+  REQUIRE(want.shape == std::vector<int64_t>{1, 3, 1024, 1024});
+  REQUIRE(p.global_size == 1024);
+  CHECK(p.tiles_chw.empty());
+  const std::vector<float> w = want.to_f32();
+  REQUIRE(w.size() == p.global_chw.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < w.size(); ++i) bad += w[i] != p.global_chw[i];
+  CHECK(bad == 0);
+  CHECK(uocr::visual_token_count(p) == 273);
+}
+
+TEST_CASE("normalised values are bf16(((u8/255) - 0.5) / 0.5), pad colour included") {
+  ImageU8 im = uocr::make_image(2, 1);
+  im.rgb = {0, 127, 255, 128, 1, 254};
+  const std::vector<float> t = uocr::normalize_chw(im);
+  // CHW: R plane, G plane, B plane.
+  CHECK(t[0] == -1.0f);
+  CHECK(t[1] == uocr::round_to_bf16(((128 / 255.0f) - 0.5f) / 0.5f));
+  CHECK(t[2] == uocr::round_to_bf16(((127 / 255.0f) - 0.5f) / 0.5f));
+  CHECK(t[2] == -0.0039367676f);  // the pad colour: not 0
+  CHECK(t[4] == 1.0f);
+}
+
+TEST_CASE("prepared tensors and visual token counts per mode") {
+  const uocr::PreparedImage g = uocr::prepare_image(procedural(1000, 1500, 11), uocr::preset_gundam());
+  CHECK(g.global_size == 1024);
+  CHECK(g.global_chw.size() == size_t(3 * 1024 * 1024));
+  CHECK((g.tiles_x == 2 && g.tiles_y == 3 && g.tile_size == 640));
+  REQUIRE(g.tiles_chw.size() == 6);
+  CHECK(g.tiles_chw[5].size() == size_t(3 * 640 * 640));
+  CHECK(uocr::visual_token_count(g) == 903);
+
+  uocr::PreparedImage fake;
+  fake.global_size = 1024;
+  fake.tile_size = 640;
+  fake.tiles_x = 4;
+  fake.tiles_y = 6;
+  fake.tiles_chw.resize(24);
+  CHECK(uocr::visual_token_count(fake) == 2733);
+  fake.tiles_x = 4;
+  fake.tiles_y = 8;
+  fake.tiles_chw.resize(32);
+  CHECK(uocr::visual_token_count(fake) == 3553);
+
+  const uocr::PreparedImage small = uocr::prepare_image(procedural(600, 400, 1), uocr::preset_gundam());
+  CHECK(small.tiles_chw.empty());
+  CHECK(uocr::visual_token_count(small) == 273);
+  CHECK(uocr::visual_token_count(uocr::prepare_image(procedural(50, 80, 1), uocr::preset_tiny())) == 73);
+  CHECK(uocr::visual_token_count(uocr::prepare_image(procedural(50, 80, 1), uocr::preset_large())) == 421);
+
+  const auto pages = uocr::prepare_pages({procedural(300, 400, 1), procedural(500, 200, 2)});
+  REQUIRE(pages.size() == 2);
+  for (const auto& p : pages) {
+    CHECK(p.global_size == 1024);
+    CHECK(uocr::visual_token_count(p) == 273);
+  }
+  CHECK(pages[1].global_chw == uocr::prepare_image(procedural(500, 200, 2), uocr::preset_base()).global_chw);
+}
+
+TEST_CASE("position-table interpolation matches PyTorch bit for bit") {
+  const json& cases = manifest()["interpolate"];
+  REQUIRE(cases.size() >= 10);
+  for (const json& c : cases) {
+    const std::string in_name = c["input"];
+    CAPTURE(in_name);
+    const uocr::NpyArray in = uocr::read_npy(data_dir() + in_name);
+    const uocr::NpyArray want = uocr::read_npy(data_dir() + c["expected"].get<std::string>());
+    const std::vector<float> x = in.to_f32();
+    std::vector<float> got;
+    if (c["mode"] == "bicubic_aa") {
+      got = uocr::interpolate_bicubic_aa(x.data(), int(in.shape[0]), int(in.shape[1]), int(in.shape[2]),
+                                         int(want.shape[1]), int(want.shape[2]));
+    } else {
+      got = uocr::interpolate_linear(x.data(), int(in.shape[0]), int(in.shape[1]), int(want.shape[1]));
+    }
+    const std::vector<float> w = want.to_f32();
+    REQUIRE(got.size() == w.size());
+    // Fixtures come from torch's x86-64 CPU kernels (FMA-contracted); other builds of torch
+    // would stay within 1e-6 but not bit-exact.
+    float worst = 0;
+    size_t inexact = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      worst = std::max(worst, std::fabs(got[i] - w[i]));
+      inexact += got[i] != w[i];
+    }
+    CHECK(worst <= 1e-6f);
+    CHECK(inexact == 0);
+  }
+}
+
+TEST_CASE("decode errors carry the right status") {
+  CHECK(status_of([] { uocr::load_image(data_dir() + "no_such_file.png"); }) == Status::io);
+
+  const std::vector<uint8_t> junk = {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e', 0, 1, 2, 3};
+  CHECK(status_of([&] { uocr::decode_image(junk.data(), junk.size()); }) == Status::invalid_image);
+  CHECK(message_of([&] { uocr::decode_image(junk.data(), junk.size()); }).find("cannot decode image: ") == 0);
+  CHECK(status_of([&] { uocr::decode_image(junk.data(), 0); }) == Status::invalid_image);
+  CHECK(status_of([&] { uocr::decode_image(nullptr, 10); }) == Status::invalid_image);
+
+  std::vector<uint8_t> png = read_bytes(data_dir() + "noise_37x53.png");
+  png.resize(png.size() / 2);
+  CHECK(status_of([&] { uocr::decode_image(png.data(), png.size()); }) == Status::invalid_image);
+  const std::string truncated_msg = message_of([&] { uocr::decode_image(png.data(), png.size()); });
+  CHECK(truncated_msg.size() > std::string("cannot decode image: ").size());
+
+  // Headers claiming huge sizes are refused from the header alone. 15000 x 15000 passes stb's
+  // own sanity check, so the message names our limit, which only the pre-decode check produces;
+  // 100000 x 100000 is already refused by stbi_info ("too large").
+  const std::vector<uint8_t> big = png_header(15000, 15000);
+  CHECK(status_of([&] { uocr::decode_image(big.data(), big.size()); }) == Status::invalid_image);
+  const std::string msg = message_of([&] { uocr::decode_image(big.data(), big.size()); });
+  CHECK(msg.find("15000x15000") != std::string::npos);
+  CHECK(msg.find("178956970") != std::string::npos);
+  const std::vector<uint8_t> huge = png_header(100000, 100000);
+  CHECK(status_of([&] { uocr::decode_image(huge.data(), huge.size()); }) == Status::invalid_image);
+  // The limit is configurable, and applies to real files too.
+  const std::vector<uint8_t> ok = read_bytes(data_dir() + "noise_37x53.png");
+  CHECK(status_of([&] { uocr::decode_image(ok.data(), ok.size(), uocr::DecodeLimits{37 * 53 - 1}); }) ==
+        Status::invalid_image);
+  CHECK(uocr::decode_image(ok.data(), ok.size(), uocr::DecodeLimits{37 * 53}).width == 37);
+}
+
+TEST_CASE("raw RGB buffers and argument errors") {
+  // 2x2 image in rows of 8 bytes (2 bytes padding).
+  const uint8_t px[16] = {1, 2, 3, 4, 5, 6, 99, 99, 7, 8, 9, 10, 11, 12, 99, 99};
+  const ImageU8 im = uocr::image_from_rgb(px, 2, 2, 8);
+  CHECK(im.rgb == std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  CHECK(status_of([&] { uocr::image_from_rgb(px, 0, 2, 8); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::image_from_rgb(px, 2, 0, 8); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::image_from_rgb(nullptr, 2, 2, 8); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::image_from_rgb(px, 2, 2, 5); }) == Status::invalid_argument);
+
+  CHECK(status_of([&] { uocr::resize_bicubic(im, 0, 3); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::crop(im, 1, 0, 3, 2); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::crop(im, 1, 1, 1, 2); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::pad(im, 0, 0); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::prepare_image(im, {0, 640, true}); }) == Status::invalid_argument);
+  const float f[4] = {0, 1, 2, 3};
+  CHECK(status_of([&] { uocr::interpolate_linear(f, 1, 4, 0); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::interpolate_bicubic_aa(f, 1, 2, 2, 0, 1); }) == Status::invalid_argument);
+}
