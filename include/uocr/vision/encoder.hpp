@@ -1,0 +1,157 @@
+// uocr::VisionEncoder: DeepEncoder (SAM -> CLIP -> projector) per view, and the visual-token
+// sequence one image contributes to the decoder input, laid out exactly as upstream
+// (modeling_unlimitedocr.py / modeling_deepseekocr.py).
+//
+// Basic usage:
+//   uocr::VisionEncoder enc(config, weights);             // weights (and their Checkpoint) must outlive enc
+//   std::vector<float> emb = enc.visual_tokens(global, tiles, tiles_x, tiles_y);
+//   // emb: [count, hidden] row-major, one row per <image> placeholder, in order.
+//
+// A view is a normalised RGB image, float32 CHW [3, S, S] (S = 1024 global, 640 tiles).
+// Per view: feat = projector(cat(clip[1:], sam_flat)) -> [g*g, hidden] with g = S/64; CLIP
+// channels come first, SAM second.
+// Layout (hidden-size rows):
+//   no tiles:   for each of g rows: g features + image_newline; then view_seperator
+//               (16*17 + 1 = 273 for the 1024 view);
+//   i x j tiles (i across, j down, row-major tile order): the tiles stitched into one
+//               (j*g_t) x (i*g_t) grid (tile rows interleaved), one image_newline after each
+//               stitched row, FIRST; then the global block; then view_seperator
+//               (10j(10i+1) + 273 for 640 tiles).
+// Thread-safety: const methods only; concurrent calls on one encoder are safe (OpenMP inside).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/core/error.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+#include "uocr/vision/clip.hpp"
+#include "uocr/vision/conv.hpp"
+#include "uocr/vision/sam.hpp"
+
+namespace uocr {
+
+// Intermediate tensors of one view, for parity tests and `inspect`. Channels-last maps
+// (vision::FeatureMap); PyTorch's NCHW is their transpose.
+struct VisionCaptures {
+  vision::FeatureMap sam_neck;       // [G, G, out_chans], G = S/16
+  vision::FeatureMap sam_out;        // [g, g, net3_chans], g = G/4
+  std::vector<float> clip_out;       // [1 + g*g, clip width], row 0 = CLS
+  std::vector<float> projector_out;  // [g*g, hidden]
+};
+
+class VisionEncoder {
+ public:
+  VisionEncoder(const ModelConfig& config, const ModelWeights& weights) : cfg_(config), w_(weights) {}
+
+  int hidden() const { return cfg_.decoder.hidden; }
+
+  // Side of the visual-token grid of an S x S view (two stride-2 convs after 16 px patches).
+  int token_grid(int size) const {
+    const int down = [](int n) { return (n - 1) / 2 + 1; }(size / cfg_.sam.patch);
+    return (down - 1) / 2 + 1;
+  }
+
+  // Number of embeddings visual_tokens() returns for these view sizes.
+  int64_t token_count(int global_size, int tile_size, int tiles_x, int tiles_y) const {
+    const int64_t g = token_grid(global_size);
+    int64_t n = g * (g + 1) + 1;
+    if (tiles_x * tiles_y > 0) {
+      const int64_t t = token_grid(tile_size);
+      n += int64_t(tiles_y) * t * (int64_t(tiles_x) * t + 1);
+    }
+    return n;
+  }
+
+  // Projected features of one view: [g*g, hidden]. chw = [3, size, size].
+  std::vector<float> encode_view(const float* chw, int size, VisionCaptures* captures = nullptr) const {
+    require(chw != nullptr && size > 0 && size % cfg_.sam.patch == 0, Status::invalid_argument, [&] {
+      return "vision view must be a square image whose side is a multiple of " + std::to_string(cfg_.sam.patch) +
+             ", got " + std::to_string(size);
+    });
+    vision::SamResult sam = vision::sam_forward(cfg_.sam, w_.sam, chw, size);
+    std::vector<float> clip = vision::clip_forward(cfg_.clip, w_.clip, sam.features);
+    const int64_t t = sam.features.tokens(), cw = cfg_.clip.width, sc = sam.features.c;
+    std::vector<float> feat(size_t(t * (cw + sc)));
+    for (int64_t r = 0; r < t; ++r) {
+      std::copy_n(clip.data() + (r + 1) * cw, cw, feat.data() + r * (cw + sc));
+      std::copy_n(sam.features.data.data() + r * sc, sc, feat.data() + r * (cw + sc) + cw);
+    }
+    std::vector<float> out = cpu::linear(feat, t, w_.glue.projector);
+    if (captures) {
+      captures->sam_neck = std::move(sam.neck);
+      captures->sam_out = std::move(sam.features);
+      captures->clip_out = std::move(clip);
+      captures->projector_out = out;
+    }
+    return out;
+  }
+
+  // The embeddings of one image: [token_count, hidden]. Each view is a CHW float32 vector of
+  // 3*S*S values. `tiles` is empty (global view only) or holds tiles_x * tiles_y tiles in
+  // row-major order.
+  std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
+                                   int tiles_x, int tiles_y) const {
+    require(tiles.empty() || (tiles_x > 0 && tiles_y > 0 && tiles.size() == size_t(tiles_x) * size_t(tiles_y)),
+            Status::invalid_argument, [&] {
+              return "visual_tokens: " + std::to_string(tiles.size()) + " tiles for a " + std::to_string(tiles_x) + "x" +
+                     std::to_string(tiles_y) + " grid";
+            });
+    const std::vector<float> global = encode(global_view);
+    std::vector<std::vector<float>> local;
+    for (const auto& t : tiles) local.push_back(encode(t));
+    return layout_tokens(global, local, tiles_x, tiles_y);
+  }
+
+  // Lays out already projected features ([g*g, hidden] each) as visual_tokens() does.
+  std::vector<float> layout_tokens(const std::vector<float>& global, const std::vector<std::vector<float>>& tiles,
+                                   int tiles_x, int tiles_y) const {
+    const int64_t d = hidden();
+    const std::vector<float> newline = w_.glue.image_newline->to_vector();
+    std::vector<float> out;
+    auto put = [&](const float* row) { out.insert(out.end(), row, row + d); };
+    if (!tiles.empty()) {
+      const int64_t g = grid_of(tiles[0]);
+      for (const auto& t : tiles)
+        require(int64_t(t.size()) == g * g * d, Status::invalid_argument, "layout_tokens: tiles differ in size");
+      // Stitched row R = tile row R / g, feature row R % g; across it, every tile of that tile row.
+      for (int64_t row = 0; row < tiles_y * g; ++row) {
+        for (int64_t tx = 0; tx < tiles_x; ++tx)
+          for (int64_t x = 0; x < g; ++x) put(tiles[size_t((row / g) * tiles_x + tx)].data() + ((row % g) * g + x) * d);
+        put(newline.data());
+      }
+    }
+    const int64_t g = grid_of(global);
+    for (int64_t y = 0; y < g; ++y) {
+      for (int64_t x = 0; x < g; ++x) put(global.data() + (y * g + x) * d);
+      put(newline.data());
+    }
+    put(w_.glue.view_separator->to_vector().data());
+    return out;
+  }
+
+ private:
+  std::vector<float> encode(const std::vector<float>& view) const {
+    const int size = int(std::lround(std::sqrt(double(view.size()) / 3.0)));
+    require(size > 0 && size_t(3) * size_t(size) * size_t(size) == view.size(), Status::invalid_argument,
+            [&] { return "vision view of " + std::to_string(view.size()) + " floats is not a 3 x S x S image"; });
+    return encode_view(view.data(), size);
+  }
+
+  int64_t grid_of(const std::vector<float>& features) const {
+    const int64_t t = int64_t(features.size()) / hidden();
+    const int64_t g = int64_t(std::lround(std::sqrt(double(t))));
+    require(g > 0 && g * g * hidden() == int64_t(features.size()), Status::invalid_argument,
+            "layout_tokens: features are not a square grid of hidden-size rows");
+    return g;
+  }
+
+  const ModelConfig cfg_;
+  const ModelWeights& w_;
+};
+
+}  // namespace uocr

@@ -1,0 +1,185 @@
+// SAM-ViT image encoder of DeepEncoder (upstream ImageEncoderViT + net_2/net_3), float32 on CPU.
+//
+// view [3, S, S] -> patch_embed (16x16) -> + abs pos -> blocks -> neck -> net_2 -> net_3
+// giving a channels-last [S/64, S/64, net3] map (16x16 for the 1024 global view, 10x10 for
+// 640 tiles). Position tables are resampled when the grid G = S/16 differs from the trained 64:
+// pos_embed by antialiased bicubic, global blocks' rel-pos tables (2*64-1 rows) linearly.
+// The resampled tables stay float32 (a float32 reference keeps them so; bf16 inference would
+// round them to bf16).
+//
+// Upstream details kept on purpose:
+//  - windowed blocks zero-pad the *normed* map to a multiple of the window; padded tokens get
+//    q/k/v = the qkv bias and take part as keys/values, with no mask;
+//  - the decomposed rel-pos bias uses the unscaled q; scores = q·kᵀ/sqrt(hd) + bias;
+//  - exact (erf) GELU; neck and compressor convs have no bias and no activation in between.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
+
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/image/interpolate.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+#include "uocr/vision/conv.hpp"
+
+namespace uocr::vision {
+
+struct SamResult {
+  FeatureMap neck;      // [G, G, out_chans] after the neck's second LayerNorm2d
+  FeatureMap features;  // [G/4, G/4, net3_chans]: net_3(net_2(neck))
+};
+
+namespace detail {
+
+// pos_embed [1, G0, G0, C] at grid g, channels-last [g*g, C] (get_abs_pos_sam).
+inline std::vector<float> sam_abs_pos(const TensorView& pos, int g) {
+  const int g0 = int(pos.dim(1)), c = int(pos.dim(3));
+  std::vector<float> p = pos.to_vector();
+  if (g0 == g) return p;
+  const std::vector<float> chw = transposed(p.data(), int64_t(g0) * g0, c);
+  const std::vector<float> r = interpolate_bicubic_aa(chw.data(), c, g0, g0, g, g);
+  return transposed(r.data(), c, int64_t(g) * g);
+}
+
+// Rel-pos table [L, hd] as the [2n-1, hd] table get_rel_pos uses for an n-long axis.
+inline std::vector<float> rel_pos_table(const TensorView& t, int n) {
+  const int len = int(t.dim(0)), hd = int(t.dim(1));
+  std::vector<float> v = t.to_vector();
+  if (len == 2 * n - 1) return v;
+  const std::vector<float> cl = transposed(v.data(), len, hd);
+  const std::vector<float> r = interpolate_linear(cl.data(), hd, len, 2 * n - 1);
+  return transposed(r.data(), hd, 2 * n - 1);
+}
+
+// Attention of query rows [r0, r0+rows) of an n x n token grid over all n*n keys of one head:
+// softmax(q·kᵀ·scale + rel_h[ky] + rel_w[kx])·v, with rel_h/rel_w = q·table[q_pos - k_pos + n-1].
+// Writes the rows to out (row stride ldo).
+inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const StridedMap& v, int n, int64_t r0,
+                              int64_t rows, const float* table_h, const float* table_w, float scale, float* out,
+                              int64_t ldo) {
+  const int64_t hd = q.cols(), span = 2 * n - 1;
+  const auto qb = q.middleRows(r0, rows);
+  const cpu::RowMatrix ph = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
+  const cpu::RowMatrix pw = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
+  cpu::RowMatrix s(rows, k.rows());
+  s.noalias() = qb * k.transpose();
+  s *= scale;
+  std::vector<float> rw(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int qy = int((r0 + r) / n), qx = int((r0 + r) % n);
+    for (int kx = 0; kx < n; ++kx) rw[size_t(kx)] = pw(r, qx - kx + n - 1);
+    float* srow = s.row(r).data();
+    for (int ky = 0; ky < n; ++ky) {
+      const float bh = ph(r, qy - ky + n - 1);
+      float* seg = srow + int64_t(ky) * n;
+      for (int kx = 0; kx < n; ++kx) seg[kx] += bh + rw[size_t(kx)];
+    }
+  }
+  softmax_rows(s);
+  MutStridedMap(out + r0 * ldo, rows, hd, Eigen::OuterStride<>(ldo)).noalias() = s * v;
+}
+
+// Global attention over the g x g grid; qkv [g*g, 3C] rows ordered [q heads | k | v].
+// Query rows go in blocks so a head's scores never exceed block x g*g floats.
+inline void sam_global_attention(const std::vector<float>& qkv, int g, int heads, int64_t c, const std::vector<float>& th,
+                                 const std::vector<float>& tw, float* out) {
+  const int64_t n_tok = int64_t(g) * g, hd = c / heads, block = 256;
+  const int64_t blocks = (n_tok + block - 1) / block;
+  const float scale = 1.f / std::sqrt(float(hd));
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int h = 0; h < heads; ++h)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const Eigen::OuterStride<> ld(3 * c);
+      const StridedMap q(qkv.data() + h * hd, n_tok, hd, ld), k(qkv.data() + c + h * hd, n_tok, hd, ld),
+          v(qkv.data() + 2 * c + h * hd, n_tok, hd, ld);
+      rel_pos_attention(q, k, v, g, b * block, std::min(block, n_tok - b * block), th.data(), tw.data(), scale,
+                        out + h * hd, c);
+    }
+}
+
+// Windowed attention: the g x g grid zero-padded to whole ws x ws windows (row-major). qkv holds
+// the g*g real tokens; a padded token's q/k/v is the qkv bias (a zero row through the Linear).
+inline void sam_window_attention(const std::vector<float>& qkv, const std::vector<float>& qkv_bias, int g, int ws,
+                                 int heads, int64_t c, const std::vector<float>& th, const std::vector<float>& tw,
+                                 float* out) {
+  const int nw = (g + ws - 1) / ws;
+  const int64_t hd = c / heads, wt = int64_t(ws) * ws;
+  const float scale = 1.f / std::sqrt(float(hd));
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int w = 0; w < nw * nw; ++w)
+    for (int h = 0; h < heads; ++h) {
+      const int wy = w / nw, wx = w % nw;
+      std::vector<float> buf(size_t(4 * wt * hd));  // q | k | v | out, each [wt, hd]
+      for (int64_t t = 0; t < wt; ++t) {
+        const int y = wy * ws + int(t / ws), x = wx * ws + int(t % ws);
+        const float* src = (y < g && x < g) ? qkv.data() + (int64_t(y) * g + x) * 3 * c : qkv_bias.data();
+        for (int part = 0; part < 3; ++part)
+          std::copy_n(src + part * c + h * hd, hd, buf.data() + (part * wt + t) * hd);
+      }
+      const Eigen::OuterStride<> ld(hd);
+      const StridedMap q(buf.data(), wt, hd, ld), k(buf.data() + wt * hd, wt, hd, ld), v(buf.data() + 2 * wt * hd, wt, hd, ld);
+      float* o = buf.data() + 3 * wt * hd;
+      rel_pos_attention(q, k, v, ws, 0, wt, th.data(), tw.data(), scale, o, hd);
+      for (int64_t t = 0; t < wt; ++t) {
+        const int y = wy * ws + int(t / ws), x = wx * ws + int(t % ws);
+        if (y < g && x < g) std::copy_n(o + t * hd, hd, out + (int64_t(y) * g + x) * c + h * hd);
+      }
+    }
+}
+
+// Exact GELU 0.5·x·(1 + erf(x/√2)), in place (Eigen's vectorised float erf, a few ulp).
+inline void gelu_erf(float* x, int64_t n) {
+  const int64_t chunk = 1 << 14;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += chunk) {
+    Eigen::Map<Eigen::ArrayXf> a(x + i, std::min(chunk, n - i));
+    a = 0.5f * a * (1.f + (a * 0.70710678118654752f).erf());
+  }
+}
+
+inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, bool global, FeatureMap& x) {
+  const int g = x.h;
+  const int64_t n_tok = x.tokens(), c = x.c;
+  std::vector<float> t(x.data.size());
+  layer_norm(x.data.data(), n_tok, c, b.norm1, cfg.ln_eps, t.data());
+  std::vector<float> qkv = cpu::linear(t, n_tok, b.qkv);
+  const int span = global ? g : cfg.window;
+  const std::vector<float> th = rel_pos_table(*b.rel_pos_h, span), tw = rel_pos_table(*b.rel_pos_w, span);
+  if (global)
+    sam_global_attention(qkv, g, cfg.heads, c, th, tw, t.data());
+  else
+    sam_window_attention(qkv, b.qkv.bias->to_vector(), g, cfg.window, cfg.heads, c, th, tw, t.data());
+  cpu::linear(t.data(), n_tok, b.proj, qkv.data());  // qkv is spent; its first n_tok*c floats take proj
+  add_inplace(x.data.data(), qkv.data(), n_tok * c);
+
+  layer_norm(x.data.data(), n_tok, c, b.norm2, cfg.ln_eps, t.data());
+  std::vector<float> hidden = cpu::linear(t, n_tok, b.lin1);
+  gelu_erf(hidden.data(), int64_t(hidden.size()));
+  cpu::linear(hidden.data(), n_tok, b.lin2, t.data());
+  add_inplace(x.data.data(), t.data(), n_tok * c);
+}
+
+}  // namespace detail
+
+// SAM on one normalised view: chw = [3, size, size] float32; size a multiple of the patch size.
+inline SamResult sam_forward(const SamConfig& cfg, const SamWeights& w, const float* chw, int size) {
+  FeatureMap x = patch_embed(chw, 3, size, *w.patch_weight, w.patch_bias);
+  detail::add_inplace(x.data.data(), detail::sam_abs_pos(*w.pos_embed, x.h).data(), int64_t(x.data.size()));
+  for (int b = 0; b < int(w.blocks.size()); ++b) detail::sam_block(cfg, w.blocks[size_t(b)], cfg.is_global(b), x);
+
+  SamResult r;
+  r.neck = conv2d(x, *w.neck_conv1, nullptr, 1, 0);
+  x = FeatureMap();  // the block stream is no longer needed
+  layer_norm(r.neck, w.neck_norm1, cfg.ln_eps);
+  r.neck = conv2d(r.neck, *w.neck_conv2, nullptr, 1, 1);
+  layer_norm(r.neck, w.neck_norm2, cfg.ln_eps);
+  r.features = conv2d(conv2d(r.neck, *w.net2, nullptr, 2, 1), *w.net3, nullptr, 2, 1);
+  return r;
+}
+
+}  // namespace uocr::vision
