@@ -99,6 +99,8 @@ class Tokenizer {
 
   // Number of distinct tokens, added ones included (HF get_vocab_size(with_added_tokens=True)).
   size_t vocab_size() const { return vocab_size_; }
+  // One past the largest token id (ids may have gaps, so this can exceed vocab_size()).
+  size_t id_limit() const { return bytes_.size(); }
 
   int32_t bos_id() const { return bos_id_; }  // -1 when unknown
   int32_t eos_id() const { return eos_id_; }
