@@ -17,6 +17,7 @@ class Args {
         uocr::require(i + 1 < argv.size(), uocr::Status::invalid_argument,
                       [&] { return "option " + a + " needs a value"; });
         options_[a] = argv[++i];
+        all_[a].push_back(options_[a]);
       } else {
         positional_.push_back(a);
       }
@@ -34,9 +35,29 @@ class Args {
     return it->second;
   }
   const std::vector<std::string>& positional() const { return positional_; }
+  // Every value of an option given several times, in order (e.g. one --image per page).
+  std::vector<std::string> all(const std::string& name) const {
+    auto it = all_.find(name);
+    return it == all_.end() ? std::vector<std::string>{} : it->second;
+  }
+  int integer(const std::string& name, int fallback) const {
+    if (!has(name)) return fallback;
+    const std::string v = get(name, "");
+    size_t used = 0;
+    int out = 0;
+    try {
+      out = std::stoi(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    uocr::require(used == v.size() && !v.empty(), uocr::Status::invalid_argument,
+                  [&] { return "option " + name + " needs an integer, got '" + v + "'"; });
+    return out;
+  }
 
  private:
   std::map<std::string, std::string> options_;
+  std::map<std::string, std::vector<std::string>> all_;
   std::vector<std::string> positional_;
 };
 

@@ -8,6 +8,7 @@
 
 #include "uocr/core/error.hpp"
 #include "args.hpp"
+#include "cmd_inspect.hpp"
 #include "cmd_tokenize.hpp"
 
 namespace {
@@ -16,9 +17,10 @@ int usage(FILE* out) {
   std::fprintf(out,
                "usage: uocr <command> [options]\n"
                "commands:\n"
+               "  inspect model    --model DIR\n"
                "  inspect tokenize --model DIR (--text STR | --ids ID,ID,...)\n"
-               "  inspect vision   --model DIR --image IMG [--mode base|gundam] -o OUT.npy\n"
-               "  inspect logits   --model DIR --image IMG --input-ids IDS.npy [--generated GEN.npy]\n"
+               "  inspect vision   --model DIR --image IMG [--image IMG2 ...] [--mode base|gundam] -o OUT.npy\n"
+               "  inspect logits   --model DIR --image IMG [--image ...] --input-ids IDS.npy [--generated GEN.npy]\n"
                "                   [--attention full|rswa] [--window N] -o OUT.npy\n");
   return out == stdout ? 0 : 2;
 }
@@ -32,7 +34,12 @@ int main(int argc, char** argv) {
   try {
     uocr_cli::Args parsed(std::vector<std::string>(args.begin() + 1, args.end()));
     const auto& sub = parsed.positional();
-    if (args[0] == "inspect" && !sub.empty() && sub[0] == "tokenize") return uocr_cli::cmd_inspect_tokenize(parsed);
+    if (args[0] == "inspect" && !sub.empty()) {
+      if (sub[0] == "tokenize") return uocr_cli::cmd_inspect_tokenize(parsed);
+      if (sub[0] == "model") return uocr_cli::cmd_inspect_model(parsed);
+      if (sub[0] == "vision") return uocr_cli::cmd_inspect_vision(parsed);
+      if (sub[0] == "logits") return uocr_cli::cmd_inspect_logits(parsed);
+    }
     std::fprintf(stderr, "uocr: unknown command '%s'\n", args[0].c_str());
     return usage(stderr);
   } catch (const uocr::Error& e) {

@@ -1,0 +1,115 @@
+// Scaled dot-product attention of the decoder (transformers' eager LlamaAttention semantics:
+// scores q·kᵀ/sqrt(head_dim), softmax in float32, then ·v), in float32. Query head h reads KV
+// head h / (heads / kv_heads), as repeat_kv does. Inputs already carry RoPE.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "uocr/backends/cpu/linear.hpp"
+
+namespace uocr {
+
+struct AttentionShape {
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int64_t q_row() const { return int64_t(heads) * head_dim; }
+  int64_t kv_row() const { return int64_t(kv_heads) * head_dim; }
+  int kv_head_of(int h) const { return h / (heads / kv_heads); }
+};
+
+namespace detail {
+
+// One head's columns inside rows of several heads: [rows, head_dim] with the row stride of all heads.
+using HeadRows = Eigen::Map<cpu::RowMatrix, 0, Eigen::OuterStride<>>;
+using ConstHeadRows = Eigen::Map<const cpu::RowMatrix, 0, Eigen::OuterStride<>>;
+
+// In place: s <- softmax(s · scale) over n entries (Eigen's vectorised exp).
+inline void scaled_softmax_inplace(float* s, int64_t n, float scale) {
+  Eigen::Map<Eigen::ArrayXf> a(s, n);
+  a *= scale;
+  a = (a - a.maxCoeff()).exp();
+  a /= a.sum();
+}
+
+}  // namespace detail
+
+// Causal self-attention over a prompt of t tokens: q [t, heads·d], k/v [t, kv_heads·d],
+// out [t, heads·d]. Queries go in blocks of `block` rows, so scores take O(block·t) floats per
+// thread instead of O(heads·t²); block × head tasks run in parallel, longest first.
+inline void causal_attention(const float* q, const float* k, const float* v, int64_t t, const AttentionShape& s,
+                             float* out) {
+  constexpr int64_t block = 64;
+  const int64_t blocks = (t + block - 1) / block;
+  const int64_t qr = s.q_row(), kr = s.kv_row();
+  const float scale = 1.0f / std::sqrt(float(s.head_dim));
+#pragma omp parallel
+  {
+    std::vector<float> scores(size_t(std::min(block, t) * t));
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < blocks * s.heads; ++task) {
+      const int64_t b = blocks - 1 - task / s.heads;  // later blocks see more keys: start them first
+      const int h = int(task % s.heads), g = s.kv_head_of(h);
+      const int64_t i0 = b * block, rows = std::min(block, t - i0), keys = i0 + rows;
+      detail::ConstHeadRows qm(q + i0 * qr + int64_t(h) * s.head_dim, rows, s.head_dim, Eigen::OuterStride<>(qr));
+      detail::ConstHeadRows km(k + int64_t(g) * s.head_dim, keys, s.head_dim, Eigen::OuterStride<>(kr));
+      detail::ConstHeadRows vm(v + int64_t(g) * s.head_dim, keys, s.head_dim, Eigen::OuterStride<>(kr));
+      cpu::MatrixMap sm(scores.data(), rows, keys);
+      sm.noalias() = qm * km.transpose();
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = scores.data() + r * keys;
+        const int64_t visible = i0 + r + 1;
+        detail::scaled_softmax_inplace(row, visible, scale);
+        std::fill(row + visible, row + keys, 0.0f);
+      }
+      detail::HeadRows om(out + i0 * qr + int64_t(h) * s.head_dim, rows, s.head_dim, Eigen::OuterStride<>(qr));
+      om.noalias() = sm * vm;
+    }
+  }
+}
+
+// Rows of cached keys and values [rows, kv_heads·d].
+struct KvRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t rows = 0;
+};
+
+// One query token q [heads·d] over the concatenation of two row sets (the prefill reference and
+// the generated window), all visible: decode needs no mask. `scores` holds heads·(a.rows+b.rows)
+// floats of scratch; out [heads·d].
+inline void decode_attention(const float* q, const KvRows& a, const KvRows& b, const AttentionShape& s,
+                             float* scores, float* out) {
+  const int64_t n = a.rows + b.rows, kr = s.kv_row(), d = s.head_dim;
+  const float scale = 1.0f / std::sqrt(float(d));
+  // Each head streams all n cached rows; split heads across threads only when that is sizeable.
+#pragma omp parallel for schedule(static) if (n * kr > (int64_t(1) << 18))
+  for (int h = 0; h < s.heads; ++h) {
+    const int64_t off = int64_t(s.kv_head_of(h)) * d;
+    Eigen::Map<const Eigen::VectorXf> qh(q + h * d, d);
+    Eigen::Map<Eigen::VectorXf> sh(scores + h * n, n);
+    const KvRows* parts[2] = {&a, &b};
+    int64_t at = 0;
+    for (const KvRows* p : parts) {
+      if (p->rows == 0) continue;
+      sh.segment(at, p->rows).noalias() = detail::ConstHeadRows(p->k + off, p->rows, d, Eigen::OuterStride<>(kr)) * qh;
+      at += p->rows;
+    }
+    detail::scaled_softmax_inplace(sh.data(), n, scale);
+    Eigen::Map<Eigen::VectorXf> oh(out + h * d, d);
+    oh.setZero();
+    at = 0;
+    for (const KvRows* p : parts) {
+      if (p->rows == 0) continue;
+      oh.noalias() += detail::ConstHeadRows(p->v + off, p->rows, d, Eigen::OuterStride<>(kr)).transpose() *
+                      sh.segment(at, p->rows);
+      at += p->rows;
+    }
+  }
+}
+
+}  // namespace uocr

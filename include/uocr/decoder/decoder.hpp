@@ -1,0 +1,213 @@
+// uocr::Decoder: the DeepSeek-V2 language model of Unlimited-OCR / DeepSeek-OCR (MHA attention,
+// dense layer 0, MoE layers after), computed in float32 from the stored weights.
+//
+//   Decoder dec(config.decoder, weights.decoder);
+//   KvCache cache(config.decoder, config.decoder.sliding_window);  // 0 = full attention
+//   std::vector<float> logits = dec.prefill(dec.embed_prompt(ids, visual), 0, cache);
+//   for (int64_t pos = ids.size(); ; ++pos) { int32_t t = pick(logits); logits = dec.decode_step(t, pos, cache); }
+//
+// Positions are explicit and keep increasing through the R-SWA ring (upstream never renumbers);
+// a position outside [0, max_position_embeddings) is rejected with Status::invalid_argument,
+// as upstream generation stops at that length.
+//
+// Thread-safety: the weights may be shared; a Decoder owns decode scratch, so use one Decoder per
+// thread (and one KvCache per sequence).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/core/error.hpp"
+#include "uocr/decoder/attention.hpp"
+#include "uocr/decoder/kv_cache.hpp"
+#include "uocr/decoder/moe.hpp"
+#include "uocr/decoder/rope.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+
+namespace uocr {
+
+// `<image>` id of the published tokenizer: each occurrence takes the next visual embedding.
+inline constexpr int32_t kImageTokenId = 128815;
+
+enum class PrefillLogits { last, all };
+
+class Decoder {
+ public:
+  Decoder(const DecoderConfig& config, const DecoderWeights& weights)
+      : c_(config), w_(weights), rope_(config.head_dim, config.rope_theta),
+        shape_{config.heads, config.kv_heads, config.head_dim} {
+    require(int(w_.layers.size()) == c_.layers, Status::invalid_argument, "decoder weights were bound for a different config");
+    for (const DecoderLayerWeights& lw : w_.layers) {
+      input_norm_.push_back(lw.input_norm.weight->to_vector());
+      post_norm_.push_back(lw.post_attention_norm.weight->to_vector());
+    }
+    final_norm_ = w_.final_norm.weight->to_vector();
+    x_.resize(size_t(c_.hidden));
+    a_.resize(size_t(c_.hidden));
+    f_.resize(size_t(c_.hidden));
+    q_.resize(size_t(shape_.q_row()));
+    attn_.resize(size_t(shape_.q_row()));
+    logits_.resize(size_t(c_.vocab));
+  }
+
+  const DecoderConfig& config() const { return c_; }
+
+  // Token embeddings widened to float32: [ids.size(), hidden].
+  std::vector<float> embed(const std::vector<int32_t>& ids) const {
+    std::vector<float> out(ids.size() * size_t(c_.hidden));
+    for (size_t i = 0; i < ids.size(); ++i) embed_row(ids[i], out.data() + i * size_t(c_.hidden));
+    return out;
+  }
+
+  // The prefill input: embed(ids) with the rows of `image_token` ids replaced, in order, by the
+  // rows of `visual` [n, hidden]; n must equal the number of `image_token` ids. Pass the
+  // tokenizer's `<image>` id when it is known.
+  std::vector<float> embed_prompt(const std::vector<int32_t>& ids, const std::vector<float>& visual,
+                                  int32_t image_token = kImageTokenId) const {
+    const size_t hidden = size_t(c_.hidden);
+    require(visual.size() % hidden == 0, Status::invalid_argument, [&] {
+      return "visual embeddings hold " + std::to_string(visual.size()) + " floats, not a multiple of hidden size " +
+             std::to_string(hidden);
+    });
+    size_t placeholders = 0;
+    for (int32_t id : ids) placeholders += id == image_token;
+    require(placeholders == visual.size() / hidden, Status::invalid_argument, [&] {
+      return "prompt has " + std::to_string(placeholders) + " image tokens (id " + std::to_string(image_token) + ") but " +
+             std::to_string(visual.size() / hidden) + " visual embeddings were given";
+    });
+    std::vector<float> out = embed(ids);
+    const float* next = visual.data();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] != image_token) continue;
+      std::copy(next, next + hidden, out.data() + i * hidden);
+      next += hidden;
+    }
+    return out;
+  }
+
+  // Runs the prompt [P, hidden] at positions first_position.. with causal attention, storing its
+  // keys/values as the cache's reference (any previous sequence in `cache` is dropped). Returns
+  // the logits of the last position [vocab], or of every position [P, vocab] (tests/scoring).
+  std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, KvCache& cache,
+                             PrefillLogits which = PrefillLogits::last) {
+    const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
+    require(!embeddings.empty() && embeddings.size() % size_t(hidden) == 0, Status::invalid_argument, [&] {
+      return "prefill input holds " + std::to_string(embeddings.size()) + " floats, not a positive multiple of hidden size " +
+             std::to_string(hidden);
+    });
+    const int64_t t = int64_t(embeddings.size()) / hidden;
+    check_positions(first_position, t);
+    check_cache(cache);
+    cache.reset(t);
+
+    std::vector<float> x(embeddings), a(size_t(t * hidden)), f(size_t(t * hidden));
+    std::vector<float> q(size_t(t * qr)), attn(size_t(t * qr));
+    MlpScratch mlp;
+    MoeScratch moe;
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+      float* k = cache.reference_k(l);
+      float* v = cache.reference_v(l);
+      rms_norm(x.data(), t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a.data());
+      cpu::linear(a.data(), t, lw.q, q.data());
+      cpu::linear(a.data(), t, lw.k, k);
+      cpu::linear(a.data(), t, lw.v, v);
+      for (int64_t i = 0; i < t; ++i) {
+        rope_.apply(q.data() + i * qr, shape_.heads, first_position + i);
+        rope_.apply(k + i * kr, shape_.kv_heads, first_position + i);
+      }
+      causal_attention(q.data(), k, v, t, shape_, attn.data());
+      cpu::linear(attn.data(), t, lw.o, f.data());
+      add_into(x.data(), f.data(), t * hidden);
+      rms_norm(x.data(), t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a.data());
+      feed_forward(lw, a.data(), t, f.data(), mlp, moe);
+      add_into(x.data(), f.data(), t * hidden);
+    }
+    const int64_t rows = which == PrefillLogits::all ? t : 1;
+    rms_norm(x.data() + (t - rows) * hidden, rows, hidden, final_norm_.data(), c_.rms_eps, a.data());
+    std::vector<float> logits(size_t(rows * c_.vocab));
+    cpu::linear(a.data(), rows, *w_.lm_head, nullptr, logits.data());
+    return logits;
+  }
+
+  // Feeds one generated token at `position` through the cache (ring or growing window per the
+  // cache's mode) and returns its logits [vocab]; the reference stays valid until the next call.
+  const std::vector<float>& decode_step(int32_t token, int64_t position, KvCache& cache) {
+    const int64_t hidden = c_.hidden, kr = shape_.kv_row();
+    check_positions(position, 1);
+    check_cache(cache);
+    embed_row(token, x_.data());
+    const int64_t slot = cache.claim_slot();  // after validation: a rejected call leaves the cache as it was
+    const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
+    // Grows only when the cache does (full mode); in R-SWA mode it is sized once.
+    scores_.resize(size_t(shape_.heads * (ref + cache.generated_capacity())));
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+      float* k = cache.generated_k(l) + slot * kr;
+      float* v = cache.generated_v(l) + slot * kr;
+      rms_norm(x_.data(), 1, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a_.data());
+      cpu::linear(a_.data(), 1, lw.q, q_.data());
+      cpu::linear(a_.data(), 1, lw.k, k);
+      cpu::linear(a_.data(), 1, lw.v, v);
+      rope_.apply(q_.data(), shape_.heads, position);
+      rope_.apply(k, shape_.kv_heads, position);
+      decode_attention(q_.data(), KvRows{cache.reference_k(l), cache.reference_v(l), ref},
+                       KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, scores_.data(), attn_.data());
+      cpu::linear(attn_.data(), 1, lw.o, f_.data());
+      add_into(x_.data(), f_.data(), hidden);
+      rms_norm(x_.data(), 1, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a_.data());
+      feed_forward(lw, a_.data(), 1, f_.data(), mlp_, moe_);
+      add_into(x_.data(), f_.data(), hidden);
+    }
+    rms_norm(x_.data(), 1, hidden, final_norm_.data(), c_.rms_eps, a_.data());
+    cpu::linear(a_.data(), 1, *w_.lm_head, nullptr, logits_.data());
+    return logits_;
+  }
+
+ private:
+  void embed_row(int32_t id, float* out) const {
+    require(id >= 0 && id < c_.vocab, Status::invalid_argument,
+            [&] { return "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")"; });
+    w_.embed->read_f32(int64_t(id) * c_.hidden, c_.hidden, out);
+  }
+
+  void check_positions(int64_t first, int64_t count) const {
+    require(first >= 0 && first + count <= c_.max_positions, Status::invalid_argument, [&] {
+      return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
+             " exceed the model's range [0, " + std::to_string(c_.max_positions) + ") (max_position_embeddings)";
+    });
+  }
+
+  void check_cache(const KvCache& cache) const {
+    require(cache.layers() == c_.layers && cache.row_floats() == shape_.kv_row(), Status::invalid_argument,
+            "KV cache was built for a different decoder configuration");
+  }
+
+  void feed_forward(const DecoderLayerWeights& lw, const float* x, int64_t m, float* y, MlpScratch& mlp,
+                    MoeScratch& moe) const {
+    if (lw.moe)
+      moe_forward(c_, lw, x, m, y, moe);
+    else
+      mlp_forward(lw.dense, x, m, y, mlp);
+  }
+
+  static void add_into(float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+
+  const DecoderConfig& c_;
+  const DecoderWeights& w_;
+  Rope rope_;
+  AttentionShape shape_;
+  std::vector<std::vector<float>> input_norm_, post_norm_;
+  std::vector<float> final_norm_;
+  // Decode-step scratch, sized once (scores_ follows the cache capacity).
+  std::vector<float> x_, a_, f_, q_, attn_, scores_, logits_;
+  MlpScratch mlp_;
+  MoeScratch moe_;
+};
+
+}  // namespace uocr

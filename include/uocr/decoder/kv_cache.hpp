@@ -1,0 +1,102 @@
+// Per-layer key/value storage of one sequence, in two regions:
+//  - the reference: the P rows of the prefill (BOS + image tokens + prompt), never evicted;
+//  - the generated part: either a ring of n slots (R-SWA: appended until P+n, then each new token
+//    overwrites the oldest generated one; positions keep increasing because RoPE is baked into
+//    the stored keys) or a growing buffer (full causal attention, the baseline).
+// Decode attends to every held row without a mask, so slot order inside the ring is irrelevant.
+// Rows are float32 [slot][kv_head][head_dim], exactly what the K/V projections produce.
+//
+// Not thread-safe: one cache per sequence, used by one Decoder call at a time.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uocr/core/error.hpp"
+#include "uocr/model/config.hpp"
+
+namespace uocr {
+
+class KvCache {
+ public:
+  // window > 0: R-SWA with `window` generated slots (preallocated now, so memory is constant once
+  // P+window rows are held); window == 0: full attention, the generated part grows.
+  KvCache(const DecoderConfig& config, int window)
+      : row_(int64_t(config.kv_heads) * config.head_dim), window_(window), layers_(size_t(config.layers)) {
+    require(window >= 0, Status::invalid_argument, [&] { return "KV cache window must be >= 0, got " + std::to_string(window); });
+    if (window_ > 0) grow_generated(window_);
+  }
+
+  int layers() const { return int(layers_.size()); }
+  int64_t row_floats() const { return row_; }
+  int window() const { return window_; }  // 0 = full attention
+
+  // Starts a new sequence whose prefill has `rows` tokens; drops all generated rows.
+  void reset(int64_t rows) {
+    require(rows > 0, Status::invalid_argument, "prefill must have at least one token");
+    for (Layer& l : layers_) {
+      l.ref_k.resize(size_t(rows * row_));
+      l.ref_v.resize(size_t(rows * row_));
+    }
+    reference_rows_ = rows;
+    generated_ = 0;
+  }
+
+  int64_t reference_rows() const { return reference_rows_; }
+  float* reference_k(int layer) { return layers_[size_t(layer)].ref_k.data(); }
+  float* reference_v(int layer) { return layers_[size_t(layer)].ref_v.data(); }
+
+  // Claims the slot of the next generated token (the same slot in every layer) and returns it.
+  // Afterwards generated_rows() counts that token, which attends to itself.
+  int64_t claim_slot() {
+    require(reference_rows_ > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
+    if (window_ > 0) return generated_++ % window_;
+    if (generated_ == capacity_) grow_generated(std::max<int64_t>(64, 2 * capacity_));
+    return generated_++;
+  }
+
+  // Tokens decoded since the prefill (keeps counting after the ring wraps).
+  int64_t generated_tokens() const { return generated_; }
+  // Generated rows a decode step attends to: the last min(tokens, n) in R-SWA mode, all otherwise.
+  int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
+  // Rows the generated region can hold without reallocating.
+  int64_t generated_capacity() const { return capacity_; }
+  float* generated_k(int layer) { return layers_[size_t(layer)].gen_k.data(); }
+  float* generated_v(int layer) { return layers_[size_t(layer)].gen_v.data(); }
+
+  // Bytes of K and V held for one token across all layers.
+  size_t bytes_per_token() const { return size_t(2 * row_) * sizeof(float) * layers_.size(); }
+  size_t reference_bytes() const { return size_t(reference_rows_) * bytes_per_token(); }
+  size_t window_bytes() const { return size_t(generated_rows()) * bytes_per_token(); }
+  size_t total_bytes() const { return reference_bytes() + window_bytes(); }
+  // Bytes actually reserved (includes ring slots not yet filled and full-mode growth headroom).
+  size_t allocated_bytes() const {
+    size_t n = 0;
+    for (const Layer& l : layers_) n += l.ref_k.capacity() + l.ref_v.capacity() + l.gen_k.capacity() + l.gen_v.capacity();
+    return n * sizeof(float);
+  }
+
+ private:
+  struct Layer {
+    std::vector<float> ref_k, ref_v, gen_k, gen_v;
+  };
+
+  // Geometric growth keeps full-mode appends amortised O(1); the ring sizes itself once.
+  void grow_generated(int64_t rows) {
+    for (Layer& l : layers_) {
+      l.gen_k.resize(size_t(rows * row_));
+      l.gen_v.resize(size_t(rows * row_));
+    }
+    capacity_ = rows;
+  }
+
+  int64_t row_;
+  int window_;
+  std::vector<Layer> layers_;
+  int64_t reference_rows_ = 0;
+  int64_t generated_ = 0;
+  int64_t capacity_ = 0;
+};
+
+}  // namespace uocr

@@ -1,0 +1,137 @@
+// The decoder's feed-forward half: RMSNorm, the dense SiLU MLP (layers < first_k_dense) and the
+// DeepSeek-V2 MoE (softmax router, greedy top-k, routed experts + fused shared experts), in
+// float32 over rows of tokens. Routed experts run only on the rows routed to them: rows are
+// grouped by expert so a prefill does one GEMM per expert, and a decode step touches exactly
+// top-k experts.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+
+namespace uocr {
+
+// y[r] = w ⊙ x[r] · rsqrt(mean(x[r]²) + eps) for `rows` rows of n (DeepseekV2RMSNorm; fp32 stats).
+inline void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / float(n) + eps);
+    for (int64_t i = 0; i < n; ++i) yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+// Intermediate buffers of one MLP evaluation; reused across calls so decode allocates nothing.
+struct MlpScratch {
+  std::vector<float> gate, up;
+};
+
+// y[m, hidden] = down(silu(gate·x) ⊙ up·x). Rows go in chunks so the intermediates stay
+// O(chunk · intermediate) however long the prompt is.
+inline void mlp_forward(const MlpWeights& w, const float* x, int64_t m, float* y, MlpScratch& s) {
+  constexpr int64_t chunk = 256;
+  const int64_t inter = w.gate.out(), in = w.gate.in(), out = w.down.out();
+  const int64_t cap = std::min(chunk, m);
+  s.gate.resize(size_t(cap * inter));
+  s.up.resize(size_t(cap * inter));
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    const int64_t rows = std::min(chunk, m - r0);
+    cpu::linear(x + r0 * in, rows, w.gate, s.gate.data());
+    cpu::linear(x + r0 * in, rows, w.up, s.up.data());
+    float* g = s.gate.data();
+    const float* u = s.up.data();
+    for (int64_t i = 0; i < rows * inter; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // silu(g)·u
+    cpu::linear(g, rows, w.down, y + r0 * out);
+  }
+}
+
+// Routing and grouping buffers of one MoE evaluation; reused across calls.
+struct MoeScratch {
+  std::vector<float> probs;          // [m, experts] router softmax
+  std::vector<int32_t> choice;       // [m, top_k] selected experts
+  std::vector<float> weight;         // [m, top_k] their mixing weights
+  std::vector<int32_t> rank;         // [experts] expert indices, best first after partial sort
+  std::vector<int64_t> start;        // [experts + 1] first grouped assignment of each expert
+  std::vector<int64_t> cursor;       // [experts] fill position while grouping
+  std::vector<int64_t> order;        // [m·top_k] assignments (row·top_k + j) grouped by expert
+  std::vector<float> rows_in, rows_out, shared_out;
+  MlpScratch mlp;
+};
+
+// y[m, hidden] = Σ_j w_j · Expert_{e_j}(x) + Shared(x), with w = router softmax probabilities of
+// the top-k experts (renormalised only if norm_topk_prob) × routed_scaling_factor.
+inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, const float* x, int64_t m, float* y,
+                        MoeScratch& s) {
+  const int64_t e_count = c.n_routed_experts, k = c.experts_per_token, hidden = c.hidden;
+  s.probs.resize(size_t(m * e_count));
+  s.choice.resize(size_t(m * k));
+  s.weight.resize(size_t(m * k));
+  s.rank.resize(size_t(e_count));
+  cpu::linear(x, m, lw.router, s.probs.data());
+  for (int64_t r = 0; r < m; ++r) {
+    float* p = s.probs.data() + r * e_count;
+    const float mx = *std::max_element(p, p + e_count);
+    float sum = 0.f;
+    for (int64_t e = 0; e < e_count; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (int64_t e = 0; e < e_count; ++e) p[e] /= sum;
+    // Greedy top-k; on equal scores the lower expert index wins (torch.topk leaves ties
+    // unspecified; real routing has no exact ties).
+    std::iota(s.rank.begin(), s.rank.end(), 0);
+    std::partial_sort(s.rank.begin(), s.rank.begin() + k, s.rank.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    int32_t* ch = s.choice.data() + r * k;
+    float* wt = s.weight.data() + r * k;
+    float picked = 0.f;
+    for (int64_t j = 0; j < k; ++j) {
+      ch[j] = s.rank[size_t(j)];
+      wt[j] = p[ch[j]];
+      picked += wt[j];
+    }
+    for (int64_t j = 0; j < k; ++j)
+      wt[j] = (c.norm_topk_prob && k > 1 ? wt[j] / (picked + 1e-20f) : wt[j]) * c.routed_scaling;
+  }
+
+  // Counting sort of the m·k assignments (row·k + j) by expert: expert e owns
+  // order[start[e] .. start[e+1]).
+  s.start.assign(size_t(e_count + 1), 0);
+  for (int64_t a = 0; a < m * k; ++a) ++s.start[size_t(s.choice[size_t(a)] + 1)];
+  for (int64_t e = 0; e < e_count; ++e) s.start[size_t(e + 1)] += s.start[size_t(e)];
+  s.cursor.assign(s.start.begin(), s.start.end() - 1);
+  s.order.resize(size_t(m * k));
+  for (int64_t a = 0; a < m * k; ++a) s.order[size_t(s.cursor[size_t(s.choice[size_t(a)])]++)] = a;
+
+  std::fill(y, y + m * hidden, 0.0f);
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t a0 = s.start[size_t(e)], n = s.start[size_t(e + 1)] - a0;
+    if (n == 0) continue;
+    s.rows_in.resize(size_t(n * hidden));
+    s.rows_out.resize(size_t(n * hidden));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = s.order[size_t(a0 + i)] / k;
+      std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + i * hidden);
+    }
+    mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t a = s.order[size_t(a0 + i)];
+      const float w = s.weight[size_t(a)];
+      float* yr = y + (a / k) * hidden;
+      const float* o = s.rows_out.data() + i * hidden;
+      for (int64_t col = 0; col < hidden; ++col) yr[col] += w * o[col];
+    }
+  }
+  if (lw.has_shared) {
+    s.shared_out.resize(size_t(m * hidden));
+    mlp_forward(lw.shared, x, m, s.shared_out.data(), s.mlp);
+    for (int64_t i = 0; i < m * hidden; ++i) y[i] += s.shared_out[size_t(i)];
+  }
+}
+
+}  // namespace uocr

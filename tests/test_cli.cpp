@@ -1,0 +1,149 @@
+// The `uocr` command-line tool, run as a user would: inspect outputs against the golden
+// reference, and clear errors with a non-zero exit for bad input.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "test_support.hpp"
+#include "uocr/io/npy.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string output;  // stdout + stderr
+};
+
+Run run_cli(const std::string& arguments) {
+  Run r;
+  const std::string cmd = "'" + uocr_test::cli_path() + "' " + arguments + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string tiny() { return uocr_test::golden_dir("tiny-a"); }
+std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_cli_" + name)).string(); }
+
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(a[i] - b[i]) * double(a[i] - b[i]);
+    den += double(b[i]) * double(b[i]);
+  }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
+TEST_CASE("inspect vision writes exactly the golden visual tokens") {
+  const std::string out = tmp("vision.npy");
+  const Run r = run_cli("inspect vision --model '" + tiny() + "' --image '" + tiny() + "/page.png' -o '" + out + "'");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto ours = uocr::read_npy(out);
+  const auto ref = uocr::read_npy(tiny() + "/vision_tokens.npy");
+  REQUIRE(ours.shape == ref.shape);
+  CHECK(rel_error(ours.to_f32(), ref.to_f32()) < 1e-3);
+  fs::remove(out);
+}
+
+TEST_CASE("inspect logits: prefill row and R-SWA n=8 teacher-forced rows match the reference") {
+  // The first 10 generated ids: reference rows at gen index 0, 7, 8, 9 cross the n=8 window.
+  const auto gen = uocr::read_npy(tiny() + "/gen_ids.npy").to_i64();
+  const std::vector<int64_t> first(gen.begin(), gen.begin() + 10);
+  const std::string gen_path = tmp("gen10.npy"), out = tmp("logits.npy");
+  uocr::write_npy(gen_path, "<i8", {10}, first.data(), 8);
+  const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + tiny() + "/page.png' --input-ids '" + tiny() +
+                        "/input_ids.npy' --generated '" + gen_path + "' --attention rswa --window 8 -o '" + out + "'");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const auto ours = uocr::read_npy(out);
+  REQUIRE(ours.shape == std::vector<int64_t>{11, 129280});
+  const std::vector<float> all = ours.to_f32();
+  const size_t vocab = 129280;
+  const std::vector<float> prefill(all.begin(), all.begin() + vocab);
+  CHECK(rel_error(prefill, uocr::read_npy(tiny() + "/prefill_logits.npy").to_f32()) < 1e-3);
+  const std::vector<float> ref_rows = uocr::read_npy(tiny() + "/rswa_n8_logits_rows.npy").to_f32();
+  const std::vector<int64_t> ref_index = uocr::read_npy(tiny() + "/logits_rows_gen_index.npy").to_i64();
+  int compared = 0;
+  for (size_t k = 0; k < ref_index.size(); ++k) {
+    const int64_t g = ref_index[k];
+    if (g >= 10) continue;
+    // Row 1 + g of ours is the output after feeding gen_ids[g].
+    const std::vector<float> row(all.begin() + (1 + g) * vocab, all.begin() + (2 + g) * vocab);
+    const std::vector<float> ref(ref_rows.begin() + k * vocab, ref_rows.begin() + (k + 1) * vocab);
+    CHECK(rel_error(row, ref) < 1e-3);
+    ++compared;
+  }
+  CHECK(compared == 4);
+  fs::remove(gen_path);
+  fs::remove(out);
+}
+
+TEST_CASE("inspect model and tokenize describe the folder") {
+  const Run m = run_cli("inspect model --model '" + tiny() + "'");
+  INFO(m.output);
+  REQUIRE(m.status == 0);
+  CHECK(m.output.find("tensors 146") != std::string::npos);
+  CHECK(m.output.find("parameters 9464256") != std::string::npos);
+  const Run t = run_cli("inspect tokenize --model '" + tiny() + "' --text 'document parsing.'");
+  CHECK(t.status == 0);
+  CHECK(t.output.find("34030 76466 16") != std::string::npos);
+}
+
+TEST_CASE("bad input gives a clear error and a non-zero exit") {
+  SUBCASE("missing model folder") {
+    const Run r = run_cli("inspect vision --model /nonexistent --image x.png -o /tmp/x.npy");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("/nonexistent") != std::string::npos);
+  }
+  SUBCASE("image that is not an image") {
+    const Run r = run_cli("inspect vision --model '" + tiny() + "' --image '" + tiny() + "/config.json' -o /tmp/x.npy");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("invalid image") != std::string::npos);
+  }
+  SUBCASE("missing image file") {
+    const Run r = run_cli("inspect vision --model '" + tiny() + "' --image /nonexistent.png -o /tmp/x.npy");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("/nonexistent.png") != std::string::npos);
+  }
+  SUBCASE("input ids that are not token ids") {
+    const std::string bad = tmp("bad_ids.npy");
+    const std::vector<int64_t> ids = {0, 999999999};
+    uocr::write_npy(bad, "<i8", {2}, ids.data(), 8);
+    const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + tiny() + "/page.png' --input-ids '" + bad +
+                          "' -o /tmp/x.npy");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("999999999") != std::string::npos);
+    fs::remove(bad);
+  }
+  SUBCASE("placeholder count that does not match the image") {
+    const std::string bad = tmp("few_ids.npy");
+    const std::vector<int64_t> ids = {0, 128815, 128815, 16};
+    uocr::write_npy(bad, "<i8", {4}, ids.data(), 8);
+    const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + tiny() + "/page.png' --input-ids '" + bad +
+                          "' -o /tmp/x.npy");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("273") != std::string::npos);
+    fs::remove(bad);
+  }
+  SUBCASE("unknown command and missing option") {
+    CHECK(run_cli("frobnicate").status != 0);
+    const Run r = run_cli("inspect vision --model '" + tiny() + "' -o /tmp/x.npy");
+    CHECK(r.status != 0);
+    CHECK(r.output.find("--image") != std::string::npos);
+  }
+}

@@ -1,0 +1,115 @@
+// Session: pages in, events out. Output parsing of <PAGE> markers and <|det|> blocks, and real
+// runs of the tiny-a golden model (random weights: the text is gibberish, but deterministic).
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "test_support.hpp"
+#include "uocr/session/output_parser.hpp"
+#include "uocr/session/session.hpp"
+
+namespace {
+
+struct Parsed {
+  std::vector<int> pages;
+  std::vector<uocr::LayoutBlock> blocks;
+};
+
+// Feeds `text` in random-sized chunks, as tokens would arrive.
+Parsed parse_chunked(const std::string& text, unsigned seed) {
+  Parsed out;
+  uocr::OutputParser p;
+  p.on_page = [&](int page) { out.pages.push_back(page); };
+  p.on_block = [&](const uocr::LayoutBlock& b) { out.blocks.push_back(b); };
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = 1 + rng() % 5;
+    p.feed(text.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::shared_ptr<const uocr::Model> tiny_model() {
+  static auto model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("output parser finds page markers and layout blocks however the text is split") {
+  const std::string text =
+      "<PAGE><|det|>title [10, 20, 990, 80]<|/det|># Report\n<|det|>text [0,0,999,999]<|/det|>Body < not a tag\n"
+      "<PAGE><|det|> table  [ 1 , 2 , 3 , 4 ] <|/det|><table></table>\n<|det|>bad [1, 2, 3]<|/det|>x";
+  for (unsigned seed = 0; seed < 20; ++seed) {
+    const Parsed p = parse_chunked(text, seed);
+    REQUIRE(p.pages == std::vector<int>{0, 1});
+    REQUIRE(p.blocks.size() == 3);  // the 3-coordinate box is not a block
+    CHECK(p.blocks[0].label == "title");
+    CHECK(p.blocks[0].page == 0);
+    CHECK(p.blocks[0].box[2] == 990);
+    CHECK(p.blocks[1].label == "text");
+    CHECK(p.blocks[1].box[3] == 999);
+    CHECK(p.blocks[2].label == "table");
+    CHECK(p.blocks[2].page == 1);
+    CHECK(p.blocks[2].box[0] == 1);
+    CHECK(p.blocks[2].box[3] == 4);
+  }
+  CHECK(uocr::box_to_pixels(999, 1700) == 1700);
+  CHECK(uocr::box_to_pixels(500, 1000) == 500);
+}
+
+TEST_CASE("a session streams tokens whose text adds up to the transcript, deterministically") {
+  uocr::SessionParams params;
+  params.max_new_tokens = 24;
+  uocr::Session s(tiny_model(), params);
+  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  std::string streamed;
+  int tokens = 0;
+  const uocr::RunSummary a = s.run([&](const uocr::Event& e) {
+    if (e.type == uocr::Event::Type::token) {
+      streamed += e.text;
+      ++tokens;
+    }
+    return true;
+  });
+  CHECK(a.stop == uocr::StopReason::max_tokens);
+  CHECK(a.generated_tokens == 24);
+  CHECK(tokens == 24);
+  CHECK(a.visual_tokens == 273);
+  CHECK(a.prompt_tokens == 277);  // BOS + 273 + "document parsing."
+  CHECK(streamed.find(a.text) != std::string::npos);
+  CHECK_FALSE(a.empty);
+  // R-SWA with the default window 128: after 24 tokens the window holds 24 rows.
+  const size_t per_token = 2 * 32 * 4 * 2;  // K+V, hidden 32, float32, 2 layers
+  CHECK(a.memory.reference_kv_bytes == 277 * per_token);
+  CHECK(a.memory.window_kv_bytes == 23 * per_token);  // the last token is not fed back
+  CHECK(a.memory.peak_kv_bytes == a.memory.reference_kv_bytes + a.memory.window_kv_bytes);
+  const uocr::RunSummary b = s.run();
+  CHECK(b.text == a.text);
+}
+
+TEST_CASE("cancellation from the callback stops the run and says so") {
+  uocr::SessionParams params;
+  params.max_new_tokens = 50;
+  uocr::Session s(tiny_model(), params);
+  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  int seen = 0;
+  const uocr::RunSummary r = s.run([&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++seen < 5; });
+  CHECK(r.stop == uocr::StopReason::cancelled);
+  CHECK(r.generated_tokens == 5);
+}
+
+TEST_CASE("session misuse is an error, not a crash") {
+  uocr::Session empty(tiny_model(), {});
+  CHECK_THROWS_AS(empty.run(), uocr::Error);
+  CHECK_THROWS_AS(empty.add_page(uocr::ImageU8{}), uocr::Error);
+  uocr::SessionParams bad;
+  bad.sampling.top_p = 2.f;
+  CHECK_THROWS_AS(uocr::Session(tiny_model(), bad), uocr::Error);
+  uocr::SessionParams no_image;
+  no_image.prompt = "Free OCR.";
+  uocr::Session s(tiny_model(), no_image);
+  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  CHECK_THROWS_AS(s.run(), uocr::Error);
+}

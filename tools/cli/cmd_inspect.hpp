@@ -1,0 +1,97 @@
+// `uocr inspect model|vision|logits`: the engine's intermediate results as .npy, so parity with
+// the upstream PyTorch code can be checked from outside the library.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "args.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/kv_cache.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/image/preprocess.hpp"
+#include "uocr/io/npy.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/vision/encoder.hpp"
+
+namespace uocr_cli {
+
+// Visual embeddings of one or more pages (--image per page), in prompt order.
+inline std::vector<float> visual_embeddings(const uocr::Model& model, const Args& args) {
+  const std::vector<std::string> images = args.all("--image");
+  uocr::require(!images.empty(), uocr::Status::invalid_argument, "missing required option --image");
+  const std::string mode = args.get("--mode", "base");
+  uocr::require(mode == "base" || mode == "gundam", uocr::Status::invalid_argument,
+                [&] { return "--mode must be base or gundam, got '" + mode + "'"; });
+  uocr::require(mode == "base" || images.size() == 1, uocr::Status::invalid_argument,
+                "gundam mode takes one image (several pages use base views, as upstream)");
+  const int size = model.config().sam.image_size;
+  const uocr::PreprocessConfig views = mode == "gundam" ? uocr::preset_gundam() : uocr::PreprocessConfig{size, size, false};
+  uocr::VisionEncoder encoder(model.config(), model.weights());
+  std::vector<float> out;
+  for (const std::string& path : images) {
+    const uocr::PreparedImage p = uocr::prepare_image(uocr::load_image(path), views);
+    const std::vector<float> v = encoder.visual_tokens(p.global_chw, p.tiles_chw, p.tiles_x, p.tiles_y);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+inline int cmd_inspect_model(const Args& args) {
+  const auto model = uocr::Model::load(args.required("--model"));
+  const uocr::ModelConfig& c = model->config();
+  std::printf("model_type %s\ntensors %zu\nparameters %lld\nhidden %d\nlayers %d\nheads %d\nexperts %d (top %d, shared %d)\n"
+              "vocab %d\nsliding_window %d\nimage_size %d\nsam %d x %d\nclip %d x %d\ntokenizer_vocab %zu\n",
+              c.model_type.c_str(), model->checkpoint().size(), (long long)model->checkpoint().parameter_count(),
+              c.decoder.hidden, c.decoder.layers, c.decoder.heads, c.decoder.n_routed_experts, c.decoder.experts_per_token,
+              c.decoder.n_shared_experts, c.decoder.vocab, c.decoder.sliding_window, c.sam.image_size, c.sam.layers,
+              c.sam.width, c.clip.layers, c.clip.width, model->tokenizer().vocab_size());
+  return 0;
+}
+
+inline int cmd_inspect_vision(const Args& args) {
+  const auto model = uocr::Model::load(args.required("--model"));
+  const std::string out = args.required("-o");
+  const std::vector<float> v = visual_embeddings(*model, args);
+  const int64_t hidden = model->config().decoder.hidden;
+  uocr::write_npy_f32(out, {int64_t(v.size()) / hidden, hidden}, v.data());
+  return 0;
+}
+
+// One logits row for the last prompt position, then one per teacher-forced generated token
+// (fed at positions P, P+1, ... through the KV cache: R-SWA ring or full attention).
+inline int cmd_inspect_logits(const Args& args) {
+  const auto model = uocr::Model::load(args.required("--model"));
+  const std::string out = args.required("-o");
+  const uocr::DecoderConfig& dc = model->config().decoder;
+  auto to_ids = [&](const std::string& path) {
+    std::vector<int32_t> ids;
+    for (int64_t v : uocr::read_npy(path).to_i64()) {
+      uocr::require(v >= 0 && v < dc.vocab, uocr::Status::invalid_argument,
+                    [&] { return path + ": token id " + std::to_string(v) + " is outside the vocabulary"; });
+      ids.push_back(int32_t(v));
+    }
+    return ids;
+  };
+  const std::vector<int32_t> ids = to_ids(args.required("--input-ids"));
+  const std::vector<int32_t> generated = args.has("--generated") ? to_ids(args.get("--generated", "")) : std::vector<int32_t>{};
+  const std::string attention = args.get("--attention", "rswa");
+  uocr::require(attention == "rswa" || attention == "full", uocr::Status::invalid_argument,
+                [&] { return "--attention must be full or rswa, got '" + attention + "'"; });
+  const int window = attention == "full" ? 0 : args.integer("--window", dc.sliding_window > 0 ? dc.sliding_window : 128);
+  uocr::require(window >= 0 && (attention == "full" || window > 0), uocr::Status::invalid_argument, "--window must be positive");
+
+  const std::vector<float> visual = visual_embeddings(*model, args);
+  uocr::Decoder decoder(dc, model->weights().decoder);
+  uocr::KvCache cache(dc, window);
+  std::vector<float> rows = decoder.prefill(decoder.embed_prompt(ids, visual, model->image_token_id()), 0, cache);
+  int64_t position = int64_t(ids.size());
+  for (int32_t token : generated) {
+    const std::vector<float>& logits = decoder.decode_step(token, position++, cache);
+    rows.insert(rows.end(), logits.begin(), logits.end());
+  }
+  uocr::write_npy_f32(out, {int64_t(1 + generated.size()), int64_t(dc.vocab)}, rows.data());
+  return 0;
+}
+
+}  // namespace uocr_cli
