@@ -147,3 +147,36 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
     CHECK(r.output.find("--image") != std::string::npos);
   }
 }
+
+TEST_CASE("uocr run streams text, reports statistics and exits with a meaningful code") {
+  const std::string out = tmp("run.md");
+  const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 12 --stats json --format raw -o '" + out + "' '" +
+                        tiny() + "/page.png'");
+  INFO(r.output);
+  CHECK(r.status == 3);  // truncated by --max-tokens
+  CHECK(r.output.find("\"generated_tokens\": 12") != std::string::npos);
+  CHECK(r.output.find("\"stop\": \"max_tokens\"") != std::string::npos);
+  CHECK(r.output.find("\"visual_tokens\": 273") != std::string::npos);
+  std::ifstream f(out);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  CHECK(text.size() > 1);
+  fs::remove(out);
+}
+
+TEST_CASE("uocr run renders every page of a PDF") {
+  const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 --stats json --dpi 72 '" + uocr_test::source_dir() +
+                        "/tests/data/cli/two_pages.pdf'");
+  INFO(r.output);
+  CHECK(r.status == 3);
+  CHECK(r.output.find("\"pages\": 2") != std::string::npos);
+  CHECK(r.output.find("\"visual_tokens\": 546") != std::string::npos);
+}
+
+TEST_CASE("uocr run: bad input is an error with a message") {
+  CHECK(run_cli("run --model '" + tiny() + "'").status == 2);  // no input
+  const Run pdf = run_cli("run --model '" + tiny() + "' '" + tiny() + "/config.json.pdf'");
+  CHECK(pdf.status == 1);
+  const Run bad = run_cli("run --model '" + tiny() + "' --mode wide '" + tiny() + "/page.png'");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("--mode") != std::string::npos);
+}

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "test_support.hpp"
+#include "uocr/session/markdown.hpp"
 #include "uocr/session/output_parser.hpp"
 #include "uocr/session/session.hpp"
 
@@ -112,4 +113,25 @@ TEST_CASE("session misuse is an error, not a crash") {
   uocr::Session s(tiny_model(), no_image);
   s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
   CHECK_THROWS_AS(s.run(), uocr::Error);
+}
+
+TEST_CASE("markdown filter drops layout tags however the text is split") {
+  const std::string raw =
+      "<PAGE><|det|>title [1, 2, 3, 4]<|/det|># Title\n<|ref|>cell<|/ref|> a < b <td>x</td>\n<|det|>text [5, 6, 7, 8]<|/det|>end";
+  const std::string want = "<PAGE># Title\ncell a < b <td>x</td>\nend";
+  for (unsigned seed = 0; seed < 30; ++seed) {
+    uocr::MarkdownFilter f;
+    std::mt19937 rng(seed);
+    std::string got;
+    for (size_t i = 0; i < raw.size();) {
+      const size_t n = 1 + rng() % 6;
+      got += f.feed(raw.substr(i, n));
+      i += n;
+    }
+    got += f.flush();
+    CHECK(got == want);
+  }
+  uocr::MarkdownFilter unfinished;
+  CHECK(unfinished.feed("a <|det|>tab").empty() == false);
+  CHECK(unfinished.flush() == "<|det|>tab");  // an unterminated tag is text after all
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing uocr needs (run as root).
 set -euo pipefail
-packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev doctest-dev)
+packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev doctest-dev
+  python3 mono-mcs mono-runtime poppler-utils $(command -v cargo >/dev/null 2>&1 || echo cargo rustc))  # bindings tests; cargo+rustc only if no cargo on PATH (e.g. rustup)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@
 #include "uocr/core/error.hpp"
 #include "args.hpp"
 #include "cmd_inspect.hpp"
+#include "cmd_run.hpp"
 #include "cmd_tokenize.hpp"
 
 namespace {
@@ -17,6 +18,10 @@ int usage(FILE* out) {
   std::fprintf(out,
                "usage: uocr <command> [options]\n"
                "commands:\n"
+               "  run [--model DIR] [--mode base|gundam] [--prompt STR] [--max-tokens N] [--attention rswa|full]\n"
+               "      [--window N] [--ngram N] [--ngram-window N] [--loop-guard on|off] [--temperature T --top-p P\n"
+               "      --seed S] [--dpi N] [--format markdown|raw] [--stats json] [-o OUT.md] [--quiet] IMAGE|PDF...\n"
+               "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 130 interrupted\n"
                "  inspect model    --model DIR\n"
                "  inspect tokenize --model DIR (--text STR | --ids ID,ID,...)\n"
                "  inspect vision   --model DIR --image IMG [--image IMG2 ...] [--mode base|gundam] -o OUT.npy\n"
@@ -34,6 +39,7 @@ int main(int argc, char** argv) {
   try {
     uocr_cli::Args parsed(std::vector<std::string>(args.begin() + 1, args.end()));
     const auto& sub = parsed.positional();
+    if (args[0] == "run") return uocr_cli::cmd_run(parsed);
     if (args[0] == "inspect" && !sub.empty()) {
       if (sub[0] == "tokenize") return uocr_cli::cmd_inspect_tokenize(parsed);
       if (sub[0] == "model") return uocr_cli::cmd_inspect_model(parsed);
@@ -44,7 +50,7 @@ int main(int argc, char** argv) {
     return usage(stderr);
   } catch (const uocr::Error& e) {
     std::fprintf(stderr, "uocr: %s: %s\n", uocr::status_name(e.status()), e.what());
-    return 1;
+    return e.status() == uocr::Status::invalid_argument ? 2 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "uocr: error: %s\n", e.what());
     return 1;

@@ -59,7 +59,7 @@ struct SessionParams {
 struct Event {
   enum class Type { token, page, block };
   Type type = Type::token;
-  int32_t token = -1;   // token: the id
+  int32_t token = -1;   // token: the id (-1 for the final flush of an incomplete character)
   std::string text;     // token: the UTF-8 text it completes (may be empty mid-character)
   int page = 0;         // page and block: page index
   LayoutBlock block;    // block: label and 0..999 box
@@ -89,8 +89,16 @@ class Session {
     require(model_ != nullptr, Status::invalid_argument, "session needs a model");
     require(params_.window >= -1, Status::invalid_argument, "window must be -1, 0 or positive");
     require(params_.max_new_tokens >= 0, Status::invalid_argument, "max_new_tokens must be >= 0");
-    require(params_.ngram_window >= -1, Status::invalid_argument, "ngram_window must be -1 or >= 0");
-    Sampler check(params_.sampling);  // validates the sampling parameters now, not mid-run
+    // Everything is validated here, not seconds later after the vision encoder has run.
+    require(params_.ngram_size >= 0, Status::invalid_argument, "ngram_size must be >= 0");
+    require(params_.ngram_window == -1 || params_.ngram_window > 0 || params_.ngram_size == 0, Status::invalid_argument,
+            "ngram_window must be -1 (upstream default) or positive when the n-gram rule is on");
+    require(params_.loop_guard_params.check_every > 0 && params_.loop_guard_params.min_repeats > 1 &&
+                params_.loop_guard_params.max_period > 0,
+            Status::invalid_argument, "loop guard needs check_every > 0, min_repeats > 1 and max_period > 0");
+    require(params_.mode == ImageMode::base || model_->config().sam.image_size == 1024, Status::unsupported,
+            "gundam mode needs a model whose page size is 1024");
+    Sampler check(params_.sampling);  // throws on bad sampling parameters
     (void)check;
   }
 
@@ -186,6 +194,7 @@ class Session {
       ++sum.generated_tokens;
       Event e;
       e.token = token;
+      e.page = parser.current_page();
       e.text = stream.feed(tok.token_bytes(token));
       text += e.text;
       emit(e);
@@ -198,7 +207,15 @@ class Session {
       ngram.push(token);
       track_memory();
     }
-    text += stream.flush();
+    // A character cut off by the last token still reaches the stream (as U+FFFD, like upstream's
+    // decode), in a final token event without an id, so the events always add up to the text.
+    Event tail;
+    tail.text = stream.flush();
+    if (!tail.text.empty()) {
+      tail.page = parser.current_page();
+      text += tail.text;
+      emit(tail);
+    }
     sum.decode_seconds = seconds_since(t0);
     sum.text = trim(text);
     sum.empty = sum.text.empty();
@@ -208,9 +225,7 @@ class Session {
  private:
   PreprocessConfig views_for(bool multi) const {
     const int s = model_->config().sam.image_size;
-    if (multi || params_.mode == ImageMode::base) return {s, s, false};
-    require(s == 1024, Status::unsupported, "gundam mode needs a model whose page size is 1024");
-    return preset_gundam();
+    return multi || params_.mode == ImageMode::base ? PreprocessConfig{s, s, false} : preset_gundam();
   }
 
   static double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -1,0 +1,735 @@
+// The C ABI over the header-only C++ core. Every exported function body is UOCR_C_BEGIN ...
+// UOCR_C_END: whatever the core throws (uocr::Error, std::bad_alloc, any std::exception, or
+// anything else) becomes a status code plus a message here, and nothing unwinds into the
+// caller. See uocr.h for the contract of each function and README.md for the overview.
+#include "uocr.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "uocr/core/error.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/session/session.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+// ---- layout and numbering pins --------------------------------------------------------------
+// Shipped structs are append-only: these pins fail the build when a field moves.
+
+#define UOCR_PIN(type, field, off) static_assert(offsetof(type, field) == (off), #type "." #field " moved")
+
+UOCR_PIN(uocr_model_params, struct_size, 0);
+UOCR_PIN(uocr_model_params, api_version, 4);
+UOCR_PIN(uocr_model_params, flags, 8);
+UOCR_PIN(uocr_model_params, reserved0, 12);
+static_assert(sizeof(uocr_model_params) == 16, "uocr_model_params size changed");
+
+UOCR_PIN(uocr_model_info, struct_size, 0);
+UOCR_PIN(uocr_model_info, image_token_id, 36);
+static_assert(sizeof(uocr_model_info) == 40, "uocr_model_info size changed");
+
+UOCR_PIN(uocr_session_params, struct_size, 0);
+UOCR_PIN(uocr_session_params, image_mode, 4);
+UOCR_PIN(uocr_session_params, max_new_tokens, 8);
+UOCR_PIN(uocr_session_params, prompt, 16);
+UOCR_PIN(uocr_session_params, window, 16 + sizeof(void*));
+UOCR_PIN(uocr_session_params, temperature, 20 + sizeof(void*));
+UOCR_PIN(uocr_session_params, top_p, 24 + sizeof(void*));
+UOCR_PIN(uocr_session_params, ngram_size, 28 + sizeof(void*));
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, seed) == 40, "seed moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, ngram_window) == 48, "ngram_window moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, loop_guard) == 52, "loop_guard moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_image_pixels) == 56, "max_image_pixels moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 64, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
+
+UOCR_PIN(uocr_event, struct_size, 0);
+UOCR_PIN(uocr_event, type, 4);
+UOCR_PIN(uocr_event, token_id, 8);
+UOCR_PIN(uocr_event, page, 12);
+UOCR_PIN(uocr_event, text, 16);
+static_assert(sizeof(void*) != 8 || offsetof(uocr_event, text_len) == 24, "text_len moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_event, label) == 32, "label moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_event, box) == 40, "box moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_event, box_px) == 56, "box_px moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_event) == 72, "uocr_event size changed");
+
+UOCR_PIN(uocr_run_summary, struct_size, 0);
+UOCR_PIN(uocr_run_summary, stop_reason, 4);
+UOCR_PIN(uocr_run_summary, empty, 8);
+UOCR_PIN(uocr_run_summary, pages, 16);
+UOCR_PIN(uocr_run_summary, generated_tokens, 40);
+UOCR_PIN(uocr_run_summary, vision_seconds, 48);
+UOCR_PIN(uocr_run_summary, decode_seconds, 64);
+UOCR_PIN(uocr_run_summary, reference_kv_bytes, 72);
+UOCR_PIN(uocr_run_summary, peak_kv_bytes, 96);
+UOCR_PIN(uocr_run_summary, text_len, 104);
+static_assert(sizeof(uocr_run_summary) == 112, "uocr_run_summary size changed");
+
+#define UOCR_PIN_STATUS(c, core) static_assert((c) == int(uocr::Status::core), #c " must equal uocr::Status::" #core)
+UOCR_PIN_STATUS(UOCR_OK, ok);
+UOCR_PIN_STATUS(UOCR_E_INVALID_ARGUMENT, invalid_argument);
+UOCR_PIN_STATUS(UOCR_E_IO, io);
+UOCR_PIN_STATUS(UOCR_E_INVALID_MODEL, invalid_model);
+UOCR_PIN_STATUS(UOCR_E_INVALID_IMAGE, invalid_image);
+UOCR_PIN_STATUS(UOCR_E_UNSUPPORTED, unsupported);
+UOCR_PIN_STATUS(UOCR_E_OUT_OF_MEMORY, out_of_memory);
+UOCR_PIN_STATUS(UOCR_E_TOKENIZER, tokenizer);
+UOCR_PIN_STATUS(UOCR_E_CANCELLED, cancelled);
+UOCR_PIN_STATUS(UOCR_E_INTERNAL, internal);
+
+#define UOCR_PIN_STOP(c, core) static_assert((c) == int(uocr::StopReason::core), #c " must equal uocr::StopReason::" #core)
+UOCR_PIN_STOP(UOCR_STOP_EOS, eos);
+UOCR_PIN_STOP(UOCR_STOP_MAX_TOKENS, max_tokens);
+UOCR_PIN_STOP(UOCR_STOP_CONTEXT_LIMIT, context_limit);
+UOCR_PIN_STOP(UOCR_STOP_LOOP, loop);
+UOCR_PIN_STOP(UOCR_STOP_CANCELLED, cancelled);
+UOCR_PIN_STOP(UOCR_STOP_NO_TOKEN, no_token);
+
+// The header's version must match the meson project version (passed by c_api/meson.build).
+#if defined(UOCR_MESON_VERSION_MAJOR)
+static_assert(UOCR_VERSION_MAJOR == UOCR_MESON_VERSION_MAJOR && UOCR_VERSION_MINOR == UOCR_MESON_VERSION_MINOR &&
+                  UOCR_VERSION_PATCH == UOCR_MESON_VERSION_PATCH,
+              "c_api/uocr.h UOCR_VERSION_* differs from the meson project version");
+#endif
+
+#define UOCR_STR2(x) #x
+#define UOCR_STR(x) UOCR_STR2(x)
+
+// ---- handles ------------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint32_t kModelMagic = 0x4d52434fu;    // "OCRM"
+constexpr uint32_t kSessionMagic = 0x53524346u;  // "FCRS"
+constexpr uint32_t kDeadMagic = 0xdeadf7eeu;
+
+}  // namespace
+
+struct uocr_model {
+  uint32_t magic = kModelMagic;
+  std::shared_ptr<const uocr::Model> model;
+};
+
+struct uocr_session {
+  uint32_t magic = kSessionMagic;
+  std::shared_ptr<const uocr::Model> model;
+  uocr::SessionParams params;
+  uocr::DecodeLimits limits;
+  std::unique_ptr<uocr::Session> core;
+  std::string text;  // transcript of the last run
+  // Message of the last call on this session (mutable: const functions report too).
+  mutable std::string error;
+  mutable uocr_status error_status = UOCR_OK;
+  mutable std::atomic<int> busy{0};
+};
+
+namespace {
+
+// Live handles by address -> magic. Lets a freed or foreign pointer be rejected without reading
+// the memory it points to (the magic field is the second line of defence). Both objects are
+// deliberately never destroyed: garbage-collected bindings may free handles from finalizers
+// that run after this library's static destructors.
+std::mutex& registry_mutex() {
+  static std::mutex* m = new std::mutex;
+  return *m;
+}
+std::unordered_map<const void*, uint32_t>& registry() {
+  static auto* r = new std::unordered_map<const void*, uint32_t>;
+  return *r;
+}
+void register_handle(const void* h, uint32_t magic) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().emplace(h, magic);
+}
+void unregister_handle(const void* h) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().erase(h);
+}
+bool is_live(const void* h, uint32_t magic) {
+  if (h == nullptr) return false;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    const auto it = registry().find(h);
+    if (it == registry().end() || it->second != magic) return false;
+  }
+  return *static_cast<const uint32_t*>(h) == magic;  // both handle types start with `magic`
+}
+
+// ---- error plumbing -----------------------------------------------------------------------
+
+struct ThreadError {
+  std::string message;
+  uocr_status status = UOCR_OK;
+};
+thread_local ThreadError t_error;
+
+// Assigns without ever throwing: on allocation failure the message is left empty, and readers
+// fall back to uocr_status_string(status).
+void assign_noexcept(std::string& dst, const char* src) noexcept {
+  try {
+    dst.assign(src);
+  } catch (...) {
+    dst.clear();
+  }
+}
+
+// Thrown internally for failures detected by this layer; carries a C status.
+struct CError {
+  uocr_status status;
+  std::string message;
+};
+
+[[noreturn]] void fail(uocr_status status, std::string message) { throw CError{status, std::move(message)}; }
+
+// Converts the exception in flight into a status and message. Never throws.
+uocr_status current_exception_status(std::string& message) noexcept {
+  try {
+    try {
+      throw;
+    } catch (const CError& e) {
+      message = e.message;
+      return e.status;
+    } catch (const uocr::Error& e) {
+      message = e.what();
+      return static_cast<uocr_status>(e.status());
+    } catch (const std::bad_alloc&) {
+      message = "out of memory";
+      return UOCR_E_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+      message = std::string("internal error: ") + e.what();
+      return UOCR_E_INTERNAL;
+    } catch (...) {
+      message = "internal error: unknown exception";
+      return UOCR_E_INTERNAL;
+    }
+  } catch (...) {  // building the message itself failed
+    message.clear();
+    return UOCR_E_OUT_OF_MEMORY;
+  }
+}
+
+// Records the outcome of a status-returning call in the thread-local slot and, when given, in
+// the session's slot.
+uocr_status record(uocr_status status, const char* message, const uocr_session* s) noexcept {
+  t_error.status = status;
+  assign_noexcept(t_error.message, message);
+  if (s) {
+    s->error_status = status;
+    assign_noexcept(s->error, message);
+  }
+  return status;
+}
+
+const char* message_or_status(const std::string& msg, uocr_status status) noexcept {
+  if (!msg.empty() || status == UOCR_OK) return msg.c_str();
+  return uocr_status_string(status);
+}
+
+// Holds a session's busy flag for the duration of one call.
+class BusyGuard {
+ public:
+  explicit BusyGuard(const uocr_session* s) : s_(s) {
+    int expected = 0;
+    if (!s_->busy.compare_exchange_strong(expected, 1, std::memory_order_acquire)) {
+      s_ = nullptr;
+      fail(UOCR_E_BUSY,
+           "the session is already in a call (a call from inside its own event callback, or from a second thread)");
+    }
+  }
+  ~BusyGuard() {
+    if (s_) s_->busy.store(0, std::memory_order_release);
+  }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  const uocr_session* s_;
+};
+
+const uocr_model* check_model(const uocr_model* m) {
+  if (m == nullptr) fail(UOCR_E_INVALID_HANDLE, "model handle is NULL");
+  if (!is_live(m, kModelMagic)) fail(UOCR_E_INVALID_HANDLE, "not a live model handle (freed, or not a uocr_model)");
+  return m;
+}
+
+const uocr_session* check_session(const uocr_session* s) {
+  if (s == nullptr) fail(UOCR_E_INVALID_HANDLE, "session handle is NULL");
+  if (!is_live(s, kSessionMagic))
+    fail(UOCR_E_INVALID_HANDLE, "not a live session handle (freed, or not a uocr_session)");
+  return s;
+}
+
+// Copies a caller's size-tagged input struct over `defaults` (R3): min(struct_size, sizeof)
+// bytes; a size below `min_size` is rejected; bytes beyond sizeof(T) must be zero.
+template <class T>
+T read_params(const T* in, const T& defaults, uint32_t min_size, const char* name) {
+  T out = defaults;
+  if (in == nullptr) return out;
+  const uint32_t size = in->struct_size;
+  if (size < min_size)
+    fail(UOCR_E_INVALID_ARGUMENT, std::string(name) + ".struct_size is " + std::to_string(size) +
+                                      ", below the smallest accepted size " + std::to_string(min_size) +
+                                      " (call " + name + "_init first)");
+  std::memcpy(&out, in, std::min<size_t>(size, sizeof(T)));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(T); i < size; ++i)
+    if (bytes[i] != 0)
+      fail(UOCR_E_UNSUPPORTED, std::string(name) + " has a non-zero field at byte offset " + std::to_string(i) +
+                                   " that this library (uocr " + uocr_version_string() + ", API version " +
+                                   std::to_string(UOCR_API_VERSION) + ") does not know; leave it zero or use a newer library");
+  out.struct_size = uint32_t(sizeof(T));
+  return out;
+}
+
+// Validates the size of a caller's output struct before any work is done.
+template <class T>
+void check_output(const T* out, uint32_t min_size, const char* name) {
+  if (out == nullptr) fail(UOCR_E_INVALID_ARGUMENT, std::string(name) + " is NULL");
+  if (out->struct_size < min_size)
+    fail(UOCR_E_INVALID_ARGUMENT, std::string(name) + "->struct_size is " + std::to_string(out->struct_size) +
+                                      ", below the smallest accepted size " + std::to_string(min_size));
+}
+
+// Writes min(out->struct_size, sizeof) bytes of `value`, keeping the caller's struct_size.
+template <class T>
+void write_output(T* out, T value) {
+  value.struct_size = out->struct_size;
+  std::memcpy(out, &value, std::min<size_t>(out->struct_size, sizeof(T)));
+}
+
+uocr_session_params default_session_params() {
+  uocr_session_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  const uocr::SessionParams d;
+  p.image_mode = d.mode == uocr::ImageMode::gundam ? UOCR_IMAGE_MODE_GUNDAM : UOCR_IMAGE_MODE_BASE;
+  p.max_new_tokens = d.max_new_tokens;
+  p.prompt = nullptr;
+  p.window = d.window;
+  p.temperature = d.sampling.temperature;
+  p.top_p = d.sampling.top_p;
+  p.seed = d.sampling.seed;
+  p.ngram_size = d.ngram_size;
+  p.ngram_window = d.ngram_window;
+  p.loop_guard = d.loop_guard ? 1 : 0;
+  p.max_image_pixels = 0;
+  return p;
+}
+
+uocr::SessionParams to_core(const uocr_session_params& p) {
+  uocr::SessionParams c;
+  if (p.image_mode != UOCR_IMAGE_MODE_BASE && p.image_mode != UOCR_IMAGE_MODE_GUNDAM)
+    fail(UOCR_E_INVALID_ARGUMENT, "image_mode " + std::to_string(p.image_mode) + " is not a UOCR_IMAGE_MODE_* value");
+  if (p.loop_guard != 0 && p.loop_guard != 1)
+    fail(UOCR_E_INVALID_ARGUMENT, "loop_guard must be 0 or 1, got " + std::to_string(p.loop_guard));
+  if (p.ngram_size < 0) fail(UOCR_E_INVALID_ARGUMENT, "ngram_size must be >= 0");
+  // The core checks this only when a run starts; report it when the session is created.
+  if (p.ngram_size > 0 && p.ngram_window == 0)
+    fail(UOCR_E_INVALID_ARGUMENT, "ngram_window must be -1 or > 0 while ngram_size > 0");
+  c.mode = p.image_mode == UOCR_IMAGE_MODE_GUNDAM ? uocr::ImageMode::gundam : uocr::ImageMode::base;
+  c.prompt = p.prompt ? p.prompt : "";
+  c.window = p.window;
+  c.max_new_tokens = p.max_new_tokens;
+  c.sampling.temperature = p.temperature;
+  c.sampling.top_p = p.top_p;
+  c.sampling.seed = p.seed;
+  c.ngram_size = p.ngram_size;
+  c.ngram_window = p.ngram_window;
+  c.loop_guard = p.loop_guard != 0;
+  return c;
+}
+
+uocr_run_summary to_c(const uocr::RunSummary& s) {
+  uocr_run_summary o;
+  std::memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.stop_reason = int32_t(s.stop);
+  o.empty = s.empty ? 1 : 0;
+  o.pages = s.pages;
+  o.visual_tokens = s.visual_tokens;
+  o.prompt_tokens = s.prompt_tokens;
+  o.generated_tokens = s.generated_tokens;
+  o.vision_seconds = s.vision_seconds;
+  o.prefill_seconds = s.prefill_seconds;
+  o.decode_seconds = s.decode_seconds;
+  o.reference_kv_bytes = s.memory.reference_kv_bytes;
+  o.window_kv_bytes = s.memory.window_kv_bytes;
+  o.kv_allocated_bytes = s.memory.kv_allocated_bytes;
+  o.peak_kv_bytes = s.memory.peak_kv_bytes;
+  o.text_len = s.text.size();
+  return o;
+}
+
+void add_page(uocr_session* s, uocr::ImageU8 image) {
+  s->core->add_page(std::move(image));
+}
+
+}  // namespace
+
+// Every status-returning body runs inside these. A session function sets c_err_session once
+// it holds the session (validated and not busy), so the outcome also lands in that session's
+// error slot; before that, only the thread-local slot receives it.
+#define UOCR_C_BEGIN                             \
+  const uocr_session* c_err_session = nullptr; \
+  try {
+#define UOCR_C_END                                                 \
+  }                                                                \
+  catch (...) {                                                    \
+    std::string c_msg;                                             \
+    const uocr_status c_st = current_exception_status(c_msg);      \
+    return record(c_st, c_msg.c_str(), c_err_session);             \
+  }
+
+// ---- library information --------------------------------------------------------------------
+
+extern "C" {
+
+UOCR_API const char* uocr_version_string(void) {
+  return UOCR_STR(UOCR_VERSION_MAJOR) "." UOCR_STR(UOCR_VERSION_MINOR) "." UOCR_STR(UOCR_VERSION_PATCH);
+}
+
+UOCR_API int32_t uocr_version_number(void) { return UOCR_VERSION_NUMBER; }
+
+UOCR_API int32_t uocr_api_version(void) { return UOCR_API_VERSION; }
+
+UOCR_API const char* uocr_build_info(void) {
+  return "uocr " UOCR_STR(UOCR_VERSION_MAJOR) "." UOCR_STR(UOCR_VERSION_MINOR) "." UOCR_STR(
+      UOCR_VERSION_PATCH) " api " UOCR_STR(UOCR_API_VERSION) "; backends: cpu"
+#if defined(_OPENMP)
+                          "; openmp: yes"
+#else
+                          "; openmp: no"
+#endif
+#if defined(__AVX512F__)
+                          "; simd: avx512"
+#elif defined(__AVX2__)
+                          "; simd: avx2"
+#elif defined(__SSE2__) || defined(__aarch64__)
+                          "; simd: baseline"
+#else
+                          "; simd: none"
+#endif
+#if defined(__clang__)
+                          "; compiler: clang " __clang_version__
+#elif defined(__GNUC__)
+                          "; compiler: gcc " __VERSION__
+#endif
+      ;
+}
+
+UOCR_API const char* uocr_status_string(uocr_status status) {
+  switch (status) {
+    case UOCR_OK: return "ok";
+    case UOCR_E_INVALID_ARGUMENT: return "invalid argument";
+    case UOCR_E_IO: return "I/O error";
+    case UOCR_E_INVALID_MODEL: return "invalid model";
+    case UOCR_E_INVALID_IMAGE: return "invalid image";
+    case UOCR_E_UNSUPPORTED: return "unsupported";
+    case UOCR_E_OUT_OF_MEMORY: return "out of memory";
+    case UOCR_E_TOKENIZER: return "tokenizer error";
+    case UOCR_E_CANCELLED: return "cancelled";
+    case UOCR_E_INTERNAL: return "internal error";
+    case UOCR_E_INVALID_HANDLE: return "invalid handle";
+    case UOCR_E_VERSION_MISMATCH: return "version mismatch";
+    case UOCR_E_BUSY: return "session busy";
+    case UOCR_E_BUFFER_TOO_SMALL: return "buffer too small";
+    default: return "unknown status";
+  }
+}
+
+UOCR_API const char* uocr_last_error(void) { return message_or_status(t_error.message, t_error.status); }
+
+UOCR_API const char* uocr_stop_reason_string(int32_t stop_reason) {
+  switch (stop_reason) {
+    case UOCR_STOP_EOS:
+    case UOCR_STOP_MAX_TOKENS:
+    case UOCR_STOP_CONTEXT_LIMIT:
+    case UOCR_STOP_LOOP:
+    case UOCR_STOP_CANCELLED:
+    case UOCR_STOP_NO_TOKEN: return uocr::stop_reason_name(static_cast<uocr::StopReason>(stop_reason));
+    default: return "unknown";
+  }
+}
+
+// ---- model ----------------------------------------------------------------------------------
+
+UOCR_API void uocr_model_params_init(uocr_model_params* p) {
+  if (p == nullptr) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->api_version = UOCR_API_VERSION;
+}
+
+UOCR_API uocr_status uocr_model_load(const char* dir, const uocr_model_params* params, uocr_model** out_model) {
+  UOCR_C_BEGIN
+  if (out_model == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_model is NULL");
+  *out_model = nullptr;
+  if (dir == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "model directory is NULL");
+  uocr_model_params defaults;
+  uocr_model_params_init(&defaults);
+  const uocr_model_params p = read_params(params, defaults, UOCR_MODEL_PARAMS_MIN_SIZE, "uocr_model_params");
+  if (p.api_version == 0)
+    fail(UOCR_E_INVALID_ARGUMENT, "uocr_model_params.api_version is 0 (call uocr_model_params_init first)");
+  if (p.api_version > UOCR_API_VERSION)
+    fail(UOCR_E_VERSION_MISMATCH, "the caller was built against uocr.h API version " + std::to_string(p.api_version) +
+                                      " but this library (uocr " + uocr_version_string() + ") implements API version " +
+                                      std::to_string(UOCR_API_VERSION) + "; use a newer libuocr");
+  if (p.flags != 0 || p.reserved0 != 0)
+    fail(UOCR_E_INVALID_ARGUMENT, "uocr_model_params.flags and reserved0 must be 0");
+  auto handle = std::make_unique<uocr_model>();
+  handle->model = uocr::Model::load(dir);
+  register_handle(handle.get(), kModelMagic);
+  *out_model = handle.release();
+  return record(UOCR_OK, "", nullptr);
+  UOCR_C_END
+}
+
+UOCR_API void uocr_model_free(uocr_model* model) {
+  if (model == nullptr) return;
+  try {
+    check_model(model);
+    unregister_handle(model);
+    model->magic = kDeadMagic;
+    delete model;
+  } catch (...) {
+    std::string msg;
+    const uocr_status st = current_exception_status(msg);
+    record(st, ("uocr_model_free: " + msg).c_str(), nullptr);
+  }
+}
+
+UOCR_API void uocr_model_info_init(uocr_model_info* info) {
+  if (info == nullptr) return;
+  std::memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+}
+
+UOCR_API uocr_status uocr_model_get_info(const uocr_model* model, uocr_model_info* info) {
+  UOCR_C_BEGIN
+  check_model(model);
+  check_output(info, UOCR_MODEL_INFO_MIN_SIZE, "info");
+  const uocr::ModelConfig& c = model->model->config();
+  uocr_model_info o;
+  uocr_model_info_init(&o);
+  o.hidden_size = c.decoder.hidden;
+  o.layers = c.decoder.layers;
+  o.vocab_size = c.decoder.vocab;
+  o.sliding_window = c.decoder.sliding_window;
+  o.image_size = c.sam.image_size;
+  o.max_positions = c.decoder.max_positions;
+  o.bos_id = c.decoder.bos_id;
+  o.eos_id = c.decoder.eos_id;
+  o.image_token_id = model->model->image_token_id();
+  write_output(info, o);
+  return record(UOCR_OK, "", nullptr);
+  UOCR_C_END
+}
+
+// ---- session --------------------------------------------------------------------------------
+
+UOCR_API void uocr_session_params_init(uocr_session_params* p) {
+  if (p == nullptr) return;
+  try {
+    *p = default_session_params();
+  } catch (...) {  // SessionParams' std::string default cannot throw, but stay sealed
+    std::memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
+  }
+}
+
+UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_session_params* params,
+                                         uocr_session** out_session) {
+  UOCR_C_BEGIN
+  if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
+  *out_session = nullptr;
+  check_model(model);
+  const uocr_session_params p =
+      read_params(params, default_session_params(), UOCR_SESSION_PARAMS_MIN_SIZE, "uocr_session_params");
+  auto s = std::make_unique<uocr_session>();
+  s->model = model->model;
+  s->params = to_core(p);
+  if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
+  s->core = std::make_unique<uocr::Session>(s->model, s->params);  // validates the rest
+  register_handle(s.get(), kSessionMagic);
+  *out_session = s.release();
+  return record(UOCR_OK, "", nullptr);
+  UOCR_C_END
+}
+
+UOCR_API void uocr_session_free(uocr_session* session) {
+  if (session == nullptr) return;
+  try {
+    check_session(session);
+    int expected = 0;
+    if (!session->busy.compare_exchange_strong(expected, 1, std::memory_order_acquire))
+      fail(UOCR_E_BUSY, "uocr_session_free: the session is in a call (from its own event callback?); not freed");
+    unregister_handle(session);
+    session->magic = kDeadMagic;
+    delete session;
+  } catch (...) {
+    std::string msg;
+    const uocr_status st = current_exception_status(msg);
+    record(st, msg.c_str(), nullptr);
+  }
+}
+
+UOCR_API const char* uocr_session_last_error(const uocr_session* session) {
+  if (session == nullptr) return "session handle is NULL";
+  try {
+    if (!is_live(session, kSessionMagic)) return "not a live session handle (freed, or not a uocr_session)";
+  } catch (...) {  // the registry lock failed
+    return "internal error";
+  }
+  return message_or_status(session->error, session->error_status);
+}
+
+UOCR_API uocr_status uocr_session_add_image_file(uocr_session* session, const char* path) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  if (path == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image path is NULL");
+  add_page(session, uocr::load_image(path, session->limits));
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+UOCR_API uocr_status uocr_session_add_image_encoded(uocr_session* session, const void* data, size_t size) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  if (data == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image data is NULL");
+  if (size == 0) fail(UOCR_E_INVALID_IMAGE, "cannot decode image: 0 bytes");
+  add_page(session, uocr::decode_image(static_cast<const uint8_t*>(data), size, session->limits));
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session* session, const uint8_t* rgb, int32_t width,
+                                                int32_t height, size_t stride) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  if (rgb == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "RGB pixel pointer is NULL");
+  if (width <= 0 || height <= 0)
+    fail(UOCR_E_INVALID_ARGUMENT,
+         "image size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
+  if (uint64_t(width) * uint64_t(height) > session->limits.max_pixels)
+    fail(UOCR_E_INVALID_IMAGE, "image is " + std::to_string(width) + "x" + std::to_string(height) +
+                                   " pixels, above the limit of " + std::to_string(session->limits.max_pixels));
+  add_page(session, uocr::image_from_rgb(rgb, width, height, stride ? stride : size_t(width) * 3));
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+UOCR_API uocr_status uocr_session_clear_pages(uocr_session* session) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  session->core = std::make_unique<uocr::Session>(session->model, session->params);
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+UOCR_API uocr_status uocr_session_page_count(const uocr_session* session, int32_t* out_count) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  if (out_count == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_count is NULL");
+  *out_count = int32_t(session->core->page_count());
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+UOCR_API void uocr_run_summary_init(uocr_run_summary* summary) {
+  if (summary == nullptr) return;
+  std::memset(summary, 0, sizeof *summary);
+  summary->struct_size = sizeof *summary;
+}
+
+UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback callback, void* user_data,
+                                      uocr_run_summary* summary) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
+  session->text.clear();
+
+  std::function<bool(const uocr::Event&)> on_event;
+  if (callback) {
+    on_event = [&](const uocr::Event& e) {
+      uocr_event ev;
+      std::memset(&ev, 0, sizeof ev);
+      ev.struct_size = sizeof ev;
+      ev.text = "";
+      ev.label = "";
+      ev.token_id = -1;
+      switch (e.type) {
+        case uocr::Event::Type::token:
+          ev.type = UOCR_EVENT_TOKEN;
+          ev.token_id = e.token;
+          ev.text = e.text.c_str();
+          ev.text_len = e.text.size();
+          break;
+        case uocr::Event::Type::page:
+          ev.type = UOCR_EVENT_PAGE;
+          ev.page = e.page;
+          break;
+        case uocr::Event::Type::block:
+          ev.type = UOCR_EVENT_BLOCK;
+          ev.page = e.page;
+          ev.label = e.block.label.c_str();
+          for (int k = 0; k < 4; ++k) {
+            ev.box[k] = e.block.box[k];
+            ev.box_px[k] = e.box_px[k];
+          }
+          break;
+      }
+      return callback(&ev, user_data) == 0;
+    };
+  }
+  const uocr::RunSummary sum = session->core->run(on_event);
+  session->text = sum.text;
+  if (summary) write_output(summary, to_c(sum));
+  if (sum.stop == uocr::StopReason::cancelled)
+    fail(UOCR_E_CANCELLED, "run cancelled by the event callback after " + std::to_string(sum.generated_tokens) +
+                               " generated tokens; the partial transcript is available");
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+UOCR_API uocr_status uocr_session_text(const uocr_session* session, char* buf, size_t capacity, size_t* out_len) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  const std::string& t = session->text;
+  if (out_len) *out_len = t.size();
+  if (buf == nullptr && capacity == 0) return record(UOCR_OK, "", session);
+  if (buf == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "buf is NULL but capacity is not 0");
+  if (capacity < t.size() + 1)
+    fail(UOCR_E_BUFFER_TOO_SMALL, "the transcript needs " + std::to_string(t.size() + 1) + " bytes (NUL included), buffer has " +
+                                      std::to_string(capacity));
+  std::memcpy(buf, t.data(), t.size());
+  buf[t.size()] = '\0';
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
+
+}  // extern "C"

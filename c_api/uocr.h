@@ -1,0 +1,330 @@
+/*
+ * uocr.h: the C ABI of uocr, an on-device runner for the Unlimited-OCR / DeepSeek-OCR models.
+ *
+ * This is the only header FFI users need (C, Rust, C#, Python ctypes, ...). It compiles as C99
+ * and as C++; it exposes opaque handles, fixed-width POD structs, int32 status codes and one
+ * callback type, and nothing else. See c_api/README.md for the full contract; the essentials:
+ *
+ *   uocr_model_params mp;   uocr_model_params_init(&mp);
+ *   uocr_model * model = NULL;
+ *   if (uocr_model_load("models/tiny", &mp, &model) != UOCR_OK) puts(uocr_last_error());
+ *   uocr_session_params sp; uocr_session_params_init(&sp);
+ *   sp.max_new_tokens = 512;
+ *   uocr_session * s = NULL;
+ *   uocr_session_create(model, &sp, &s);
+ *   uocr_session_add_image_file(s, "page.png");
+ *   uocr_run_summary sum;   uocr_run_summary_init(&sum);
+ *   uocr_session_run(s, on_event, user_data, &sum);    (on_event may be NULL)
+ *   size_t n = 0; uocr_session_text(s, NULL, 0, &n);   (then a buffer of n + 1 bytes)
+ *   uocr_session_free(s); uocr_model_free(model);      (any order)
+ *
+ * Threading. A model is immutable once loaded: every uocr_model_* function and
+ * uocr_session_create may be called on one model from many threads at once. A session is used
+ * by one thread at a time ("thread-safe on distinct sessions"); a second, concurrent call on
+ * the same session, or a call on a session from inside its own event callback, is refused with
+ * UOCR_E_BUSY rather than corrupting it (best effort, not a licence to share sessions).
+ * Each function below states which rule applies.
+ *
+ * Errors. Functions return uocr_status: UOCR_OK (0), a negative error, never an exception,
+ * abort or exit. The message of the last status-returning call made by the calling thread is
+ * uocr_last_error(); a session additionally keeps the message of the last call made on it,
+ * uocr_session_last_error(). On failure, out-parameters are left untouched unless the function
+ * says otherwise (handle-returning functions set *out to NULL).
+ *
+ * Versions. UOCR_API_VERSION grows by one whenever a function, constant or struct field is
+ * added; nothing is ever removed, reordered or renumbered within one soname. Structs passed in
+ * carry struct_size, so a program built against an older header (smaller structs) keeps
+ * working with a newer library; uocr_model_params.api_version lets an older library refuse a
+ * newer header with UOCR_E_VERSION_MISMATCH instead of misreading it.
+ *
+ * Strings are UTF-8. Paths are UTF-8 on every platform.
+ */
+#ifndef UOCR_H
+#define UOCR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- export macro ------------------------------------------------------------------------ */
+/* UOCR_BUILD is defined while the library itself is compiled; UOCR_STATIC by users of a static
+ * build. Everything not marked UOCR_API is hidden. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#  if defined(UOCR_STATIC)
+#    define UOCR_API
+#  elif defined(UOCR_BUILD)
+#    define UOCR_API __declspec(dllexport)
+#  else
+#    define UOCR_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define UOCR_API __attribute__((visibility("default")))
+#else
+#  define UOCR_API
+#endif
+
+/* ---- versions ---------------------------------------------------------------------------- */
+#define UOCR_VERSION_MAJOR 0
+#define UOCR_VERSION_MINOR 1
+#define UOCR_VERSION_PATCH 0
+/* major * 10000 + minor * 100 + patch */
+#define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
+/* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
+#define UOCR_API_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes ------------------------------------------------------------------------ */
+/* 0 is success; negative values are errors. -1..-99 mirror uocr::Status of the C++ core one to
+ * one; -100 and below exist only in the C ABI. Codes are never renumbered or reused. */
+typedef int32_t uocr_status;
+
+#define UOCR_OK 0
+#define UOCR_E_INVALID_ARGUMENT (-1)  /* NULL pointer, bad size, value out of range */
+#define UOCR_E_IO (-2)                /* a file could not be opened or read */
+#define UOCR_E_INVALID_MODEL (-3)     /* the model folder is malformed or inconsistent */
+#define UOCR_E_INVALID_IMAGE (-4)     /* the image bytes cannot be decoded, or are too large */
+#define UOCR_E_UNSUPPORTED (-5)       /* valid, but not supported by this build or model */
+#define UOCR_E_OUT_OF_MEMORY (-6)
+#define UOCR_E_TOKENIZER (-7)
+#define UOCR_E_CANCELLED (-8)         /* the event callback asked to stop (see uocr_session_run) */
+#define UOCR_E_INTERNAL (-9)          /* a bug: please report the message */
+#define UOCR_E_INVALID_HANDLE (-100)  /* not a live handle of the expected kind (freed, or garbage) */
+#define UOCR_E_VERSION_MISMATCH (-101) /* the header the caller was built with is newer than the library */
+#define UOCR_E_BUSY (-102)            /* the session is already in a call (callback re-entry, second thread) */
+#define UOCR_E_BUFFER_TOO_SMALL (-103) /* the caller's buffer cannot hold the result; the size is reported */
+
+/* ---- opaque handles ---------------------------------------------------------------------- */
+typedef struct uocr_model uocr_model;     /* weights + tokenizer + config; immutable, shareable */
+typedef struct uocr_session uocr_session; /* pages + one transcription at a time; one thread */
+
+/* ---- library information (all thread-safe, never fail) ------------------------------------- */
+
+/* "MAJOR.MINOR.PATCH" of the library (static storage). */
+UOCR_API const char * uocr_version_string(void);
+/* UOCR_VERSION_NUMBER of the library. */
+UOCR_API int32_t uocr_version_number(void);
+/* UOCR_API_VERSION of the library: a caller built with a larger value uses things it lacks. */
+UOCR_API int32_t uocr_api_version(void);
+/* One line describing how the library was built: backend(s), OpenMP, compiler (static storage). */
+UOCR_API const char * uocr_build_info(void);
+/* A short English name for a status ("ok", "invalid argument", ...); "unknown status" for
+ * values this library does not know. Static storage. */
+UOCR_API const char * uocr_status_string(uocr_status status);
+/* Detail of the last status-returning call made by the calling thread: "" after a success, a
+ * message after a failure. Never NULL. Valid until the calling thread's next uocr_* call. */
+UOCR_API const char * uocr_last_error(void);
+
+/* ---- model --------------------------------------------------------------------------------- */
+
+typedef struct uocr_model_params {
+    uint32_t struct_size; /* sizeof(uocr_model_params), set by _init */
+    uint32_t api_version; /* UOCR_API_VERSION of the caller's header, set by _init */
+    uint32_t flags;       /* reserved, must be 0 */
+    uint32_t reserved0;   /* must be 0 */
+    /* append-only below this line */
+} uocr_model_params;
+
+/* Smallest struct_size any library accepts for uocr_model_params. */
+#define UOCR_MODEL_PARAMS_MIN_SIZE ((uint32_t)sizeof(uocr_model_params))
+
+/* Fills defaults (thread-safe; NULL is ignored). */
+UOCR_API void uocr_model_params_init(uocr_model_params * p);
+
+/* Loads a model folder (config.json, tokenizer.json, *.safetensors). `params` may be NULL for
+ * defaults. On success *out_model is a new handle owned by the caller (uocr_model_free); on
+ * failure *out_model is set to NULL (when out_model is not NULL).
+ * Errors: INVALID_ARGUMENT (NULL dir/out_model, bad struct_size, flags), VERSION_MISMATCH
+ * (params->api_version newer than this library), IO, INVALID_MODEL, UNSUPPORTED, TOKENIZER,
+ * OUT_OF_MEMORY. Thread-safe. */
+UOCR_API uocr_status uocr_model_load(const char * dir, const uocr_model_params * params, uocr_model ** out_model);
+
+/* Releases the caller's reference. Sessions created from the model keep it alive, so models and
+ * sessions may be freed in any order. NULL is a no-op. Not thread-safe with other calls on the
+ * same handle (the handle must not be in use by another thread when it is freed). */
+UOCR_API void uocr_model_free(uocr_model * model);
+
+typedef struct uocr_model_info {
+    uint32_t struct_size;   /* set by the caller (uocr_model_info_init) */
+    int32_t hidden_size;    /* decoder hidden size */
+    int32_t layers;         /* decoder layers */
+    int32_t vocab_size;
+    int32_t sliding_window; /* R-SWA window from config.json; 0 when the config has none */
+    int32_t image_size;     /* page view size in pixels (1024 for the released models) */
+    int32_t max_positions;  /* context length */
+    int32_t bos_id;
+    int32_t eos_id;
+    int32_t image_token_id;
+    /* append-only below this line */
+} uocr_model_info;
+
+#define UOCR_MODEL_INFO_MIN_SIZE ((uint32_t)sizeof(uocr_model_info))
+
+UOCR_API void uocr_model_info_init(uocr_model_info * info);
+
+/* Writes min(info->struct_size, sizeof(uocr_model_info)) bytes of information (struct_size
+ * itself is kept). Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL info, struct_size below
+ * UOCR_MODEL_INFO_MIN_SIZE). Thread-safe. */
+UOCR_API uocr_status uocr_model_get_info(const uocr_model * model, uocr_model_info * info);
+
+/* ---- session ------------------------------------------------------------------------------- */
+
+#define UOCR_IMAGE_MODE_BASE 0   /* one 1024x1024 view per page */
+#define UOCR_IMAGE_MODE_GUNDAM 1 /* global view + 640 px tiles (single page only) */
+
+typedef struct uocr_session_params {
+    uint32_t struct_size;    /* sizeof(uocr_session_params), set by _init */
+    int32_t image_mode;      /* UOCR_IMAGE_MODE_*; default BASE. Several pages always use BASE */
+    int64_t max_new_tokens;  /* 0: until EOS or the context limit; default 0 */
+    const char * prompt;     /* NULL or "": upstream's prompt; else must contain one "<image>". Copied */
+    int32_t window;          /* R-SWA window; -1: the model's (128 if none); 0: full attention */
+    float temperature;       /* 0: greedy (default) */
+    float top_p;             /* (0, 1]; default 1 */
+    int32_t ngram_size;      /* no-repeat n-gram size; 0 disables; default 35 */
+    uint64_t seed;           /* sampling seed; default 0 */
+    int32_t ngram_window;    /* -1: 128 for one page, 1024 for several (default); else > 0 */
+    int32_t loop_guard;      /* 1: stop degenerate loops (default); 0: off */
+    /* ---- UOCR_SESSION_PARAMS_MIN_SIZE ends here: every caller provides the fields above ----
+     * Fields below are optional: a caller with a shorter struct gets their defaults. Each one
+     * uses 0 for "default", so a newer caller that leaves them zeroed works with this library. */
+    uint64_t max_image_pixels; /* decode limit per page; 0: 178956970 (Pillow's bomb limit) */
+    /* append-only below this line */
+} uocr_session_params;
+
+#define UOCR_SESSION_PARAMS_MIN_SIZE ((uint32_t)offsetof(uocr_session_params, max_image_pixels))
+
+/* Fills defaults (thread-safe; NULL is ignored). */
+UOCR_API void uocr_session_params_init(uocr_session_params * p);
+
+/* Creates an empty session on `model` (which it keeps alive). `params` may be NULL for defaults;
+ * otherwise min(struct_size, sizeof) bytes are read over the defaults. A struct_size below
+ * UOCR_SESSION_PARAMS_MIN_SIZE is INVALID_ARGUMENT; bytes beyond this library's struct must be
+ * zero (else UNSUPPORTED). On failure *out_session is set to NULL (when not NULL).
+ * Errors: INVALID_HANDLE, INVALID_ARGUMENT, UNSUPPORTED, OUT_OF_MEMORY.
+ * Thread-safe (many threads may create sessions on one model concurrently). */
+UOCR_API uocr_status uocr_session_create(const uocr_model * model, const uocr_session_params * params,
+                                         uocr_session ** out_session);
+
+/* Frees a session. NULL is a no-op. Refused (and recorded in uocr_last_error) when called on a
+ * session that is busy, e.g. from inside its own event callback. Not thread-safe on the same
+ * session. Use after free is undefined behaviour; freed handles are detected and rejected with
+ * UOCR_E_INVALID_HANDLE in the common cases (the address was not reused by a new handle). */
+UOCR_API void uocr_session_free(uocr_session * session);
+
+/* Message of the last call made on this session: "" after a success. Never NULL; valid until the
+ * next call on the session. For an invalid handle, a static message saying so. A call refused
+ * with UOCR_E_BUSY does not touch it (the message is in the refused thread's uocr_last_error).
+ * Same thread rules as the session. */
+UOCR_API const char * uocr_session_last_error(const uocr_session * session);
+
+/* Adding pages. Each call decodes the image now (so an undecodable image is reported by the call
+ * that adds it) and appends one page; on failure the session's pages are unchanged.
+ * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT, IO (file), INVALID_IMAGE (cannot decode, or
+ * more than max_image_pixels), OUT_OF_MEMORY. Thread-safe on distinct sessions. */
+
+/* A PNG/JPEG/BMP/GIF/TGA/PNM/PSD file; EXIF orientation is applied as upstream's PIL loader. */
+UOCR_API uocr_status uocr_session_add_image_file(uocr_session * session, const char * path);
+/* The same formats, held in memory by the caller (copied; `data` may be freed after the call). */
+UOCR_API uocr_status uocr_session_add_image_encoded(uocr_session * session, const void * data, size_t size);
+/* Interleaved 8-bit R,G,B rows; `stride` is the byte distance between rows (0: 3 * width).
+ * Copied. */
+UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session * session, const uint8_t * rgb, int32_t width,
+                                                int32_t height, size_t stride);
+/* Removes every page. Errors: INVALID_HANDLE, BUSY. Thread-safe on distinct sessions. */
+UOCR_API uocr_status uocr_session_clear_pages(uocr_session * session);
+/* Number of pages added. Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (NULL out). */
+UOCR_API uocr_status uocr_session_page_count(const uocr_session * session, int32_t * out_count);
+
+/* ---- events -------------------------------------------------------------------------------- */
+
+#define UOCR_EVENT_TOKEN 1 /* one generated token */
+#define UOCR_EVENT_PAGE 2  /* the model began a new page ("<PAGE>" in multi-page output) */
+#define UOCR_EVENT_BLOCK 3 /* a complete layout block "<|det|>label [x1, y1, x2, y2]<|/det|>" */
+
+typedef struct uocr_event {
+    uint32_t struct_size; /* sizeof(uocr_event) of the library: check before reading newer fields */
+    int32_t type;         /* UOCR_EVENT_* */
+    int32_t token_id;     /* TOKEN: the id; otherwise -1 */
+    int32_t page;         /* PAGE and BLOCK: 0-based page index; TOKEN: 0 */
+    const char * text;    /* TOKEN: the UTF-8 bytes this token completes (may be empty while a
+                             character is split over tokens; may contain NUL bytes); else "".
+                             Concatenated, the deltas are the untrimmed transcript, except for a
+                             U+FFFD the end of the stream adds for a cut-off character */
+    size_t text_len;      /* bytes at `text` (text[text_len] is a NUL) */
+    const char * label;   /* BLOCK: the label (NUL-terminated); otherwise "" */
+    int32_t box[4];       /* BLOCK: x1, y1, x2, y2 in the model's 0..999 coordinates */
+    int32_t box_px[4];    /* BLOCK: the same box in the page image's pixels */
+    /* append-only below this line */
+} uocr_event;
+
+/* Called on the thread running uocr_session_run. The event and its strings are valid only during
+ * the call. Return 0 to continue, non-zero to cancel the run. The callback must not call any
+ * function on the same session (those calls return UOCR_E_BUSY); other sessions and the model
+ * may be used. It must not throw/unwind/longjmp through the library. */
+typedef int32_t (*uocr_event_callback)(const uocr_event * event, void * user_data);
+
+/* ---- running -------------------------------------------------------------------------------- */
+
+#define UOCR_STOP_EOS 0           /* the model ended the transcript */
+#define UOCR_STOP_MAX_TOKENS 1    /* max_new_tokens reached */
+#define UOCR_STOP_CONTEXT_LIMIT 2 /* the model's context length reached */
+#define UOCR_STOP_LOOP 3          /* the loop guard stopped a degenerate repetition */
+#define UOCR_STOP_CANCELLED 4     /* the event callback returned non-zero */
+#define UOCR_STOP_NO_TOKEN 5      /* every token was banned (n-gram rule) */
+
+/* Static name of a UOCR_STOP_* value ("eos", "max_tokens", ...); "unknown" otherwise. */
+UOCR_API const char * uocr_stop_reason_string(int32_t stop_reason);
+
+typedef struct uocr_run_summary {
+    uint32_t struct_size;        /* set by the caller (uocr_run_summary_init) */
+    int32_t stop_reason;         /* UOCR_STOP_* */
+    int32_t empty;               /* 1 when the transcript is empty after trimming, else 0 */
+    int32_t reserved0;
+    int64_t pages;
+    int64_t visual_tokens;
+    int64_t prompt_tokens;       /* visual tokens included */
+    int64_t generated_tokens;    /* EOS not counted */
+    double vision_seconds;
+    double prefill_seconds;
+    double decode_seconds;
+    uint64_t reference_kv_bytes; /* keys/values of the prompt, held for the whole run */
+    uint64_t window_kv_bytes;    /* keys/values of generated tokens held at the end */
+    uint64_t kv_allocated_bytes; /* storage reserved for both */
+    uint64_t peak_kv_bytes;      /* largest reference + window seen during the run */
+    uint64_t text_len;           /* bytes of the transcript (uocr_session_text) */
+    /* append-only below this line */
+} uocr_run_summary;
+
+#define UOCR_RUN_SUMMARY_MIN_SIZE ((uint32_t)sizeof(uocr_run_summary))
+
+UOCR_API void uocr_run_summary_init(uocr_run_summary * summary);
+
+/* Transcribes the pages added so far (each run starts afresh; pages stay for the next run).
+ * `callback` may be NULL; `summary` may be NULL, else min(struct_size, sizeof) bytes are written
+ * (struct_size below UOCR_RUN_SUMMARY_MIN_SIZE is INVALID_ARGUMENT, checked before running).
+ * Returns UOCR_OK when the run ended by itself (EOS, max tokens, context limit, loop guard, no
+ * token: see summary->stop_reason). When the callback returns non-zero, the run stops after that
+ * event and returns UOCR_E_CANCELLED; the summary (stop_reason UOCR_STOP_CANCELLED) and the
+ * partial transcript are still filled in, and the session stays usable. On any other error the
+ * summary is untouched and the session's transcript is empty.
+ * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (no pages, bad summary size, bad prompt),
+ * UNSUPPORTED, OUT_OF_MEMORY, CANCELLED. Thread-safe on distinct sessions; runs on the calling
+ * thread (the callback too). */
+UOCR_API uocr_status uocr_session_run(uocr_session * session, uocr_event_callback callback, void * user_data,
+                                      uocr_run_summary * summary);
+
+/* The transcript of the last run (whitespace-trimmed as upstream does; "" before any run). Sets
+ * *out_len (may be NULL) to its length in bytes, without the terminating NUL. With buf == NULL
+ * and capacity == 0 it only reports the length (UOCR_OK). Otherwise copies the text and a NUL
+ * when capacity >= length + 1 (UOCR_OK), else returns UOCR_E_BUFFER_TOO_SMALL and leaves buf
+ * untouched. The text may contain NUL bytes: use the length.
+ * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (buf NULL with capacity > 0),
+ * BUFFER_TOO_SMALL. Thread-safe on distinct sessions. */
+UOCR_API uocr_status uocr_session_text(const uocr_session * session, char * buf, size_t capacity, size_t * out_len);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* UOCR_H */

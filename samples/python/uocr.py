@@ -1,0 +1,308 @@
+"""ctypes binding of the uocr C ABI (c_api/uocr.h). Standard library only.
+
+    import uocr
+    with uocr.Model("models/tiny") as model, model.session(max_new_tokens=512) as s:
+        s.add_image_file("page.png")            # or add_image_bytes(b"...png..."), add_image_rgb(...)
+        summary = s.run(on_event=lambda e: print(e.text.decode(errors="replace"), end=""))
+        print(s.text().decode())
+
+The library is found through $UOCR_LIBRARY (a path to libuocr.so), else ctypes.util.find_library.
+Errors raise uocr.Error with .status and the library's message. Text is returned as bytes (the
+library's exact UTF-8; a transcript may even contain NUL bytes).
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+API_VERSION = 1  # UOCR_API_VERSION of the header this binding mirrors
+
+OK = 0
+E_INVALID_ARGUMENT = -1
+E_IO = -2
+E_INVALID_MODEL = -3
+E_INVALID_IMAGE = -4
+E_UNSUPPORTED = -5
+E_OUT_OF_MEMORY = -6
+E_TOKENIZER = -7
+E_CANCELLED = -8
+E_INTERNAL = -9
+E_INVALID_HANDLE = -100
+E_VERSION_MISMATCH = -101
+E_BUSY = -102
+E_BUFFER_TOO_SMALL = -103
+
+IMAGE_MODE_BASE = 0
+IMAGE_MODE_GUNDAM = 1
+
+EVENT_TOKEN = 1
+EVENT_PAGE = 2
+EVENT_BLOCK = 3
+
+STOP_EOS, STOP_MAX_TOKENS, STOP_CONTEXT_LIMIT, STOP_LOOP, STOP_CANCELLED, STOP_NO_TOKEN = range(6)
+
+
+class ModelParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("api_version", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("reserved0", ctypes.c_uint32)]
+
+
+class ModelInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("hidden_size", ctypes.c_int32), ("layers", ctypes.c_int32),
+                ("vocab_size", ctypes.c_int32), ("sliding_window", ctypes.c_int32), ("image_size", ctypes.c_int32),
+                ("max_positions", ctypes.c_int32), ("bos_id", ctypes.c_int32), ("eos_id", ctypes.c_int32),
+                ("image_token_id", ctypes.c_int32)]
+
+
+class SessionParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("image_mode", ctypes.c_int32),
+                ("max_new_tokens", ctypes.c_int64), ("prompt", ctypes.c_char_p), ("window", ctypes.c_int32),
+                ("temperature", ctypes.c_float), ("top_p", ctypes.c_float), ("ngram_size", ctypes.c_int32),
+                ("seed", ctypes.c_uint64), ("ngram_window", ctypes.c_int32), ("loop_guard", ctypes.c_int32),
+                ("max_image_pixels", ctypes.c_uint64)]
+
+
+class EventStruct(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("type", ctypes.c_int32), ("token_id", ctypes.c_int32),
+                ("page", ctypes.c_int32), ("text", ctypes.c_void_p), ("text_len", ctypes.c_size_t),
+                ("label", ctypes.c_char_p), ("box", ctypes.c_int32 * 4), ("box_px", ctypes.c_int32 * 4)]
+
+
+class RunSummary(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("stop_reason", ctypes.c_int32), ("empty", ctypes.c_int32),
+                ("reserved0", ctypes.c_int32), ("pages", ctypes.c_int64), ("visual_tokens", ctypes.c_int64),
+                ("prompt_tokens", ctypes.c_int64), ("generated_tokens", ctypes.c_int64),
+                ("vision_seconds", ctypes.c_double), ("prefill_seconds", ctypes.c_double),
+                ("decode_seconds", ctypes.c_double), ("reference_kv_bytes", ctypes.c_uint64),
+                ("window_kv_bytes", ctypes.c_uint64), ("kv_allocated_bytes", ctypes.c_uint64),
+                ("peak_kv_bytes", ctypes.c_uint64), ("text_len", ctypes.c_uint64)]
+
+
+EVENT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(EventStruct), ctypes.c_void_p)
+
+
+class Event:
+    """One streamed event, copied out of the library's struct (valid after the callback)."""
+
+    __slots__ = ("type", "token_id", "page", "text", "label", "box", "box_px")
+
+    def __init__(self, e):
+        self.type = e.type
+        self.token_id = e.token_id
+        self.page = e.page
+        self.text = ctypes.string_at(e.text, e.text_len) if e.text_len else b""
+        self.label = e.label or b""
+        self.box = tuple(e.box)
+        self.box_px = tuple(e.box_px)
+
+
+class Error(Exception):
+    def __init__(self, status, message):
+        super().__init__("%s (%s)" % (message, _lib.uocr_status_string(status).decode()))
+        self.status = status
+        self.message = message
+
+
+class Cancelled(Error):
+    """The event callback stopped the run; .summary and the session's text are the partial result."""
+
+    def __init__(self, status, message, summary):
+        super().__init__(status, message)
+        self.summary = summary
+
+
+def _load_library():
+    path = os.environ.get("UOCR_LIBRARY") or ctypes.util.find_library("uocr")
+    if not path:
+        raise OSError("libuocr not found: set UOCR_LIBRARY to the path of libuocr.so")
+    lib = ctypes.CDLL(path)
+    P = ctypes.POINTER
+    vp = ctypes.c_void_p
+    sigs = {
+        "uocr_version_string": (ctypes.c_char_p, []),
+        "uocr_api_version": (ctypes.c_int32, []),
+        "uocr_build_info": (ctypes.c_char_p, []),
+        "uocr_status_string": (ctypes.c_char_p, [ctypes.c_int32]),
+        "uocr_stop_reason_string": (ctypes.c_char_p, [ctypes.c_int32]),
+        "uocr_last_error": (ctypes.c_char_p, []),
+        "uocr_model_params_init": (None, [P(ModelParams)]),
+        "uocr_model_load": (ctypes.c_int32, [ctypes.c_char_p, P(ModelParams), P(vp)]),
+        "uocr_model_free": (None, [vp]),
+        "uocr_model_info_init": (None, [P(ModelInfo)]),
+        "uocr_model_get_info": (ctypes.c_int32, [vp, P(ModelInfo)]),
+        "uocr_session_params_init": (None, [P(SessionParams)]),
+        "uocr_session_create": (ctypes.c_int32, [vp, P(SessionParams), P(vp)]),
+        "uocr_session_free": (None, [vp]),
+        "uocr_session_last_error": (ctypes.c_char_p, [vp]),
+        "uocr_session_add_image_file": (ctypes.c_int32, [vp, ctypes.c_char_p]),
+        "uocr_session_add_image_encoded": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "uocr_session_add_image_rgb": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                                        ctypes.c_size_t]),
+        "uocr_session_clear_pages": (ctypes.c_int32, [vp]),
+        "uocr_session_page_count": (ctypes.c_int32, [vp, P(ctypes.c_int32)]),
+        "uocr_run_summary_init": (None, [P(RunSummary)]),
+        "uocr_session_run": (ctypes.c_int32, [vp, EVENT_CALLBACK, vp, P(RunSummary)]),
+        "uocr_session_text": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    if lib.uocr_api_version() < API_VERSION:
+        raise OSError("libuocr %s implements API version %d; this binding needs %d"
+                      % (lib.uocr_version_string().decode(), lib.uocr_api_version(), API_VERSION))
+    return lib
+
+
+_lib = _load_library()
+
+
+def version():
+    return _lib.uocr_version_string().decode()
+
+
+def build_info():
+    return _lib.uocr_build_info().decode()
+
+
+def _check(status, message_fn):
+    if status != OK:
+        raise Error(status, message_fn().decode(errors="replace"))
+
+
+def _path(p):
+    return os.fsencode(p) if not isinstance(p, bytes) else p
+
+
+class Model:
+    """A loaded model folder; immutable, may be shared by threads and sessions."""
+
+    def __init__(self, directory):
+        self._h = ctypes.c_void_p()
+        params = ModelParams()
+        _lib.uocr_model_params_init(ctypes.byref(params))
+        handle = ctypes.c_void_p()
+        _check(_lib.uocr_model_load(_path(directory), ctypes.byref(params), ctypes.byref(handle)),
+               _lib.uocr_last_error)
+        self._h = handle
+
+    def info(self):
+        info = ModelInfo()
+        _lib.uocr_model_info_init(ctypes.byref(info))
+        _check(_lib.uocr_model_get_info(self._h, ctypes.byref(info)), _lib.uocr_last_error)
+        return info
+
+    def session(self, **params):
+        return Session(self, **params)
+
+    def close(self):
+        if self._h.value:
+            _lib.uocr_model_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Session:
+    """Pages plus one transcription at a time; use from one thread at a time.
+
+    Keyword parameters are the fields of uocr_session_params (max_new_tokens, prompt, window,
+    temperature, top_p, seed, ngram_size, ngram_window, loop_guard, image_mode, max_image_pixels).
+    """
+
+    def __init__(self, model, **kw):
+        self._h = ctypes.c_void_p()
+        params = SessionParams()
+        _lib.uocr_session_params_init(ctypes.byref(params))
+        for key, value in kw.items():
+            if key not in dict(SessionParams._fields_) or key == "struct_size":
+                raise TypeError("unknown session parameter %r" % key)
+            if key == "prompt" and isinstance(value, str):
+                value = value.encode()
+            if key == "loop_guard":
+                value = 1 if value else 0
+            setattr(params, key, value)
+        handle = ctypes.c_void_p()
+        _check(_lib.uocr_session_create(model._h, ctypes.byref(params), ctypes.byref(handle)), _lib.uocr_last_error)
+        self._h = handle
+        self._model = model  # not required by the library (it keeps its own reference); tidy lifetime
+
+    def _check(self, status):
+        _check(status, lambda: _lib.uocr_session_last_error(self._h))
+
+    def add_image_file(self, path):
+        self._check(_lib.uocr_session_add_image_file(self._h, _path(path)))
+
+    def add_image_bytes(self, data):
+        data = bytes(data)
+        self._check(_lib.uocr_session_add_image_encoded(self._h, data, len(data)))
+
+    def add_image_rgb(self, rgb, width, height, stride=0):
+        rgb = bytes(rgb)
+        need = (stride or 3 * width) * (height - 1) + 3 * width if height > 0 and width > 0 else 0
+        if len(rgb) < need:
+            raise ValueError("rgb buffer has %d bytes, needs %d" % (len(rgb), need))
+        self._check(_lib.uocr_session_add_image_rgb(self._h, rgb, width, height, stride))
+
+    def clear_pages(self):
+        self._check(_lib.uocr_session_clear_pages(self._h))
+
+    def page_count(self):
+        n = ctypes.c_int32()
+        self._check(_lib.uocr_session_page_count(self._h, ctypes.byref(n)))
+        return n.value
+
+    def run(self, on_event=None):
+        """Runs the pages. on_event(Event) returning True cancels (raises Cancelled).
+
+        An exception raised by on_event cancels the run and is re-raised here."""
+        raised = []
+
+        def trampoline(event_ptr, _user):
+            try:
+                return 1 if on_event(Event(event_ptr.contents)) else 0
+            except BaseException as exc:  # never unwind through C
+                raised.append(exc)
+                return 1
+
+        callback = EVENT_CALLBACK(trampoline) if on_event else EVENT_CALLBACK()
+        summary = RunSummary()
+        _lib.uocr_run_summary_init(ctypes.byref(summary))
+        status = _lib.uocr_session_run(self._h, callback, None, ctypes.byref(summary))
+        if raised:
+            raise raised[0]
+        if status == E_CANCELLED:
+            raise Cancelled(status, _lib.uocr_session_last_error(self._h).decode(errors="replace"), summary)
+        self._check(status)
+        return summary
+
+    def text(self):
+        """The last run's transcript as bytes (exact UTF-8)."""
+        n = ctypes.c_size_t()
+        self._check(_lib.uocr_session_text(self._h, None, 0, ctypes.byref(n)))
+        buf = ctypes.create_string_buffer(n.value + 1)
+        self._check(_lib.uocr_session_text(self._h, buf, n.value + 1, ctypes.byref(n)))
+        return buf.raw[: n.value]
+
+    def close(self):
+        if self._h.value:
+            _lib.uocr_session_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def stop_reason_name(stop_reason):
+    return _lib.uocr_stop_reason_string(stop_reason).decode()

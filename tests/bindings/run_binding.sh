@@ -1,0 +1,86 @@
+#!/bin/sh
+# Runs one binding's sample program on the tiny model and compares its stdout byte for byte
+# with the C++ API's transcript (written by uocr_ref_ocr). Exit 77 (meson's skip) when the
+# binding's toolchain or the model is missing.
+#
+#   run_binding.sh KIND REF_FILE LIBUOCR WORK_DIR SOURCE_ROOT MODEL_DIR IMAGE MAX_NEW_TOKENS [C_EXE]
+#   KIND: c | python | python_api | rust | csharp | exports | pkgconfig
+set -u
+kind=$1 ref=$2 lib=$3 work=$4 src=$5 model=$6 image=$7 ntok=$8 exe=${9:-}
+
+skip() { echo "SKIP: $*"; exit 77; }
+die() { echo "FAIL: $*"; exit 1; }
+
+libdir=$(cd "$(dirname "$lib")" && pwd) || die "no library directory for $lib"
+lib="$libdir/$(basename "$lib")"
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$work" || die "cannot create $work"
+out="$work/$kind.stdout"
+err="$work/$kind.stderr"
+
+case $kind in
+exports)
+  # Only the C ABI may be exported: everything else is hidden (visibility + version script).
+  command -v nm >/dev/null 2>&1 || skip "nm not found"
+  bad=$(nm -D --defined-only "$lib" | awk 'NF >= 3 {print $3}' | grep -v '^uocr_' | grep -v '^UOCR_0$')
+  [ -z "$bad" ] || die "libuocr exports non-uocr_ symbols: $(echo "$bad" | head -20)"
+  n=$(nm -D --defined-only "$lib" | grep -c ' T uocr_')
+  echo "libuocr exports $n uocr_* functions and nothing else"
+  exit 0 ;;
+pkgconfig)
+  # The uninstalled pkg-config file meson generates must be enough to build the C sample.
+  command -v pkg-config >/dev/null 2>&1 || skip "pkg-config not found"
+  command -v cc >/dev/null 2>&1 || skip "cc not found"
+  pcdir=$(dirname "$libdir")/meson-uninstalled
+  [ -f "$pcdir/uocr-uninstalled.pc" ] || die "$pcdir/uocr-uninstalled.pc not generated"
+  flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs uocr) || die "pkg-config --cflags --libs uocr failed"
+  echo "pkg-config uocr: $flags"
+  # shellcheck disable=SC2086
+  cc -std=c99 -Wall -Wextra -Werror -pedantic -o "$work/ocr_pkgconfig" "$src/samples/c/ocr.c" $flags ||
+    die "building samples/c/ocr.c with the pkg-config flags failed"
+  "$work/ocr_pkgconfig" >/dev/null 2>&1
+  [ $? -eq 2 ] || die "the pkg-config-built sample did not run (expected its usage exit status 2)"
+  exit 0 ;;
+esac
+
+[ -f "$ref" ] || die "reference transcript $ref missing"
+if head -c 9 "$ref" | grep -q '^UOCR-SKIP'; then skip "$(cat "$ref")"; fi
+
+case $kind in
+c)
+  "$exe" -q -n "$ntok" "$model" "$image" >"$out" 2>"$err" ;;
+python)
+  command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+  PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" python3 "$src/samples/python/ocr.py" -q -n "$ntok" "$model" "$image" \
+    >"$out" 2>"$err" ;;
+python_api)
+  command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+  PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" UOCR_SOURCE_DIR="$src" \
+    python3 "$src/tests/bindings/python_api_check.py" "$model" "$image"
+  exit $? ;;
+rust)
+  command -v cargo >/dev/null 2>&1 || skip "cargo not found (install the Debian packages cargo and rustc)"
+  # Offline, no registry: CARGO_HOME and the target dir live in the build tree.
+  CARGO_HOME="$work/cargo-home" UOCR_LIB_DIR="$libdir" cargo build --quiet --offline --locked \
+    --manifest-path "$src/samples/rust/Cargo.toml" --target-dir "$work/rust-target" >"$err" 2>&1 ||
+    { cat "$err"; die "cargo build failed"; }
+  "$work/rust-target/debug/ocr" -q -n "$ntok" "$model" "$image" >"$out" 2>"$err" ;;
+csharp)
+  command -v mcs >/dev/null 2>&1 || skip "mcs not found (install mono-mcs)"
+  command -v mono >/dev/null 2>&1 || skip "mono not found (install mono-runtime)"
+  mcs -nologo -warnaserror -out:"$work/ocr.exe" "$src/samples/csharp/Uocr.cs" "$src/samples/csharp/Ocr.cs" >"$err" 2>&1 ||
+    { cat "$err"; die "mcs failed"; }
+  mono "$work/ocr.exe" -q -n "$ntok" "$model" "$image" >"$out" 2>"$err" ;;
+*)
+  die "unknown binding kind $kind" ;;
+esac
+rc=$?
+cat "$err"
+[ $rc -eq 0 ] || die "the $kind sample exited with status $rc"
+if cmp -s "$ref" "$out"; then
+  echo "$kind binding: $(wc -c <"$out") bytes, identical to the C++ API's transcript"
+  exit 0
+fi
+echo "--- C++ API ($ref)"; od -c "$ref" | head -20
+echo "--- $kind binding ($out)"; od -c "$out" | head -20
+die "the $kind binding's transcript differs from the C++ API's"

@@ -1,0 +1,628 @@
+// The C ABI (c_api/uocr.h, libuocr.so) as a C caller sees it: versions, status strings, every
+// misuse path (NULL and freed handles, wrong struct sizes, undecodable images, re-entry,
+// cancellation), struct-size compatibility, and the event stream of a real run on the tiny
+// random-weight model. Includes only the C header: nothing here may depend on the C++ core.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "uocr.h"
+
+namespace {
+
+std::string shared_dir() {
+  const char* v = std::getenv("UOCR_SHARED_DIR");
+  return v && *v ? v : "../shared";
+}
+std::string model_dir() { return shared_dir() + "/golden/tiny-a"; }
+std::string page_path() { return model_dir() + "/page.png"; }
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  REQUIRE_MESSAGE(bool(f), "cannot open " << path);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// One model for the whole binary (loading is the slow part after the vision encoder).
+uocr_model* shared_model() {
+  static uocr_model* model = [] {
+    uocr_model_params mp;
+    uocr_model_params_init(&mp);
+    uocr_model* m = nullptr;
+    const uocr_status st = uocr_model_load(model_dir().c_str(), &mp, &m);
+    REQUIRE_MESSAGE(st == UOCR_OK, "loading " << model_dir() << ": " << uocr_last_error());
+    return m;
+  }();
+  return model;
+}
+
+uocr_session* new_session(int64_t max_new_tokens) {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  sp.max_new_tokens = max_new_tokens;
+  uocr_session* s = nullptr;
+  REQUIRE(uocr_session_create(shared_model(), &sp, &s) == UOCR_OK);
+  REQUIRE(s != nullptr);
+  return s;
+}
+
+std::string session_text(const uocr_session* s) {
+  size_t n = 0;
+  REQUIRE(uocr_session_text(s, nullptr, 0, &n) == UOCR_OK);
+  std::string t(n + 1, '\0');
+  size_t n2 = 0;
+  REQUIRE(uocr_session_text(s, &t[0], t.size(), &n2) == UOCR_OK);
+  CHECK(n2 == n);
+  CHECK(t[n] == '\0');
+  t.resize(n);
+  return t;
+}
+
+int32_t page_count(const uocr_session* s) {
+  int32_t n = -1;
+  REQUIRE(uocr_session_page_count(s, &n) == UOCR_OK);
+  return n;
+}
+
+// What a run streamed.
+struct Stream {
+  uocr_session* self = nullptr;  // for the re-entry checks
+  int cancel_after = -1;         // cancel on this token event (1-based); -1: never
+  bool probe_reentry = false;
+  int tokens = 0, pages = 0, blocks = 0;
+  std::vector<int32_t> ids;
+  std::string text;
+  int bad_events = 0;
+  // Outcomes of the calls made from inside the callback.
+  uocr_status reentry_add = UOCR_OK, reentry_run = UOCR_OK, reentry_text = UOCR_OK, model_info = -1;
+  std::string reentry_thread_error, reentry_session_error;
+  bool freed_from_callback_survived = false;
+};
+
+int32_t on_event(const uocr_event* e, void* user) {
+  Stream& st = *static_cast<Stream*>(user);
+  if (e == nullptr || e->struct_size < sizeof(uocr_event) || e->text == nullptr || e->label == nullptr) {
+    ++st.bad_events;
+    return 1;
+  }
+  switch (e->type) {
+    case UOCR_EVENT_TOKEN:
+      ++st.tokens;
+      if (e->token_id < 0 || e->text[e->text_len] != '\0' || e->label[0] != '\0') ++st.bad_events;
+      st.ids.push_back(e->token_id);
+      st.text.append(e->text, e->text_len);
+      break;
+    case UOCR_EVENT_PAGE:
+      ++st.pages;
+      if (e->token_id != -1 || e->page < 0 || e->text_len != 0) ++st.bad_events;
+      break;
+    case UOCR_EVENT_BLOCK:
+      ++st.blocks;
+      if (e->label[0] == '\0' || e->page < 0 || e->token_id != -1) ++st.bad_events;
+      for (int k = 0; k < 4; ++k)
+        if (e->box[k] < 0 || e->box_px[k] < 0) ++st.bad_events;
+      break;
+    default: ++st.bad_events;
+  }
+  if (st.probe_reentry && e->type == UOCR_EVENT_TOKEN && st.tokens == 1) {
+    st.reentry_add = uocr_session_add_image_file(st.self, page_path().c_str());
+    st.reentry_thread_error = uocr_last_error();
+    st.reentry_run = uocr_session_run(st.self, nullptr, nullptr, nullptr);
+    size_t n = 0;
+    st.reentry_text = uocr_session_text(st.self, nullptr, 0, &n);
+    uocr_session_free(st.self);  // refused: the session is busy
+    st.freed_from_callback_survived = uocr_session_last_error(st.self) != nullptr;
+    st.reentry_session_error = uocr_session_last_error(st.self);
+    uocr_model_info info;
+    uocr_model_info_init(&info);
+    st.model_info = uocr_model_get_info(shared_model(), &info);  // the model may be used
+  }
+  if (e->type == UOCR_EVENT_TOKEN && st.cancel_after > 0 && st.tokens >= st.cancel_after) return 1;
+  return 0;
+}
+
+// The token deltas, concatenated and trimmed, are the transcript. The one allowed difference is
+// the stream decoder's end-of-stream U+FFFD for a character cut off by the last token, which no
+// event carries.
+bool deltas_make_transcript(const std::string& deltas, const std::string& transcript) {
+  std::string joined = deltas;
+  for (int extra = 0; extra < 4; ++extra, joined += "\xEF\xBF\xBD")
+    if (trim(joined) == transcript) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("c_api: versions and build information") {
+  char expect[32];
+  std::snprintf(expect, sizeof expect, "%d.%d.%d", UOCR_VERSION_MAJOR, UOCR_VERSION_MINOR, UOCR_VERSION_PATCH);
+  CHECK(std::string(uocr_version_string()) == expect);
+  CHECK(uocr_version_number() == UOCR_VERSION_NUMBER);
+  CHECK(uocr_api_version() == UOCR_API_VERSION);
+  const std::string info = uocr_build_info();
+  CHECK(info.find(expect) != std::string::npos);
+  CHECK(info.find("cpu") != std::string::npos);
+}
+
+TEST_CASE("c_api: status and stop-reason strings") {
+  const uocr_status codes[] = {UOCR_OK, UOCR_E_INVALID_ARGUMENT, UOCR_E_IO, UOCR_E_INVALID_MODEL,
+                               UOCR_E_INVALID_IMAGE, UOCR_E_UNSUPPORTED, UOCR_E_OUT_OF_MEMORY, UOCR_E_TOKENIZER,
+                               UOCR_E_CANCELLED, UOCR_E_INTERNAL, UOCR_E_INVALID_HANDLE, UOCR_E_VERSION_MISMATCH,
+                               UOCR_E_BUSY, UOCR_E_BUFFER_TOO_SMALL};
+  std::vector<std::string> seen;
+  for (uocr_status c : codes) {
+    const char* s = uocr_status_string(c);
+    REQUIRE(s != nullptr);
+    CHECK(std::string(s) != "unknown status");
+    for (const std::string& other : seen) CHECK(other != s);
+    seen.push_back(s);
+  }
+  CHECK(std::string(uocr_status_string(UOCR_OK)) == "ok");
+  CHECK(std::string(uocr_status_string(-42)) == "unknown status");
+  CHECK(std::string(uocr_status_string(7)) == "unknown status");
+  // The numbering is part of the ABI.
+  CHECK(UOCR_E_INVALID_ARGUMENT == -1);
+  CHECK(UOCR_E_INTERNAL == -9);
+  CHECK(UOCR_E_INVALID_HANDLE == -100);
+  CHECK(UOCR_E_BUFFER_TOO_SMALL == -103);
+  CHECK(std::string(uocr_stop_reason_string(UOCR_STOP_EOS)) == "eos");
+  CHECK(std::string(uocr_stop_reason_string(UOCR_STOP_MAX_TOKENS)) == "max_tokens");
+  CHECK(std::string(uocr_stop_reason_string(UOCR_STOP_CANCELLED)) == "cancelled");
+  CHECK(std::string(uocr_stop_reason_string(99)) == "unknown");
+}
+
+TEST_CASE("c_api: model loading errors") {
+  uocr_model_params mp;
+  uocr_model_params_init(&mp);
+  CHECK(mp.struct_size == sizeof mp);
+  CHECK(mp.api_version == UOCR_API_VERSION);
+
+  uocr_model* m = reinterpret_cast<uocr_model*>(&mp);  // must be overwritten with NULL
+  CHECK(uocr_model_load(nullptr, &mp, &m) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(m == nullptr);
+  CHECK(std::string(uocr_last_error()).find("NULL") != std::string::npos);
+  CHECK(uocr_model_load(model_dir().c_str(), &mp, nullptr) == UOCR_E_INVALID_ARGUMENT);
+
+  const uocr_status missing = uocr_model_load("/nonexistent/uocr-model", &mp, &m);
+  CHECK((missing == UOCR_E_IO || missing == UOCR_E_INVALID_MODEL));
+  CHECK(m == nullptr);
+  CHECK(std::string(uocr_last_error()).find("/nonexistent/uocr-model") != std::string::npos);
+
+  uocr_model_params bad = mp;
+  bad.struct_size = 0;
+  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(std::string(uocr_last_error()).find("struct_size") != std::string::npos);
+  bad = mp;
+  bad.struct_size = 4;
+  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
+  bad = mp;
+  bad.api_version = UOCR_API_VERSION + 1;  // a header newer than the library
+  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_VERSION_MISMATCH);
+  CHECK(std::string(uocr_last_error()).find("API version") != std::string::npos);
+  bad = mp;
+  bad.api_version = 0;
+  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
+  bad = mp;
+  bad.flags = 1;
+  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(m == nullptr);
+
+  // A successful call clears the thread's message.
+  uocr_model_info info;
+  uocr_model_info_init(&info);
+  CHECK(uocr_model_get_info(shared_model(), &info) == UOCR_OK);
+  CHECK(std::string(uocr_last_error()).empty());
+  uocr_model_free(nullptr);  // no-op
+}
+
+TEST_CASE("c_api: model info") {
+  uocr_model_info info;
+  uocr_model_info_init(&info);
+  REQUIRE(uocr_model_get_info(shared_model(), &info) == UOCR_OK);
+  CHECK(info.struct_size == sizeof info);
+  CHECK(info.hidden_size == 32);
+  CHECK(info.layers == 2);
+  CHECK(info.vocab_size == 129280);
+  CHECK(info.sliding_window == 0);  // tiny-a has DeepSeek-OCR's config: no window
+  CHECK(info.image_size == 1024);
+  CHECK(info.max_positions == 8192);
+  CHECK(info.bos_id == 0);
+  CHECK(info.eos_id == 1);
+  CHECK(info.image_token_id > 1);
+
+  CHECK(uocr_model_get_info(nullptr, &info) == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_model_get_info(shared_model(), nullptr) == UOCR_E_INVALID_ARGUMENT);
+  uocr_model_info small = info;
+  small.struct_size = 8;
+  CHECK(uocr_model_get_info(shared_model(), &small) == UOCR_E_INVALID_ARGUMENT);
+}
+
+TEST_CASE("c_api: NULL handles are refused everywhere") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  uocr_session* s = reinterpret_cast<uocr_session*>(&sp);
+  CHECK(uocr_session_create(nullptr, &sp, &s) == UOCR_E_INVALID_HANDLE);
+  CHECK(s == nullptr);
+  CHECK(uocr_session_create(shared_model(), &sp, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  const uint8_t px[3] = {1, 2, 3};
+  CHECK(uocr_session_add_image_file(nullptr, "x.png") == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_session_add_image_encoded(nullptr, px, 3) == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_session_add_image_rgb(nullptr, px, 1, 1, 0) == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_session_clear_pages(nullptr) == UOCR_E_INVALID_HANDLE);
+  int32_t n = 0;
+  CHECK(uocr_session_page_count(nullptr, &n) == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_session_run(nullptr, nullptr, nullptr, nullptr) == UOCR_E_INVALID_HANDLE);
+  size_t len = 0;
+  CHECK(uocr_session_text(nullptr, nullptr, 0, &len) == UOCR_E_INVALID_HANDLE);
+  CHECK(std::string(uocr_last_error()).find("NULL") != std::string::npos);
+  REQUIRE(uocr_session_last_error(nullptr) != nullptr);
+  CHECK(std::string(uocr_session_last_error(nullptr)).find("NULL") != std::string::npos);
+  uocr_session_free(nullptr);  // no-op
+}
+
+TEST_CASE("c_api: freed and foreign handles are detected") {
+  uocr_session* s = new_session(4);
+  uocr_session_free(s);
+  // Use after free is undefined behaviour by contract; the library detects it in the common
+  // case (the address not yet reused by a new session) without touching the freed memory.
+  CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_E_INVALID_HANDLE);
+  CHECK(std::string(uocr_last_error()).find("freed") != std::string::npos);
+  CHECK(uocr_session_run(s, nullptr, nullptr, nullptr) == UOCR_E_INVALID_HANDLE);
+  size_t len = 0;
+  CHECK(uocr_session_text(s, nullptr, 0, &len) == UOCR_E_INVALID_HANDLE);
+  CHECK(std::string(uocr_session_last_error(s)).find("not a live session") != std::string::npos);
+  uocr_session_free(s);  // double free: detected, recorded, no crash
+  CHECK(std::string(uocr_last_error()).find("not a live session") != std::string::npos);
+
+  // A model handle passed as a session, and a session passed as a model.
+  uocr_session* as_session = reinterpret_cast<uocr_session*>(shared_model());
+  CHECK(uocr_session_run(as_session, nullptr, nullptr, nullptr) == UOCR_E_INVALID_HANDLE);
+  uocr_session* real = new_session(4);
+  uocr_model_info info;
+  uocr_model_info_init(&info);
+  CHECK(uocr_model_get_info(reinterpret_cast<uocr_model*>(real), &info) == UOCR_E_INVALID_HANDLE);
+  uocr_session_free(real);
+
+  // A freed model.
+  uocr_model_params mp;
+  uocr_model_params_init(&mp);
+  uocr_model* m = nullptr;
+  REQUIRE(uocr_model_load(model_dir().c_str(), &mp, &m) == UOCR_OK);
+  uocr_model_free(m);
+  CHECK(uocr_model_get_info(m, &info) == UOCR_E_INVALID_HANDLE);
+  uocr_session* s2 = nullptr;
+  CHECK(uocr_session_create(m, nullptr, &s2) == UOCR_E_INVALID_HANDLE);
+  CHECK(s2 == nullptr);
+}
+
+TEST_CASE("c_api: session params validation and struct-size compatibility") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.struct_size == sizeof sp);
+  CHECK(sp.image_mode == UOCR_IMAGE_MODE_BASE);
+  CHECK(sp.window == -1);
+  CHECK(sp.max_new_tokens == 0);
+  CHECK(sp.prompt == nullptr);
+  CHECK(sp.temperature == 0.f);
+  CHECK(sp.top_p == 1.f);
+  CHECK(sp.ngram_size == 35);
+  CHECK(sp.ngram_window == -1);
+  CHECK(sp.loop_guard == 1);
+  CHECK(sp.max_image_pixels == 0);
+
+  uocr_session* s = nullptr;
+  auto create = [&](const void* params) {
+    s = nullptr;
+    const uocr_status st = uocr_session_create(shared_model(), static_cast<const uocr_session_params*>(params), &s);
+    if (st != UOCR_OK) CHECK(s == nullptr);
+    return st;
+  };
+
+  SUBCASE("NULL params are the defaults") {
+    REQUIRE(create(nullptr) == UOCR_OK);
+    uocr_session_free(s);
+  }
+  SUBCASE("struct_size 0 or below the minimum") {
+    uocr_session_params p = sp;
+    p.struct_size = 0;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(std::string(uocr_last_error()).find("uocr_session_params_init") != std::string::npos);
+    p.struct_size = UOCR_SESSION_PARAMS_MIN_SIZE - 4;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+  }
+  SUBCASE("out-of-range values") {
+    uocr_session_params p = sp;
+    p.image_mode = 7;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.loop_guard = 2;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.temperature = -1.f;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(std::string(uocr_last_error()).find("temperature") != std::string::npos);
+    p = sp;
+    p.top_p = 0.f;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.max_new_tokens = -5;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.window = -3;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.ngram_size = -1;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.ngram_window = 0;  // a whole-sequence n-gram window is not constant-memory
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p.ngram_size = 0;  // ... but irrelevant with the rule off
+    REQUIRE(create(&p) == UOCR_OK);
+    uocr_session_free(s);
+    p = sp;
+    p.image_mode = UOCR_IMAGE_MODE_GUNDAM;
+    p.prompt = "<image>\nFree OCR.";
+    REQUIRE(create(&p) == UOCR_OK);
+    uocr_session_free(s);
+  }
+  SUBCASE("an older, smaller struct: the missing tail fields take their defaults") {
+    // What a caller built against a header without max_image_pixels would pass.
+    struct older_session_params {
+      uint32_t struct_size;
+      int32_t image_mode;
+      int64_t max_new_tokens;
+      const char* prompt;
+      int32_t window;
+      float temperature;
+      float top_p;
+      int32_t ngram_size;
+      uint64_t seed;
+      int32_t ngram_window;
+      int32_t loop_guard;
+    };
+    static_assert(sizeof(older_session_params) == UOCR_SESSION_PARAMS_MIN_SIZE, "the minimum is the older struct");
+    static_assert(sizeof(older_session_params) < sizeof(uocr_session_params), "older must be smaller");
+    // Followed by bytes that would set max_image_pixels = 16 if the library read past the end.
+    struct {
+      older_session_params p;
+      uint64_t poison;
+    } buf;
+    std::memset(&buf, 0, sizeof buf);
+    std::memcpy(&buf.p, &sp, sizeof buf.p);
+    buf.p.struct_size = sizeof buf.p;
+    buf.p.max_new_tokens = 3;
+    buf.poison = 16;
+    REQUIRE(create(&buf.p) == UOCR_OK);
+    CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);  // default pixel limit
+    CHECK(page_count(s) == 1);
+    uocr_session_free(s);
+
+    // The same field set explicitly by a current caller does take effect.
+    uocr_session_params p = sp;
+    p.max_image_pixels = 16;
+    REQUIRE(create(&p) == UOCR_OK);
+    CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_E_INVALID_IMAGE);
+    CHECK(std::string(uocr_session_last_error(s)).find("limit") != std::string::npos);
+    const uint8_t px[3 * 5 * 5] = {};
+    CHECK(uocr_session_add_image_rgb(s, px, 5, 5, 0) == UOCR_E_INVALID_IMAGE);
+    CHECK(uocr_session_add_image_rgb(s, px, 4, 4, 0) == UOCR_OK);
+    CHECK(page_count(s) == 1);
+    uocr_session_free(s);
+  }
+  SUBCASE("a newer, larger struct: zero tail accepted, unknown non-zero fields refused") {
+    struct {
+      uocr_session_params p;
+      uint64_t future_field;
+    } newer;
+    std::memset(&newer, 0, sizeof newer);
+    newer.p = sp;
+    newer.p.struct_size = sizeof newer;
+    REQUIRE(create(&newer.p) == UOCR_OK);
+    uocr_session_free(s);
+    newer.future_field = 1;
+    CHECK(create(&newer.p) == UOCR_E_UNSUPPORTED);
+    CHECK(std::string(uocr_last_error()).find("does not know") != std::string::npos);
+  }
+}
+
+TEST_CASE("c_api: images that fail to decode, and bad image arguments") {
+  uocr_session* s = new_session(4);
+  CHECK(page_count(s) == 0);
+
+  CHECK(uocr_session_add_image_file(s, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_add_image_file(s, "/nonexistent/page.png") == UOCR_E_IO);
+  CHECK(std::string(uocr_session_last_error(s)).find("/nonexistent/page.png") != std::string::npos);
+  CHECK(std::string(uocr_last_error()) == uocr_session_last_error(s));
+
+  const char junk[] = "this is not an image";
+  CHECK(uocr_session_add_image_encoded(s, junk, sizeof junk) == UOCR_E_INVALID_IMAGE);
+  CHECK(std::string(uocr_session_last_error(s)).find("cannot decode") != std::string::npos);
+  CHECK(uocr_session_add_image_encoded(s, junk, 0) == UOCR_E_INVALID_IMAGE);
+  CHECK(uocr_session_add_image_encoded(s, nullptr, 10) == UOCR_E_INVALID_ARGUMENT);
+  const std::vector<uint8_t> png = read_file(page_path());
+  CHECK(uocr_session_add_image_encoded(s, png.data(), 100) == UOCR_E_INVALID_IMAGE);  // truncated
+
+  const uint8_t px[3 * 4 * 2] = {};
+  CHECK(uocr_session_add_image_rgb(s, nullptr, 4, 2, 0) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_add_image_rgb(s, px, 0, 2, 0) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_add_image_rgb(s, px, 4, -1, 0) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_add_image_rgb(s, px, 4, 2, 11) == UOCR_E_INVALID_ARGUMENT);  // stride < 3 * width
+  CHECK(std::string(uocr_session_last_error(s)).find("stride") != std::string::npos);
+  CHECK(page_count(s) == 0);  // failures add nothing
+
+  // Success clears the session's message.
+  CHECK(uocr_session_add_image_encoded(s, png.data(), png.size()) == UOCR_OK);
+  CHECK(std::string(uocr_session_last_error(s)).empty());
+  CHECK(uocr_session_add_image_rgb(s, px, 4, 2, 12) == UOCR_OK);
+  CHECK(page_count(s) == 2);
+  CHECK(uocr_session_clear_pages(s) == UOCR_OK);
+  CHECK(page_count(s) == 0);
+  CHECK(uocr_session_page_count(s, nullptr) == UOCR_E_INVALID_ARGUMENT);
+
+  // Running without pages, and with a summary struct that is too small.
+  CHECK(uocr_session_run(s, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(std::string(uocr_session_last_error(s)).find("no pages") != std::string::npos);
+  uocr_run_summary sum;
+  uocr_run_summary_init(&sum);
+  sum.struct_size = 8;
+  CHECK(uocr_session_add_image_rgb(s, px, 4, 2, 0) == UOCR_OK);
+  CHECK(uocr_session_run(s, nullptr, nullptr, &sum) == UOCR_E_INVALID_ARGUMENT);  // checked before running
+  CHECK(std::string(uocr_session_last_error(s)).find("struct_size") != std::string::npos);
+
+  // Text before any run: empty, and the buffer conventions.
+  size_t len = 99;
+  CHECK(uocr_session_text(s, nullptr, 0, &len) == UOCR_OK);
+  CHECK(len == 0);
+  char one = 'x';
+  CHECK(uocr_session_text(s, &one, 1, &len) == UOCR_OK);
+  CHECK(one == '\0');
+  CHECK(uocr_session_text(s, nullptr, 5, &len) == UOCR_E_INVALID_ARGUMENT);
+  uocr_session_free(s);
+}
+
+TEST_CASE("c_api: model and sessions shared across threads") {
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        uocr_session* s = nullptr;
+        if (uocr_session_create(shared_model(), nullptr, &s) != UOCR_OK) ++failures;
+        uocr_model_info info;
+        uocr_model_info_init(&info);
+        if (uocr_model_get_info(shared_model(), &info) != UOCR_OK || info.layers != 2) ++failures;
+        const uint8_t px[3] = {0, 0, 0};
+        if (uocr_session_add_image_rgb(s, px, 1, 1, 0) != UOCR_OK) ++failures;
+        if (uocr_session_add_image_encoded(s, px, 3) != UOCR_E_INVALID_IMAGE) ++failures;
+        if (std::string(uocr_last_error()).find("cannot decode") == std::string::npos) ++failures;  // per thread
+        uocr_session_free(s);
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  CHECK(failures.load() == 0);
+}
+
+TEST_CASE("c_api: a run streams token events that make the transcript; re-entry is refused; cancellation") {
+  uocr_session* s = new_session(24);
+  REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+
+  Stream st;
+  st.self = s;
+  st.probe_reentry = true;
+  uocr_run_summary sum;
+  uocr_run_summary_init(&sum);
+  const uocr_status rc = uocr_session_run(s, on_event, &st, &sum);
+  REQUIRE_MESSAGE(rc == UOCR_OK, uocr_session_last_error(s));
+  CHECK(std::string(uocr_session_last_error(s)).empty());
+  CHECK(st.bad_events == 0);
+
+  // Summary.
+  CHECK(sum.struct_size == sizeof sum);
+  CHECK(sum.pages == 1);
+  CHECK(sum.visual_tokens > 0);
+  CHECK(sum.prompt_tokens > sum.visual_tokens);
+  CHECK(sum.generated_tokens == st.tokens);
+  CHECK(sum.generated_tokens <= 24);
+  CHECK((sum.stop_reason == UOCR_STOP_MAX_TOKENS || sum.stop_reason == UOCR_STOP_EOS ||
+         sum.stop_reason == UOCR_STOP_LOOP || sum.stop_reason == UOCR_STOP_NO_TOKEN));
+  if (sum.stop_reason == UOCR_STOP_MAX_TOKENS) CHECK(sum.generated_tokens == 24);
+  CHECK(sum.vision_seconds > 0);
+  CHECK(sum.prefill_seconds > 0);
+  CHECK(sum.decode_seconds >= 0);
+  CHECK(sum.reference_kv_bytes > 0);
+  CHECK(sum.kv_allocated_bytes >= sum.reference_kv_bytes);
+  CHECK(sum.peak_kv_bytes >= sum.reference_kv_bytes);
+
+  // The transcript.
+  const std::string text = session_text(s);
+  CHECK(sum.text_len == text.size());
+  CHECK(sum.empty == (text.empty() ? 1 : 0));
+  CHECK_MESSAGE(deltas_make_transcript(st.text, text), "deltas: [" << st.text << "] transcript: [" << text << "]");
+  std::vector<char> small(text.size() > 0 ? text.size() : 1, '#');
+  size_t len = 0;
+  CHECK(uocr_session_text(s, small.data(), small.size(), &len) == UOCR_E_BUFFER_TOO_SMALL);  // no room for NUL
+  CHECK(len == text.size());
+  CHECK(small[0] == '#');  // untouched
+
+  // Calls from inside the callback on the same session were refused; the model stayed usable.
+  CHECK(st.reentry_add == UOCR_E_BUSY);
+  CHECK(st.reentry_thread_error.find("already in a call") != std::string::npos);
+  CHECK(st.reentry_run == UOCR_E_BUSY);
+  CHECK(st.reentry_text == UOCR_E_BUSY);
+  CHECK(st.freed_from_callback_survived);
+  CHECK(st.reentry_session_error.empty());  // refused calls do not touch the running call's slot
+  CHECK(st.model_info == UOCR_OK);
+  CHECK(page_count(s) == 1);
+
+  // Cancellation after 5 tokens, on the same session (a run starts afresh, deterministically).
+  REQUIRE(st.ids.size() > 5);
+  Stream cancel;
+  cancel.cancel_after = 5;
+  uocr_run_summary csum;
+  uocr_run_summary_init(&csum);
+  CHECK(uocr_session_run(s, on_event, &cancel, &csum) == UOCR_E_CANCELLED);
+  CHECK(std::string(uocr_session_last_error(s)).find("cancelled") != std::string::npos);
+  CHECK(std::string(uocr_last_error()).find("cancelled") != std::string::npos);
+  CHECK(csum.stop_reason == UOCR_STOP_CANCELLED);
+  CHECK(csum.generated_tokens == 5);
+  CHECK(cancel.tokens == 5);
+  CHECK(std::vector<int32_t>(st.ids.begin(), st.ids.begin() + 5) == cancel.ids);
+  const std::string partial = session_text(s);
+  CHECK(csum.text_len == partial.size());
+  CHECK(deltas_make_transcript(cancel.text, partial));
+  // The session stays usable after a cancelled run.
+  CHECK(uocr_session_clear_pages(s) == UOCR_OK);
+  CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+  uocr_session_free(s);
+}
+
+TEST_CASE("c_api: raw RGB pages equal the same pixels encoded; sessions outlive a freed model") {
+  // A 61x47 gradient (odd width so rows are not 4-byte aligned), encoded as binary PPM.
+  const int w = 61, h = 47;
+  const size_t stride = 3 * w + 5;  // padded rows
+  std::vector<uint8_t> padded(stride * h, 0xEE);
+  std::string ppm = "P6\n" + std::to_string(w) + " " + std::to_string(h) + "\n255\n";
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const uint8_t rgb[3] = {uint8_t(x * 4), uint8_t(y * 5), uint8_t((x * y) & 0xff)};
+      std::memcpy(&padded[size_t(y) * stride + size_t(x) * 3], rgb, 3);
+      ppm.append(reinterpret_cast<const char*>(rgb), 3);
+    }
+
+  // Own model, freed before the sessions run: the sessions keep it alive.
+  uocr_model* m = nullptr;
+  REQUIRE(uocr_model_load(model_dir().c_str(), nullptr, &m) == UOCR_OK);
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  sp.max_new_tokens = 6;
+  uocr_session *a = nullptr, *b = nullptr;
+  REQUIRE(uocr_session_create(m, &sp, &a) == UOCR_OK);
+  REQUIRE(uocr_session_create(m, &sp, &b) == UOCR_OK);
+  uocr_model_free(m);
+
+  REQUIRE(uocr_session_add_image_rgb(a, padded.data(), w, h, stride) == UOCR_OK);
+  REQUIRE(uocr_session_add_image_encoded(b, ppm.data(), ppm.size()) == UOCR_OK);
+  Stream sa, sb;
+  REQUIRE(uocr_session_run(a, on_event, &sa, nullptr) == UOCR_OK);
+  REQUIRE(uocr_session_run(b, on_event, &sb, nullptr) == UOCR_OK);
+  CHECK(sa.ids == sb.ids);
+  CHECK(!sa.ids.empty());
+  CHECK(session_text(a) == session_text(b));
+  uocr_session_free(b);
+  uocr_session_free(a);
+}
