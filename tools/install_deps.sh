@@ -3,6 +3,7 @@
 set -euo pipefail
 packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev doctest-dev
   python3 mono-mcs mono-runtime poppler-utils $(command -v cargo >/dev/null 2>&1 || echo cargo rustc))  # bindings tests; cargo+rustc only if no cargo on PATH (e.g. rustup)
+packages+=(glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)  # Vulkan backend; lavapipe runs its tests without a GPU
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

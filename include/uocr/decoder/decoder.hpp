@@ -8,7 +8,8 @@
 //
 // Positions are explicit and keep increasing through the R-SWA ring (upstream never renumbers);
 // a position outside [0, max_position_embeddings) is rejected with Status::invalid_argument,
-// as upstream generation stops at that length.
+// as upstream generation stops at that length (set_position_limit() widens the range on purpose,
+// for page groups over documents longer than the model's context; see uocr/decoder/page_groups.hpp).
 //
 // Thread-safety: the weights may be shared; a Decoder owns decode scratch, so use one Decoder per
 // thread (and one KvCache per sequence).
@@ -54,6 +55,19 @@ class Decoder {
   }
 
   const DecoderConfig& config() const { return c_; }
+
+  // Positions accepted are [0, limit); the default is the config's max_position_embeddings. A
+  // larger limit extrapolates RoPE beyond what the model was trained on (explicit opt-in only).
+  void set_position_limit(int64_t limit) {
+    require(limit > 0 && limit <= (int64_t(1) << 24), Status::invalid_argument,
+            "position limit must be in (0, 2^24] (float32 positions are exact up to 2^24)");
+    position_limit_ = limit;
+  }
+  int64_t position_limit() const { return position_limit_; }
+
+  // Replaces the dense reference attention of decode_step (nullptr: dense, the default). The
+  // object must outlive its use; SR-SWA (uocr/decoder/sparse_reference.hpp) plugs in here.
+  void set_decode_attention(DecodeAttention* attention) { attention_ = attention; }
 
   // Token embeddings widened to float32: [ids.size(), hidden].
   std::vector<float> embed(const std::vector<int32_t>& ids) const {
@@ -133,6 +147,61 @@ class Decoder {
     return logits;
   }
 
+  // Computes `t` more reference tokens (embeddings [t, hidden] at explicit `positions`) into rows
+  // [dst, dst + t) of the cache's reference, which must already hold them (KvCache::resize_reference).
+  // New token i attends to the reference rows in `context` (no mask: they precede it in the
+  // document) and causally to new tokens 0..i; every other row, generated ones included, is left
+  // as it is. Page groups prefill a page this way against the pages they keep. Returns the logits
+  // of the last new token [vocab] when `want_logits`, else nothing.
+  std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, KvCache& cache,
+                                     int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
+    const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
+    require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
+    for (int64_t i = 0; i < t; ++i) check_positions(positions[i], 1);
+    check_cache(cache);
+    const int64_t rows = cache.reference_rows();
+    require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
+      return "segment rows " + std::to_string(dst) + ".." + std::to_string(dst + t - 1) + " are outside the reference (" +
+             std::to_string(rows) + " rows)";
+    });
+    for (const RowSpan& c : context)
+      require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
+              Status::invalid_argument, "segment context must be reference rows outside the segment");
+
+    std::vector<float> x(embeddings, embeddings + t * hidden), a(size_t(t * hidden)), f(size_t(t * hidden));
+    std::vector<float> q(size_t(t * qr)), attn(size_t(t * qr));
+    std::vector<KvRows> ctx(context.size());
+    MlpScratch mlp;
+    MoeScratch moe;
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+      float* k = cache.reference_k(l) + dst * kr;
+      float* v = cache.reference_v(l) + dst * kr;
+      rms_norm(x.data(), t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a.data());
+      cpu::linear(a.data(), t, lw.q, q.data());
+      cpu::linear(a.data(), t, lw.k, k);
+      cpu::linear(a.data(), t, lw.v, v);
+      for (int64_t i = 0; i < t; ++i) {
+        rope_.apply(q.data() + i * qr, shape_.heads, positions[i]);
+        rope_.apply(k + i * kr, shape_.kv_heads, positions[i]);
+      }
+      for (size_t i = 0; i < context.size(); ++i)
+        ctx[i] = KvRows{cache.reference_k(l) + context[i].begin * kr, cache.reference_v(l) + context[i].begin * kr,
+                        context[i].rows};
+      segment_attention(q.data(), k, v, t, ctx, shape_, attn.data());
+      cpu::linear(attn.data(), t, lw.o, f.data());
+      add_into(x.data(), f.data(), t * hidden);
+      rms_norm(x.data(), t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a.data());
+      feed_forward(lw, a.data(), t, f.data(), mlp, moe);
+      add_into(x.data(), f.data(), t * hidden);
+    }
+    if (!want_logits) return {};
+    rms_norm(x.data() + (t - 1) * hidden, 1, hidden, final_norm_.data(), c_.rms_eps, a.data());
+    std::vector<float> logits(size_t(c_.vocab));
+    cpu::linear(a.data(), 1, *w_.lm_head, nullptr, logits.data());
+    return logits;
+  }
+
   // Feeds one generated token at `position` through the cache (ring or growing window per the
   // cache's mode) and returns its logits [vocab]; the reference stays valid until the next call.
   const std::vector<float>& decode_step(int32_t token, int64_t position, KvCache& cache) {
@@ -154,8 +223,12 @@ class Decoder {
       cpu::linear(a_.data(), 1, lw.v, v);
       rope_.apply(q_.data(), shape_.heads, position);
       rope_.apply(k, shape_.kv_heads, position);
-      decode_attention(q_.data(), KvRows{cache.reference_k(l), cache.reference_v(l), ref},
-                       KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, scores_.data(), attn_.data());
+      if (attention_)
+        attention_->attend(l, q_.data(), KvRows{cache.reference_k(l), cache.reference_v(l), ref},
+                           KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, attn_.data());
+      else
+        decode_attention(q_.data(), KvRows{cache.reference_k(l), cache.reference_v(l), ref},
+                         KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, scores_.data(), attn_.data());
       cpu::linear(attn_.data(), 1, lw.o, f_.data());
       add_into(x_.data(), f_.data(), hidden);
       rms_norm(x_.data(), 1, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a_.data());
@@ -175,9 +248,10 @@ class Decoder {
   }
 
   void check_positions(int64_t first, int64_t count) const {
-    require(first >= 0 && first + count <= c_.max_positions, Status::invalid_argument, [&] {
+    require(first >= 0 && first + count <= position_limit_, Status::invalid_argument, [&] {
       return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
-             " exceed the model's range [0, " + std::to_string(c_.max_positions) + ") (max_position_embeddings)";
+             " exceed the model's range [0, " + std::to_string(position_limit_) + ")" +
+             (position_limit_ == c_.max_positions ? " (max_position_embeddings)" : " (position limit)");
     });
   }
 
@@ -200,6 +274,8 @@ class Decoder {
 
   const DecoderConfig& c_;
   const DecoderWeights& w_;
+  int64_t position_limit_ = c_.max_positions;
+  DecodeAttention* attention_ = nullptr;
   Rope rope_;
   AttentionShape shape_;
   std::vector<std::vector<float>> input_norm_, post_norm_;

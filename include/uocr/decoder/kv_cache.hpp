@@ -18,6 +18,13 @@
 
 namespace uocr {
 
+// A range of reference rows: [begin, begin + rows).
+struct RowSpan {
+  int64_t begin = 0;
+  int64_t rows = 0;
+  int64_t end() const { return begin + rows; }
+};
+
 class KvCache {
  public:
   // window > 0: R-SWA with `window` generated slots (preallocated now, so memory is constant once
@@ -43,9 +50,27 @@ class KvCache {
     generated_ = 0;
   }
 
+  // Sets the number of reference rows, keeping the rows held and every generated row (page
+  // groups extend and rewrite the reference between decode steps). Storage grows to exactly
+  // `rows` when smaller and never shrinks, so a later reset() to at most `rows` does not reallocate.
+  void resize_reference(int64_t rows) {
+    require(rows >= 0, Status::invalid_argument, "reference rows must be >= 0");
+    for (Layer& l : layers_) {
+      if (l.ref_k.capacity() < size_t(rows * row_)) {
+        l.ref_k.reserve(size_t(rows * row_));
+        l.ref_v.reserve(size_t(rows * row_));
+      }
+      l.ref_k.resize(size_t(rows * row_));
+      l.ref_v.resize(size_t(rows * row_));
+    }
+    reference_rows_ = rows;
+  }
+
   int64_t reference_rows() const { return reference_rows_; }
   float* reference_k(int layer) { return layers_[size_t(layer)].ref_k.data(); }
   float* reference_v(int layer) { return layers_[size_t(layer)].ref_v.data(); }
+  const float* reference_k(int layer) const { return layers_[size_t(layer)].ref_k.data(); }
+  const float* reference_v(int layer) const { return layers_[size_t(layer)].ref_v.data(); }
 
   // Claims the slot of the next generated token (the same slot in every layer) and returns it.
   // Afterwards generated_rows() counts that token, which attends to itself.

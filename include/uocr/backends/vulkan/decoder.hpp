@@ -1,0 +1,436 @@
+// The DeepSeek-V2 decoder on a Vulkan device: the same op sequence and API as uocr::Decoder
+// (decoder/decoder.hpp), with weights uploaded once and the KV cache (reference + R-SWA ring, or
+// a growing window for full attention) in device buffers.
+//
+//   vulkan::Context ctx;
+//   auto weights = vulkan::DecoderDeviceWeights::upload(ctx, config.decoder, model_weights.decoder);
+//   vulkan::VulkanDecoder dec(ctx, config.decoder, model_weights.decoder, weights);
+//   vulkan::VulkanKvCache cache(ctx, config.decoder, window);   // 0 = full attention
+//   std::vector<float> logits = dec.prefill(dec.embed_prompt(ids, visual), 0, cache);
+//   logits = dec.decode_step(token, position, cache);
+//
+// MoE routing runs on the host: the router logits (tokens × experts floats) are read back, the
+// softmax and greedy top-k are the CPU code's (same tie rule), and the experts then run on the
+// device over the rows routed to them (one GEMM per expert in a prefill, top-k mat-vecs in a
+// decode step). That costs one wait per MoE layer; device-side routing is a later optimisation.
+//
+// Thread-safety: one VulkanDecoder and its caches per thread, like the Context they use.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/ops.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+
+namespace uocr::vulkan {
+
+// Keys and values of one sequence in device memory, laid out like uocr::KvCache (rows of
+// kv_heads*head_dim floats) with the same accounting, so sessions can report the same numbers.
+class VulkanKvCache {
+ public:
+  VulkanKvCache(Context& ctx, const DecoderConfig& config, int window)
+      : ctx_(&ctx), row_(int64_t(config.kv_heads) * config.head_dim), window_(window), layers_(size_t(config.layers)) {
+    require(window >= 0, Status::invalid_argument, [&] { return "KV cache window must be >= 0, got " + std::to_string(window); });
+    if (window_ > 0) grow_generated(window_);
+  }
+
+  int layers() const { return int(layers_.size()); }
+  int64_t row_floats() const { return row_; }
+  int window() const { return window_; }
+
+  void reset(int64_t rows) {
+    require(rows > 0, Status::invalid_argument, "prefill must have at least one token");
+    if (rows > ref_capacity_) {
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        layers_[l].ref_k = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference keys");
+        layers_[l].ref_v = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference values");
+      }
+      ref_capacity_ = rows;
+    }
+    reference_rows_ = rows;
+    generated_ = 0;
+  }
+
+  int64_t reference_rows() const { return reference_rows_; }
+  const Buffer& reference_k(int layer) const { return layers_[size_t(layer)].ref_k; }
+  const Buffer& reference_v(int layer) const { return layers_[size_t(layer)].ref_v; }
+
+  int64_t claim_slot() {
+    require(reference_rows_ > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
+    if (window_ > 0) return generated_++ % window_;
+    if (generated_ == capacity_) grow_generated(std::max<int64_t>(64, 2 * capacity_));
+    return generated_++;
+  }
+
+  int64_t generated_tokens() const { return generated_; }
+  int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
+  int64_t generated_capacity() const { return capacity_; }
+  const Buffer& generated_k(int layer) const { return layers_[size_t(layer)].gen_k; }
+  const Buffer& generated_v(int layer) const { return layers_[size_t(layer)].gen_v; }
+
+  size_t bytes_per_token() const { return size_t(2 * row_) * sizeof(float) * layers_.size(); }
+  size_t reference_bytes() const { return size_t(reference_rows_) * bytes_per_token(); }
+  size_t window_bytes() const { return size_t(generated_rows()) * bytes_per_token(); }
+  size_t total_bytes() const { return reference_bytes() + window_bytes(); }
+  size_t allocated_bytes() const { return size_t(ref_capacity_ + capacity_) * bytes_per_token(); }
+
+ private:
+  struct Layer {
+    Buffer ref_k, ref_v, gen_k, gen_v;
+  };
+
+  void grow_generated(int64_t rows) {
+    for (Layer& l : layers_) {
+      Buffer k = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache generated keys");
+      Buffer v = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache generated values");
+      if (capacity_ > 0 && generated_ > 0) {  // full mode: keep the rows held so far
+        ctx_->copy_now(l.gen_k, 0, k, 0, size_t(generated_ * row_) * 4);
+        ctx_->copy_now(l.gen_v, 0, v, 0, size_t(generated_ * row_) * 4);
+      }
+      l.gen_k = std::move(k);
+      l.gen_v = std::move(v);
+    }
+    capacity_ = rows;
+  }
+
+  Context* ctx_;
+  int64_t row_;
+  int window_;
+  std::vector<Layer> layers_;
+  int64_t reference_rows_ = 0, ref_capacity_ = 0;
+  int64_t generated_ = 0, capacity_ = 0;
+};
+
+// The decoder's weights on the device (uploaded once; shareable by several VulkanDecoders on the
+// same Context).
+struct DecoderDeviceWeights {
+  struct Mlp {
+    DeviceMatrix gate, up, down;
+  };
+  struct Layer {
+    Buffer input_norm, post_norm;
+    DeviceMatrix q, k, v, o;
+    Mlp dense;
+    DeviceMatrix router;
+    std::vector<Mlp> experts;
+    Mlp shared;
+  };
+  DeviceMatrix embed, lm_head;
+  Buffer final_norm, rope;
+  std::vector<Layer> layers;
+  size_t bytes = 0;
+
+  static std::shared_ptr<DecoderDeviceWeights> upload(Context& c, const DecoderConfig& cfg, const DecoderWeights& w) {
+    auto d = std::make_shared<DecoderDeviceWeights>();
+    auto mat = [&](const TensorView* t) {
+      DeviceMatrix m = upload_matrix(c, *t);
+      d->bytes += m.bytes();
+      return m;
+    };
+    auto mlp = [&](const MlpWeights& m) { return Mlp{mat(m.gate.weight), mat(m.up.weight), mat(m.down.weight)}; };
+    d->embed = mat(w.embed);
+    d->lm_head = mat(w.lm_head);
+    d->final_norm = upload_f32(c, *w.final_norm.weight);
+    d->rope = rope_table(c, cfg.head_dim, cfg.rope_theta, cfg.max_positions);
+    for (const DecoderLayerWeights& lw : w.layers) {
+      Layer l;
+      l.input_norm = upload_f32(c, *lw.input_norm.weight);
+      l.post_norm = upload_f32(c, *lw.post_attention_norm.weight);
+      l.q = mat(lw.q.weight);
+      l.k = mat(lw.k.weight);
+      l.v = mat(lw.v.weight);
+      l.o = mat(lw.o.weight);
+      if (lw.moe) {
+        l.router = mat(lw.router.weight);
+        for (const MlpWeights& e : lw.experts) l.experts.push_back(mlp(e));
+        if (lw.has_shared) l.shared = mlp(lw.shared);
+      } else {
+        l.dense = mlp(lw.dense);
+      }
+      d->layers.push_back(std::move(l));
+    }
+    return d;
+  }
+};
+
+class VulkanDecoder {
+ public:
+  VulkanDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
+                std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
+      : ctx_(ctx), c_(config), w_(weights), host_(config, weights),
+        d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, config, weights)),
+        dims_{config.heads, config.kv_heads, config.head_dim} {
+    require(int(d_->layers.size()) == c_.layers, Status::invalid_argument, "device weights were uploaded for a different config");
+    require(c_.head_dim <= ops::kMaxAttentionHeadDim, Status::unsupported, [&] {
+      return "Vulkan backend: head_dim " + std::to_string(c_.head_dim) + " exceeds " + std::to_string(ops::kMaxAttentionHeadDim);
+    });
+    for (const DecoderLayerWeights& lw : w_.layers) {
+      if (lw.moe) max_inter_ = std::max<int64_t>({max_inter_, lw.experts.empty() ? 0 : lw.experts[0].gate.out(),
+                                                  lw.has_shared ? lw.shared.gate.out() : 0});
+      else max_inter_ = std::max<int64_t>(max_inter_, lw.dense.gate.out());
+    }
+    logits_.resize(size_t(c_.vocab));
+  }
+
+  const DecoderConfig& config() const { return c_; }
+  Context& context() { return ctx_; }
+  const DecoderDeviceWeights& device_weights() const { return *d_; }
+
+  // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
+  std::vector<float> embed(const std::vector<int32_t>& ids) const { return host_.embed(ids); }
+  std::vector<float> embed_prompt(const std::vector<int32_t>& ids, const std::vector<float>& visual,
+                                  int32_t image_token = kImageTokenId) const {
+    return host_.embed_prompt(ids, visual, image_token);
+  }
+
+  std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, VulkanKvCache& cache,
+                             PrefillLogits which = PrefillLogits::last) {
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    require(!embeddings.empty() && embeddings.size() % size_t(hidden) == 0, Status::invalid_argument, [&] {
+      return "prefill input holds " + std::to_string(embeddings.size()) + " floats, not a positive multiple of hidden size " +
+             std::to_string(hidden);
+    });
+    const int64_t t = int64_t(embeddings.size()) / hidden;
+    check_positions(first_position, t);
+    check_cache(cache);
+    cache.reset(t);
+    ensure_scratch(t);
+    ctx_.upload(x_, embeddings.data(), embeddings.size() * 4);
+
+    Recorder rec(ctx_);
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
+      const Buffer& k = cache.reference_k(l);
+      const Buffer& v = cache.reference_v(l);
+      ops::rms_norm(rec, x_, 0, t, hidden, L.input_norm, c_.rms_eps, a_, 0);
+      ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
+      ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, 0, kr);
+      ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, 0, kr);
+      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, d_->rope, first_position);
+      ops::rope(rec, k, 0, t, c_.kv_heads, c_.head_dim, kr, d_->rope, first_position);
+      ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
+      ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
+      ops::add(rec, x_, 0, f_, 0, t * hidden);
+      ops::rms_norm(rec, x_, 0, t, hidden, L.post_norm, c_.rms_eps, a_, 0);
+      feed_forward(rec, l, t);
+      ops::add(rec, x_, 0, f_, 0, t * hidden);
+    }
+    const int64_t rows = which == PrefillLogits::all ? t : 1;
+    ops::rms_norm(rec, x_, (t - rows) * hidden, rows, hidden, d_->final_norm, c_.rms_eps, a_, 0);
+    std::vector<float> logits(size_t(rows * c_.vocab));
+    // The logits of many rows exceed one binding: lm_head in blocks of rows.
+    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(ctx_.max_binding_bytes() / 4) / c_.vocab));
+    ensure_logits(block);
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t n = std::min(block, rows - r0);
+      ops::linear(rec, a_, r0 * hidden, n, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
+      rec.submit();
+      ctx_.download(logits_buf_, logits.data() + size_t(r0 * c_.vocab), size_t(n * c_.vocab) * 4);
+    }
+    return logits;
+  }
+
+  const std::vector<float>& decode_step(int32_t token, int64_t position, VulkanKvCache& cache) {
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    check_positions(position, 1);
+    check_cache(cache);
+    require(token >= 0 && token < c_.vocab, Status::invalid_argument,
+            [&] { return "token id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")"; });
+    const int64_t slot = cache.claim_slot();
+    const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
+    ensure_scratch(1);
+    ensure_logits(1);
+
+    Recorder rec(ctx_);
+    const uint32_t id = uint32_t(token);
+    ops::embed(rec, rec.temp(&id, 4), 1, d_->embed, x_, 0);
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
+      const Buffer& gk = cache.generated_k(l);
+      const Buffer& gv = cache.generated_v(l);
+      ops::rms_norm(rec, x_, 0, 1, hidden, L.input_norm, c_.rms_eps, a_, 0);
+      ops::linear(rec, a_, 0, 1, hidden, L.q, nullptr, q_, 0, qr);
+      ops::linear(rec, a_, 0, 1, hidden, L.k, nullptr, gk, slot * kr, kr);
+      ops::linear(rec, a_, 0, 1, hidden, L.v, nullptr, gv, slot * kr, kr);
+      ops::rope(rec, q_, 0, 1, c_.heads, c_.head_dim, qr, d_->rope, position);
+      ops::rope(rec, gk, slot * kr, 1, c_.kv_heads, c_.head_dim, kr, d_->rope, position);
+      ops::attention(rec, q_, 0, 1, qr, dims_, ops::KvSet{&cache.reference_k(l), &cache.reference_v(l), ref},
+                     ops::KvSet{&gk, &gv, gen}, false, 0, attn_, 0, qr);
+      ops::linear(rec, attn_, 0, 1, qr, L.o, nullptr, f_, 0, hidden);
+      ops::add(rec, x_, 0, f_, 0, hidden);
+      ops::rms_norm(rec, x_, 0, 1, hidden, L.post_norm, c_.rms_eps, a_, 0);
+      feed_forward(rec, l, 1);
+      ops::add(rec, x_, 0, f_, 0, hidden);
+    }
+    ops::rms_norm(rec, x_, 0, 1, hidden, d_->final_norm, c_.rms_eps, a_, 0);
+    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
+    rec.submit();
+    ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
+    return logits_;
+  }
+
+  // One layer's feed-forward half (dense MLP or MoE) on rows of x [m, hidden]; the op that
+  // prefill/decode_step run after the post-attention norm (exposed for conformance tests).
+  std::vector<float> feed_forward(int layer, const std::vector<float>& x) {
+    require(layer >= 0 && layer < c_.layers && !x.empty() && x.size() % size_t(c_.hidden) == 0, Status::invalid_argument,
+            "feed_forward: bad layer or input size");
+    const int64_t m = int64_t(x.size()) / c_.hidden;
+    ensure_scratch(m);
+    ctx_.upload(a_, x.data(), x.size() * 4);
+    Recorder rec(ctx_);
+    feed_forward(rec, layer, m);
+    rec.submit();
+    return ctx_.download_vector<float>(f_, x.size());
+  }
+
+  // Host-side MoE routing of `m` rows of router logits (softmax, greedy top-k with the lower index
+  // winning ties, optional renormalisation, routed scaling), exactly as uocr::moe_forward.
+  static void route(const DecoderConfig& c, std::vector<float>& probs, int64_t m, std::vector<int32_t>& choice,
+                    std::vector<float>& weight) {
+    const int64_t e_count = c.n_routed_experts, k = c.experts_per_token;
+    choice.resize(size_t(m * k));
+    weight.resize(size_t(m * k));
+    std::vector<int32_t> rank(static_cast<size_t>(e_count));
+    for (int64_t r = 0; r < m; ++r) {
+      float* p = probs.data() + r * e_count;
+      const float mx = *std::max_element(p, p + e_count);
+      float sum = 0.f;
+      for (int64_t e = 0; e < e_count; ++e) sum += (p[e] = std::exp(p[e] - mx));
+      for (int64_t e = 0; e < e_count; ++e) p[e] /= sum;
+      std::iota(rank.begin(), rank.end(), 0);
+      std::partial_sort(rank.begin(), rank.begin() + k, rank.end(),
+                        [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      int32_t* ch = choice.data() + r * k;
+      float* wt = weight.data() + r * k;
+      float picked = 0.f;
+      for (int64_t j = 0; j < k; ++j) {
+        ch[j] = rank[size_t(j)];
+        wt[j] = p[ch[j]];
+        picked += wt[j];
+      }
+      for (int64_t j = 0; j < k; ++j) wt[j] = (c.norm_topk_prob && k > 1 ? wt[j] / (picked + 1e-20f) : wt[j]) * c.routed_scaling;
+    }
+  }
+
+ private:
+  void check_positions(int64_t first, int64_t count) const {
+    require(first >= 0 && first + count <= c_.max_positions, Status::invalid_argument, [&] {
+      return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
+             " exceed the model's range [0, " + std::to_string(c_.max_positions) + ") (max_position_embeddings)";
+    });
+  }
+
+  void check_cache(const VulkanKvCache& cache) const {
+    require(cache.layers() == c_.layers && cache.row_floats() == int64_t(c_.kv_heads) * c_.head_dim,
+            Status::invalid_argument, "KV cache was built for a different decoder configuration");
+  }
+
+  static constexpr int64_t kMlpChunk = 256;  // rows per dense-MLP pass, as the CPU path
+
+  void ensure_scratch(int64_t t) {
+    if (t <= rows_) return;
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim;
+    auto buf = [&](int64_t floats, const char* what) { return ctx_.buffer(size_t(std::max<int64_t>(1, floats)) * 4, MemoryUse::activations, what); };
+    x_ = buf(t * hidden, "decoder hidden state");
+    a_ = buf(t * hidden, "decoder normed state");
+    f_ = buf(t * hidden, "decoder sublayer output");
+    q_ = buf(t * qr, "decoder queries");
+    attn_ = buf(t * qr, "decoder attention output");
+    const int64_t mlp_rows = std::min(t, kMlpChunk);  // MLPs run in chunks of rows
+    gate_ = buf(mlp_rows * max_inter_, "MLP gate");
+    up_ = buf(mlp_rows * max_inter_, "MLP up");
+    if (c_.n_routed_experts > 0) {
+      probs_ = buf(t * c_.n_routed_experts, "MoE router logits");
+      rows_in_ = buf(t * hidden, "MoE expert inputs");  // one expert at a time: at most t rows
+      rows_out_ = buf(t * hidden, "MoE expert outputs");
+      shared_ = buf(t * hidden, "MoE shared expert output");
+    }
+    rows_ = t;
+  }
+
+  void ensure_logits(int64_t rows) {
+    if (rows <= logits_rows_) return;
+    logits_buf_ = ctx_.buffer(size_t(rows * c_.vocab) * 4, MemoryUse::activations, "logits");
+    logits_rows_ = rows;
+  }
+
+  // y[m, hidden] = down(silu(gate·x) ⊙ up·x) for x = rows [x_off/hidden ..) of `x`.
+  void mlp(Recorder& rec, const DecoderDeviceWeights::Mlp& w, const Buffer& x, int64_t x_off, int64_t m, const Buffer& y,
+           int64_t y_off) {
+    const int64_t hidden = c_.hidden, inter = w.gate.rows, chunk = kMlpChunk;
+    for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+      const int64_t rows = std::min(chunk, m - r0);
+      ops::linear(rec, x, x_off + r0 * hidden, rows, hidden, w.gate, nullptr, gate_, 0, inter);
+      ops::linear(rec, x, x_off + r0 * hidden, rows, hidden, w.up, nullptr, up_, 0, inter);
+      ops::silu_mul(rec, gate_, 0, up_, 0, rows * inter);
+      ops::linear(rec, gate_, 0, rows, inter, w.down, nullptr, y, y_off + r0 * hidden, hidden);
+    }
+  }
+
+  // f_ = FFN(a_) over t rows.
+  void feed_forward(Recorder& rec, int l, int64_t t) {
+    const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+    const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
+    const int64_t hidden = c_.hidden;
+    if (!lw.moe) {
+      mlp(rec, L.dense, a_, 0, t, f_, 0);
+      return;
+    }
+    const int64_t e_count = c_.n_routed_experts, k = c_.experts_per_token;
+    ops::linear(rec, a_, 0, t, hidden, L.router, nullptr, probs_, 0, e_count);
+    rec.submit();  // routing needs the router logits on the host
+    probs_host_.resize(size_t(t * e_count));
+    ctx_.download(probs_, probs_host_.data(), probs_host_.size() * 4);
+    route(c_, probs_host_, t, choice_, weight_);
+
+    // Assignments (row·k + j) grouped by expert, ascending: expert e owns [start[e], start[e+1]).
+    std::vector<int64_t> start(size_t(e_count + 1), 0);
+    for (int64_t a = 0; a < t * k; ++a) ++start[size_t(choice_[size_t(a)] + 1)];
+    for (int64_t e = 0; e < e_count; ++e) start[size_t(e + 1)] += start[size_t(e)];
+    std::vector<int64_t> cursor(start.begin(), start.end() - 1);
+    std::vector<uint32_t> rows(size_t(t * k));
+    std::vector<float> wts(size_t(t * k));
+    for (int64_t a = 0; a < t * k; ++a) {
+      const int64_t at = cursor[size_t(choice_[size_t(a)])]++;
+      rows[size_t(at)] = uint32_t(a / k);
+      wts[size_t(at)] = weight_[size_t(a)];
+    }
+    const Buffer& idx = rec.temp(rows.data(), rows.size() * 4);
+    const Buffer& wt = rec.temp(wts.data(), wts.size() * 4);
+
+    rec.zero(f_, 0, size_t(t * hidden) * 4);
+    for (int64_t e = 0; e < e_count; ++e) {
+      const int64_t a0 = start[size_t(e)], n = start[size_t(e + 1)] - a0;
+      if (n == 0) continue;
+      ops::gather_rows(rec, idx, a0, n, hidden, a_, 0, rows_in_, 0);
+      mlp(rec, L.experts[size_t(e)], rows_in_, 0, n, rows_out_, 0);
+      ops::scatter_add(rec, idx, wt, a0, n, hidden, rows_out_, 0, f_, 0);
+    }
+    if (lw.has_shared) {
+      mlp(rec, L.shared, a_, 0, t, shared_, 0);
+      ops::add(rec, f_, 0, shared_, 0, t * hidden);
+    }
+  }
+
+  Context& ctx_;
+  const DecoderConfig& c_;
+  const DecoderWeights& w_;
+  Decoder host_;  // embeddings of the prompt (host-side, like the CPU path)
+  std::shared_ptr<const DecoderDeviceWeights> d_;
+  ops::AttentionDims dims_;
+  int64_t max_inter_ = 1;
+  int64_t rows_ = 0, logits_rows_ = 0;
+  Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
+  std::vector<float> probs_host_, weight_, logits_;
+  std::vector<int32_t> choice_;
+};
+
+}  // namespace uocr::vulkan

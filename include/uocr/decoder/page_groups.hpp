@@ -1,0 +1,343 @@
+// Page groups ("infinite decoding"): R-SWA over a document of any length with the reference KV of
+// only G pages held at a time. Decoder-side engine; uocr/session/infinite.hpp drives it from pages.
+//
+//   PageGroupDecoder eng(cfg.decoder, weights.decoder, /*window*/ 128, {/*G*/ 4, /*O*/ 3});
+//   std::vector<float> logits = eng.start(layout, pages);      // pages: PageEmbeddingSource
+//   for (;;) { int32_t t = pick(logits); if (crossed_into_next_page(t)) eng.next_page(); logits = eng.step(t); }
+//
+// The document is the one-shot multi-page prompt: head (BOS + text before <image>), N pages of T
+// visual tokens, tail (text after <image>), then the generated tokens. Every token keeps its
+// one-shot position: page i at head + i·T .. head + (i+1)·T - 1, the tail right after page N-1,
+// generated token k at P + k - 1 (P = one-shot prompt length), so relative positions are those the
+// model saw in training (up to its context length, see "Positions" below).
+//
+// Reference held: head + G page slots of T rows + tail, fixed once started. The generated window
+// (R-SWA ring of n tokens) is untouched by anything below.
+//  - start(): the first min(G, N) pages are pulled from the source (just in time: never more) and
+//    prefilled with the head and the tail. G >= N is exactly the one-shot prompt (one prefill of
+//    the same rows at the same positions), so outputs and logits are identical to one-shot R-SWA.
+//    G < N: head + pages 0..G-1 are one causal prefill, then the tail is prefilled against them.
+//  - next_page(): the generated text crossed into the next page (the model's <PAGE> marker, or a
+//    caller's fallback). Pages are counted from 0; the current page c advances by one. When c is
+//    the last page of the group [s, s+G) and pages remain, the group slides to
+//    s' = min(c + 1 - O, N - G): pages < s' are released (their slots become free), the O
+//    overlap pages [s', s+G) keep their KV (reused, not recomputed), and pages s+G .. s'+G-1 are
+//    pulled from the source one at a time and prefilled into the free slots, each attending to
+//    the head and every page held (all earlier in the document) and causally to itself, exactly
+//    as in the one-shot prefill minus the released pages. The tail keeps its KV unless
+//    refresh_tail, which recomputes it against the new group. With the default G = 4, O = 3 the
+//    group slides by one page per boundary and holds pages c-2 .. c+1: two behind, one ahead (the
+//    model must see the next page to end the current one: with none ahead it tends to emit EOS).
+//
+// Bounded (constant after start, whatever N): reference KV = (head + G·T + tail) rows, allocated
+// once; the generated ring; the embeddings of one page at a time (G pages during start); SR-SWA
+// summaries of G slots. Not bounded: positions grow with N (below); the caller's page source.
+//
+// Positions. The one-shot prompt of N pages needs positions up to head + N·T + tail + generated,
+// past max_position_embeddings (32,768) from ~120 pages of 273 tokens. Default: start() rejects
+// such a document (Status::invalid_argument) and steps stop at the limit, as upstream does.
+// allow_position_extrapolation = true lifts the limit to 2^24 (float32 positions stay exact
+// integers; RoPE angles pos·inv_freq are float32 products as upstream computes them, so their
+// rounding grows with pos: ulp 0.06 rad at 1M). RISK: the model never saw relative distances
+// beyond its context; with one-shot positions the generated tokens sit N·T positions after the
+// first page, so on a long book every step attends to pages hundreds of thousands of positions
+// back. Quality there is unmeasured (see the bench's deviation table for what is measurable).
+//
+// Thread-safety: one PageGroupDecoder per document, used by one thread at a time.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uocr/core/error.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/kv_cache.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+
+namespace uocr {
+
+// Visual embeddings of a document's pages, in order, one page per call (pulled just in time).
+class PageEmbeddingSource {
+ public:
+  virtual ~PageEmbeddingSource() = default;
+  // Pages this source delivers; -1 when unknown (then the layout's page count is trusted).
+  virtual int64_t count() const = 0;
+  // The next page's embeddings [tokens, hidden] into `out`; false when there are no more pages.
+  virtual bool next(std::vector<float>& out) = 0;
+};
+
+// Embeddings made on demand by a function of the page index (tests, callers that encode elsewhere).
+class FunctionPageEmbeddings final : public PageEmbeddingSource {
+ public:
+  FunctionPageEmbeddings(int64_t count, std::function<void(int64_t page, std::vector<float>& out)> make)
+      : count_(count), make_(std::move(make)) {
+    require(count_ >= 0 && make_ != nullptr, Status::invalid_argument, "page function source needs a count and a function");
+  }
+  int64_t count() const override { return count_; }
+  bool next(std::vector<float>& out) override {
+    if (next_ >= count_) return false;
+    make_(next_++, out);
+    return true;
+  }
+  int64_t delivered() const { return next_; }
+
+ private:
+  int64_t count_, next_ = 0;
+  std::function<void(int64_t, std::vector<float>&)> make_;
+};
+
+// The one-shot prompt's shape: head ids, N pages of T visual tokens, tail ids.
+struct DocumentLayout {
+  std::vector<int32_t> head;  // BOS + prompt text before <image>
+  std::vector<int32_t> tail;  // prompt text after <image>
+  int64_t pages = 0;          // N
+  int64_t page_tokens = 0;    // T (every page: multi-page input uses base views only)
+
+  int64_t page_position(int64_t page) const { return int64_t(head.size()) + page * page_tokens; }
+  int64_t tail_position() const { return page_position(pages); }
+  int64_t prompt_length() const { return tail_position() + int64_t(tail.size()); }  // P
+};
+
+struct PageGroupParams {
+  int group_pages = 4;    // G >= 2: pages whose visual KV is held at once
+  int overlap_pages = 3;  // O, 1 <= O < G: pages of the old group kept (KV reused) when it slides
+  bool refresh_tail = false;                  // recompute the prompt text after <image> at each slide
+  bool allow_position_extrapolation = false;  // positions past max_position_embeddings (see above)
+  bool sparse = false;                        // SR-SWA on the held reference (uocr/decoder/sparse_reference.hpp)
+  SparseParams sparse_params;
+};
+
+// Largest position allowed with allow_position_extrapolation (float32 integers are exact below).
+inline constexpr int64_t kMaxExtrapolatedPosition = int64_t(1) << 24;
+
+class PageGroupDecoder {
+ public:
+  PageGroupDecoder(const DecoderConfig& config, const DecoderWeights& weights, int window, PageGroupParams params = {})
+      : dec_(config, weights), cache_(config, window), p_(params) {
+    validate(p_);
+    if (p_.allow_position_extrapolation) dec_.set_position_limit(kMaxExtrapolatedPosition);
+  }
+
+  static void validate(const PageGroupParams& p) {
+    require(p.group_pages >= 2, Status::invalid_argument, [&] {
+      return "page groups need group_pages >= 2 (the page being read and the next), got " + std::to_string(p.group_pages);
+    });
+    require(p.overlap_pages >= 1 && p.overlap_pages < p.group_pages, Status::invalid_argument, [&] {
+      return "overlap_pages must be in [1, group_pages), got " + std::to_string(p.overlap_pages);
+    });
+    require(!p.sparse || (p.sparse_params.block_tokens > 0 && p.sparse_params.page_budget >= 0 && p.sparse_params.block_budget >= 0),
+            Status::invalid_argument, "SR-SWA needs block_tokens > 0 and budgets >= 0");
+  }
+
+  // Prefills the reference (head, the first min(G, N) pages, tail) and returns the logits of the
+  // first generated token. `pages` must outlive the run: later pages are pulled on next_page().
+  std::vector<float> start(const DocumentLayout& layout, PageEmbeddingSource& pages) {
+    const DecoderConfig& c = dec_.config();
+    require(layout.pages >= 1 && layout.page_tokens >= 1 && !layout.head.empty(), Status::invalid_argument,
+            "a document needs a head (BOS), at least one page and page_tokens >= 1");
+    require(pages.count() < 0 || pages.count() == layout.pages, Status::invalid_argument, [&] {
+      return "page source has " + std::to_string(pages.count()) + " pages but the layout " + std::to_string(layout.pages);
+    });
+    require(layout.prompt_length() <= dec_.position_limit(), Status::invalid_argument, [&] {
+      return "a " + std::to_string(layout.pages) + "-page document needs positions up to " +
+             std::to_string(layout.prompt_length()) + " but the limit is " + std::to_string(dec_.position_limit()) +
+             (p_.allow_position_extrapolation ? "" : " (max_position_embeddings; allow_position_extrapolation lifts it)");
+    });
+    layout_ = layout;
+    src_ = &pages;
+    const int64_t hidden = c.hidden, t = layout.page_tokens;
+    g_ = std::min<int64_t>(p_.group_pages, layout.pages);
+    head_rows_ = int64_t(layout.head.size());
+    tail_rows_ = int64_t(layout.tail.size());
+    slot_page_.assign(size_t(g_), -1);
+    first_ = 0;
+    current_ = 0;
+    loaded_ = 0;
+    generated_ = 0;
+    slides_ = 0;
+    extra_boundaries_ = 0;
+    prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
+    peak_total_bytes_ = 0;
+
+    // Head, the first group's pages and (when the group is the whole document) the tail, in one
+    // causal prefill at positions 0.. : the one-shot prompt when G >= N.
+    const bool whole = g_ == layout.pages;
+    std::vector<float> x = dec_.embed(layout.head);
+    x.reserve(size_t((head_rows_ + g_ * t + tail_rows_) * hidden));
+    for (int64_t p = 0; p < g_; ++p) {
+      fetch(p);
+      x.insert(x.end(), page_.begin(), page_.end());
+      slot_page_[size_t(p)] = p;
+    }
+    if (whole) {
+      const std::vector<float> tail = dec_.embed(layout.tail);
+      x.insert(x.end(), tail.begin(), tail.end());
+    }
+    const int64_t total_rows = head_rows_ + g_ * t + tail_rows_;
+    const auto t0 = std::chrono::steady_clock::now();
+    cache_.resize_reference(total_rows);  // storage for the whole reference, allocated once
+    std::vector<float> logits = dec_.prefill(x, 0, cache_);
+    x = std::vector<float>();
+    cache_.resize_reference(total_rows);
+    if (!whole && tail_rows_ > 0) logits = prefill_tail();
+    prefill_seconds_ += seconds_since(t0);
+
+    if (p_.sparse) {
+      ReferenceLayout rl;
+      if (head_rows_) rl.always.push_back({0, head_rows_});
+      for (int64_t s = 0; s < g_; ++s) rl.pages.push_back(slot_span(s));
+      if (tail_rows_) rl.always.push_back({tail_row(), tail_rows_});
+      sparse_ = std::make_unique<SparseReference>(c, std::move(rl), p_.sparse_params);
+      sparse_->rebuild(cache_);
+      dec_.set_decode_attention(sparse_.get());
+    } else {
+      sparse_.reset();
+      dec_.set_decode_attention(nullptr);
+    }
+    track();
+    return logits;
+  }
+
+  // Feeds generated token `token` at the next position; returns the logits of the one after it.
+  // Throws Status::invalid_argument at the position limit (check next_position() first).
+  const std::vector<float>& step(int32_t token) {
+    require(src_ != nullptr, Status::invalid_argument, "page groups: step() before start()");
+    const std::vector<float>& logits = dec_.decode_step(token, next_position(), cache_);
+    ++generated_;
+    track();
+    return logits;
+  }
+
+  // The generated text moved on to the next page. Slides the group when that page is the last
+  // one held and more remain; returns the number of pages that entered (0 without a slide).
+  // Boundaries past the last page are counted (extra_boundaries()) and otherwise ignored.
+  int64_t next_page() {
+    require(src_ != nullptr, Status::invalid_argument, "page groups: next_page() before start()");
+    if (current_ + 1 >= layout_.pages) {
+      ++extra_boundaries_;
+      return 0;
+    }
+    ++current_;
+    if (current_ < first_ + g_ - 1 || first_ + g_ >= layout_.pages) return 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t new_first = std::min<int64_t>(current_ + 1 - p_.overlap_pages, layout_.pages - g_);
+    for (int64_t& sp : slot_page_)
+      if (sp < new_first) sp = -1;  // released: the slot is free for an entering page
+    const int64_t t = layout_.page_tokens;
+    std::vector<int64_t> pos(static_cast<size_t>(t));
+    int64_t entered = 0;
+    for (int64_t p = first_ + g_; p < new_first + g_; ++p) {
+      fetch(p);
+      const int64_t s = int64_t(std::find(slot_page_.begin(), slot_page_.end(), int64_t(-1)) - slot_page_.begin());
+      for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = layout_.page_position(p) + i;
+      const auto t1 = std::chrono::steady_clock::now();
+      dec_.prefill_segment(page_.data(), t, pos.data(), cache_, slot_span(s).begin, held_context());
+      slot_page_[size_t(s)] = p;
+      if (sparse_) sparse_->update_page(cache_, size_t(s));
+      prefill_seconds_ += seconds_since(t1);
+      ++entered;
+    }
+    if (p_.refresh_tail && tail_rows_ > 0) {
+      const auto t1 = std::chrono::steady_clock::now();
+      prefill_tail();
+      prefill_seconds_ += seconds_since(t1);
+    }
+    first_ = new_first;
+    ++slides_;
+    slide_seconds_ += seconds_since(t0);
+    track();
+    return entered;
+  }
+
+  // --- State ---
+  const DocumentLayout& layout() const { return layout_; }
+  int64_t current_page() const { return current_; }
+  int64_t first_page() const { return first_; }           // the group is [first_page, first_page + group_size)
+  int64_t group_size() const { return g_; }               // min(G, N)
+  int64_t pages_loaded() const { return loaded_; }        // pulled from the source so far
+  int64_t slides() const { return slides_; }
+  int64_t extra_boundaries() const { return extra_boundaries_; }
+  bool pages_pending() const { return first_ + g_ < layout_.pages; }  // pages not yet in the group
+  int64_t generated() const { return generated_; }
+  int64_t next_position() const { return layout_.prompt_length() + generated_; }
+  int64_t position_limit() const { return dec_.position_limit(); }
+  // Page held in each slot (slot s = reference rows slot_span(s)); -1 for none.
+  const std::vector<int64_t>& slot_pages() const { return slot_page_; }
+  RowSpan slot_span(int64_t s) const { return {head_rows_ + s * layout_.page_tokens, layout_.page_tokens}; }
+  int64_t tail_row() const { return head_rows_ + g_ * layout_.page_tokens; }
+
+  // --- Memory (bytes) and time ---
+  size_t reference_bytes() const { return cache_.reference_bytes(); }
+  size_t window_bytes() const { return cache_.window_bytes(); }
+  size_t kv_allocated_bytes() const { return cache_.allocated_bytes(); }
+  size_t peak_kv_bytes() const { return peak_total_bytes_; }
+  size_t page_buffer_bytes() const { return page_.capacity() * sizeof(float); }  // one page's embeddings
+  size_t sparse_summary_bytes() const { return sparse_ ? sparse_->summary_bytes() : 0; }
+  double prefill_seconds() const { return prefill_seconds_; }  // start + every page prefilled in a slide
+  double source_seconds() const { return source_seconds_; }    // waiting for pages (vision, when the source encodes)
+  double slide_seconds() const { return slide_seconds_; }      // next_page() calls that slid (source + prefill)
+
+  const KvCache& cache() const { return cache_; }
+  Decoder& decoder() { return dec_; }
+  SparseReference* sparse() { return sparse_.get(); }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // Pulls page `p` (the next one in order) into page_.
+  void fetch(int64_t p) {
+    require(p == loaded_, Status::internal, "page groups: pages must be pulled in order");
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool ok = src_->next(page_);
+    source_seconds_ += seconds_since(t0);
+    require(ok, Status::invalid_argument, [&] {
+      return "page source ended after " + std::to_string(p) + " of " + std::to_string(layout_.pages) + " pages";
+    });
+    require(int64_t(page_.size()) == layout_.page_tokens * dec_.config().hidden, Status::invalid_argument, [&] {
+      return "page " + std::to_string(p) + " has " + std::to_string(page_.size()) + " embedding floats, expected " +
+             std::to_string(layout_.page_tokens) + " tokens x " + std::to_string(dec_.config().hidden);
+    });
+    ++loaded_;
+  }
+
+  // The head and every occupied slot (all earlier in the document than a page entering now).
+  std::vector<RowSpan> held_context() const {
+    std::vector<RowSpan> ctx{{0, head_rows_}};
+    for (int64_t s = 0; s < g_; ++s)
+      if (slot_page_[size_t(s)] >= 0) ctx.push_back(slot_span(s));
+    return ctx;
+  }
+
+  // (Re)computes the tail rows against the head and the held pages; returns its last logits.
+  std::vector<float> prefill_tail() {
+    const std::vector<float> x = dec_.embed(layout_.tail);
+    std::vector<int64_t> pos(static_cast<size_t>(tail_rows_));
+    for (int64_t i = 0; i < tail_rows_; ++i) pos[size_t(i)] = layout_.tail_position() + i;
+    return dec_.prefill_segment(x.data(), tail_rows_, pos.data(), cache_, tail_row(), held_context(), true);
+  }
+
+  void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
+
+  Decoder dec_;
+  KvCache cache_;
+  PageGroupParams p_;
+  DocumentLayout layout_;
+  PageEmbeddingSource* src_ = nullptr;
+  std::unique_ptr<SparseReference> sparse_;
+  std::vector<float> page_;
+  std::vector<int64_t> slot_page_;
+  int64_t g_ = 0, head_rows_ = 0, tail_rows_ = 0;
+  int64_t first_ = 0, current_ = 0, loaded_ = 0, generated_ = 0, slides_ = 0, extra_boundaries_ = 0;
+  double prefill_seconds_ = 0, source_seconds_ = 0, slide_seconds_ = 0;
+  size_t peak_total_bytes_ = 0;
+};
+
+}  // namespace uocr

@@ -1,0 +1,156 @@
+// Page sources: where a document's pages come from, one page at a time and in order, so that a
+// session never needs every page at once (uocr/session/infinite.hpp pulls them just in time).
+//
+//   uocr::FilePages pages({"p1.png", "p2.png"});            // decoded when pulled
+//   uocr::ImagePages pages(std::move(images));              // already in memory (the caller's memory)
+//   uocr::CallbackPages pages(n, [](int64_t i, uocr::ImageU8& out) { ...; return true; });  // C ABI, PDF
+//
+// The page count must be known up front (count() >= 0): the one-shot positions of the prompt
+// text and of every generated token depend on it. A PDF source would rasterise page i inside
+// next(); none ships here (no PDF dependency).
+//
+// EncodedPages turns a PageSource into the visual embeddings the decoder's page groups pull
+// (uocr/decoder/page_groups.hpp): preprocess + DeepEncoder, per page, when asked.
+//
+// Thread-safety: a source is used by one session at a time.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "uocr/core/error.hpp"
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/image/preprocess.hpp"
+#include "uocr/vision/encoder.hpp"
+
+namespace uocr {
+
+class PageSource {
+ public:
+  virtual ~PageSource() = default;
+  // Pages this source delivers (>= 0; sessions reject an unknown count, see above).
+  virtual int64_t count() const = 0;
+  // The next page into `page`; false when there are no more. Errors throw uocr::Error.
+  virtual bool next(ImageU8& page) = 0;
+};
+
+// Pages already decoded, handed over (moved) at construction; each is released once pulled.
+class ImagePages final : public PageSource {
+ public:
+  explicit ImagePages(std::vector<ImageU8> pages) : pages_(std::move(pages)) {}
+  int64_t count() const override { return int64_t(pages_.size()); }
+  bool next(ImageU8& page) override {
+    if (next_ >= pages_.size()) return false;
+    page = std::move(pages_[next_]);
+    pages_[next_++] = ImageU8{};
+    return true;
+  }
+
+ private:
+  std::vector<ImageU8> pages_;
+  size_t next_ = 0;
+};
+
+// Image files, decoded (uocr::load_image: EXIF orientation, pixel limit) when pulled.
+class FilePages final : public PageSource {
+ public:
+  explicit FilePages(std::vector<std::string> paths, DecodeLimits limits = {})
+      : paths_(std::move(paths)), limits_(limits) {}
+  int64_t count() const override { return int64_t(paths_.size()); }
+  bool next(ImageU8& page) override {
+    if (next_ >= paths_.size()) return false;
+    page = load_image(paths_[next_++], limits_);
+    return true;
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  DecodeLimits limits_;
+  size_t next_ = 0;
+};
+
+// Pages handed over by a function of the page index (the C ABI's callback, a PDF rasteriser).
+// The function returns false to end the document early (the session then reports an error, as
+// the declared count fixed the positions).
+class CallbackPages final : public PageSource {
+ public:
+  using Fn = std::function<bool(int64_t index, ImageU8& page)>;
+  CallbackPages(int64_t count, Fn fn) : count_(count), fn_(std::move(fn)) {
+    require(count_ >= 1 && fn_ != nullptr, Status::invalid_argument, "callback page source needs a page count >= 1 and a function");
+  }
+  int64_t count() const override { return count_; }
+  bool next(ImageU8& page) override {
+    if (next_ >= count_ || !fn_(next_, page)) return false;
+    require(page.width > 0 && page.height > 0, Status::invalid_argument,
+            [&] { return "page callback returned an empty image for page " + std::to_string(next_); });
+    ++next_;
+    return true;
+  }
+
+ private:
+  int64_t count_, next_ = 0;
+  Fn fn_;
+};
+
+// Visual embeddings of the pages of a PageSource, encoded one page at a time when pulled. Keeps
+// each page's pixel size (8 bytes a page) for converting layout boxes to pixels.
+class EncodedPages final : public PageEmbeddingSource {
+ public:
+  // views: the preprocessing of every page (multi-page documents use base views: {S, S, false}).
+  EncodedPages(PageSource& pages, const VisionEncoder& encoder, PreprocessConfig views)
+      : pages_(pages), enc_(encoder), views_(views) {}
+
+  int64_t count() const override { return pages_.count(); }
+
+  bool next(std::vector<float>& out) override {
+    if (primed_) {
+      primed_ = false;
+      out.swap(first_);
+      first_ = std::vector<float>();
+      return true;
+    }
+    return encode(out);
+  }
+
+  // Visual tokens of the first page (encodes it now; next() then returns it without re-encoding).
+  int64_t first_page_tokens() {
+    if (!primed_ && sizes_.empty()) primed_ = encode(first_);
+    require(!sizes_.empty(), Status::invalid_argument, "the page source has no pages");
+    return first_tokens_;
+  }
+
+  int64_t encoded() const { return int64_t(sizes_.size()); }
+  // Pixel size of page i (encoded pages only).
+  std::pair<int, int> size_of(int64_t i) const { return sizes_[size_t(i)]; }
+  double seconds() const { return seconds_; }
+
+ private:
+  bool encode(std::vector<float>& out) {
+    ImageU8 page;
+    if (!pages_.next(page)) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    require(page.width > 0 && page.height > 0, Status::invalid_argument, "page image is empty");
+    sizes_.emplace_back(page.width, page.height);
+    const PreparedImage p = prepare_image(page, views_);
+    page = ImageU8{};
+    out = enc_.visual_tokens(p.global_chw, p.tiles_chw, p.tiles_x, p.tiles_y);
+    if (sizes_.size() == 1) first_tokens_ = int64_t(out.size()) / enc_.hidden();
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return true;
+  }
+
+  PageSource& pages_;
+  const VisionEncoder& enc_;
+  PreprocessConfig views_;
+  std::vector<float> first_;
+  bool primed_ = false;
+  int64_t first_tokens_ = 0;
+  std::vector<std::pair<int, int>> sizes_;
+  double seconds_ = 0;
+};
+
+}  // namespace uocr

@@ -1,0 +1,1193 @@
+// Backend conformance: the same op cases run on the CPU backend and on the Vulkan backend, each
+// against a float64 reference with a per-op error budget (and Vulkan against CPU); then the golden
+// end-to-end decoder checks of tiny-a (prefill logits, every prefix position, teacher-forced
+// decode with full attention and R-SWA n=8) through both backends. Runs on any Vulkan device;
+// CI uses Mesa lavapipe (CPU, headless). With UOCR_VK_VALIDATION=1 (set by meson test) the
+// Khronos validation layer is on and every case asserts zero validation errors. Also: the error
+// paths (no such device, no driver, bad SPIR-V, out of memory), the on-disk pipeline cache,
+// adopting an application's VkDevice, and per-op timestamps.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+#include <unistd.h>
+
+#include "test_support.hpp"
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/backends/vulkan/decoder.hpp"
+#include "uocr/backends/vulkan/vision.hpp"
+#include "uocr/decoder/attention.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/moe.hpp"
+#include "uocr/decoder/rope.hpp"
+#include "uocr/io/npy.hpp"
+#include "uocr/model/checkpoint.hpp"
+#include "uocr/vision/conv.hpp"
+#include "uocr/vision/encoder.hpp"
+#include "uocr/vision/sam.hpp"
+
+namespace vk = uocr::vulkan;
+using uocr::Status;
+
+namespace {
+
+std::string golden(const std::string& f) { return uocr_test::golden_dir("tiny-a") + "/" + f; }
+std::vector<float> npy_f32(const std::string& f) { return uocr::read_npy(golden(f)).to_f32(); }
+std::vector<int32_t> npy_ids(const std::string& f) {
+  std::vector<int64_t> v = uocr::read_npy(golden(f)).to_i64();
+  return std::vector<int32_t>(v.begin(), v.end());
+}
+
+template <class Fn>
+Status status_of(Fn&& fn, std::string* message = nullptr) {
+  try {
+    fn();
+  } catch (const uocr::Error& e) {
+    if (message) *message = e.what();
+    return e.status();
+  }
+  return Status::ok;
+}
+
+// Everything shared by the cases, built once. The Context is the first member, so it is
+// destroyed last (buffers must not outlive it).
+struct Env {
+  std::unique_ptr<vk::Context> ctx;
+  std::string ctx_error;
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(golden("config.json"));
+  uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
+  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
+  std::vector<int32_t> input_ids = npy_ids("input_ids.npy");
+  std::vector<int32_t> gen_ids = npy_ids("gen_ids.npy");
+  std::vector<float> vision = npy_f32("vision_tokens.npy");
+  std::shared_ptr<vk::DecoderDeviceWeights> dev_weights;
+
+  Env() {
+    try {
+      ctx = std::make_unique<vk::Context>();
+    } catch (const uocr::Error& e) {
+      ctx_error = e.what();
+    }
+  }
+  ~Env() {
+    dev_weights.reset();
+    ctx.reset();
+  }
+
+  static Env& get() {
+    static Env e;
+    return e;
+  }
+  vk::Context& vk() {
+    if (!ctx)
+      FAIL("no usable Vulkan device (" << ctx_error
+                                        << "). Install Mesa's lavapipe (apt install mesa-vulkan-drivers) or build with "
+                                           "-Dvulkan=disabled");
+    return *ctx;
+  }
+  const std::shared_ptr<vk::DecoderDeviceWeights>& device_weights() {
+    if (!dev_weights) dev_weights = vk::DecoderDeviceWeights::upload(vk(), cfg.decoder, w.decoder);
+    return dev_weights;
+  }
+};
+
+void check_no_validation_errors(const std::string& where) {
+  vk::Context& c = Env::get().vk();
+  if (!c.validation_enabled()) return;
+  INFO(where);
+  for (const std::string& m : c.validation_messages()) INFO(m);
+  CHECK(c.validation_errors() == 0);
+}
+
+// --- inputs ------------------------------------------------------------------------------------
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A weight tensor held in memory, exposed as a TensorView like a checkpoint's.
+struct HostTensor {
+  std::vector<uint16_t> half;
+  std::vector<float> full;
+  uocr::TensorView view;
+  HostTensor(uocr::DType t, std::vector<int64_t> shape, const std::vector<float>& values) {
+    view.name = "test tensor";
+    view.dtype = t;
+    view.shape = std::move(shape);
+    if (t == uocr::DType::f32) {
+      full = values;
+      view.data = reinterpret_cast<const uint8_t*>(full.data());
+    } else {
+      half.resize(values.size());
+      for (size_t i = 0; i < values.size(); ++i) half[i] = t == uocr::DType::bf16 ? uocr::f32_to_bf16(values[i]) : f32_to_f16(values[i]);
+      view.data = reinterpret_cast<const uint8_t*>(half.data());
+    }
+  }
+  std::vector<double> values() const {
+    std::vector<float> f(size_t(view.numel()));
+    view.read_f32(0, view.numel(), f.data());
+    return std::vector<double>(f.begin(), f.end());
+  }
+  static uint16_t f32_to_f16(float f) {  // round to nearest even, normal range only (test data)
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    const uint32_t sign = (b >> 16) & 0x8000u;
+    const int32_t exp = int32_t((b >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = b & 0x7fffffu;
+    if (exp <= 0) return uint16_t(sign);
+    uint32_t h = sign | (uint32_t(exp) << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return uint16_t(h);
+  }
+};
+
+// --- error measures ----------------------------------------------------------------------------
+
+struct Err {
+  double rel = 0;   // ‖got − ref‖₂ / ‖ref‖₂
+  double max_abs = 0;
+};
+
+template <class A, class B>
+Err error_of(const A& got, const B& ref) {
+  REQUIRE(got.size() == ref.size());
+  double d2 = 0, r2 = 0, mx = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    d2 += d * d;
+    r2 += double(ref[i]) * double(ref[i]);
+    mx = std::max(mx, std::abs(d));
+  }
+  return {r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2), mx};
+}
+
+// Worst error per op over all cases, printed at the end of the suite.
+std::map<std::string, std::array<Err, 3>>& op_report() {  // [cpu vs f64, vulkan vs f64, vulkan vs cpu]
+  static std::map<std::string, std::array<Err, 3>> r;
+  return r;
+}
+void note(const std::string& op, int which, const Err& e) {
+  Err& w = op_report()[op][size_t(which)];
+  w.rel = std::max(w.rel, e.rel);
+  w.max_abs = std::max(w.max_abs, e.max_abs);
+}
+
+// --- the two backends behind one interface -------------------------------------------------
+
+struct AttnCase {
+  uocr::AttentionShape shape;
+  std::vector<float> q, k, v;  // causal: t rows of each; decode: one query, keys split at `split`
+  int64_t t = 0, split = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<float> linear(const std::vector<float>& x, int64_t m, const uocr::TensorView& w,
+                                    const uocr::TensorView* bias) = 0;
+  virtual std::vector<float> rms_norm(const std::vector<float>& x, int64_t rows, int64_t n, const std::vector<float>& w,
+                                      float eps) = 0;
+  virtual std::vector<float> layer_norm(const std::vector<float>& x, int64_t rows, int64_t n, const uocr::TensorView& w,
+                                        const uocr::TensorView& b, float eps) = 0;
+  virtual std::vector<float> rope(const std::vector<float>& x, int64_t rows, int heads, int head_dim, float theta,
+                                  int64_t pos0) = 0;
+  virtual std::vector<float> silu_mul(const std::vector<float>& g, const std::vector<float>& u) = 0;
+  virtual std::vector<float> causal_attention(const AttnCase& c) = 0;
+  virtual std::vector<float> decode_attention(const AttnCase& c) = 0;
+  virtual std::vector<float> embed(const std::vector<int32_t>& ids) = 0;
+  virtual std::vector<float> feed_forward(int layer, const std::vector<float>& x) = 0;
+  // Vision: conv2d over a channels-last map (im2col + GEMM), patch embedding of a CHW image,
+  // GELU (erf / quick), SAM rel-pos attention (global: ws = 0), CLIP attention over packed qkv.
+  virtual std::vector<float> conv2d(const uocr::vision::FeatureMap& x, const uocr::TensorView& w, const uocr::TensorView* b,
+                                    int stride, int pad) = 0;
+  virtual std::vector<float> patch_embed(const std::vector<float>& chw, int size, const uocr::TensorView& w,
+                                         const uocr::TensorView& b) = 0;
+  virtual std::vector<float> gelu(const std::vector<float>& x, bool quick) = 0;
+  virtual std::vector<float> sam_attention(const std::vector<float>& qkv, const std::vector<float>& bias, int g, int ws,
+                                           int heads, int c, const std::vector<float>& th, const std::vector<float>& tw) = 0;
+  virtual std::vector<float> clip_attention(const std::vector<float>& qkv, int64_t tokens, int heads, int width) = 0;
+};
+
+class CpuBackend : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  std::vector<float> linear(const std::vector<float>& x, int64_t m, const uocr::TensorView& w,
+                            const uocr::TensorView* bias) override {
+    std::vector<float> y(size_t(m * w.dim(0)));
+    uocr::cpu::linear(x.data(), m, w, bias, y.data());
+    return y;
+  }
+  std::vector<float> rms_norm(const std::vector<float>& x, int64_t rows, int64_t n, const std::vector<float>& w,
+                              float eps) override {
+    std::vector<float> y(x.size());
+    uocr::rms_norm(x.data(), rows, n, w.data(), eps, y.data());
+    return y;
+  }
+  std::vector<float> layer_norm(const std::vector<float>& x, int64_t rows, int64_t n, const uocr::TensorView& w,
+                                const uocr::TensorView& b, float eps) override {
+    std::vector<float> y(x.size());
+    uocr::vision::layer_norm(x.data(), rows, n, uocr::NormWeights{&w, &b}, eps, y.data());
+    return y;
+  }
+  std::vector<float> rope(const std::vector<float>& x, int64_t rows, int heads, int head_dim, float theta,
+                          int64_t pos0) override {
+    std::vector<float> y(x);
+    uocr::Rope r(head_dim, theta);
+    for (int64_t i = 0; i < rows; ++i) r.apply(y.data() + i * heads * head_dim, heads, pos0 + i);
+    return y;
+  }
+  std::vector<float> silu_mul(const std::vector<float>& g, const std::vector<float>& u) override {
+    std::vector<float> y(g);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = y[i] / (1.0f + std::exp(-y[i])) * u[i];
+    return y;
+  }
+  std::vector<float> causal_attention(const AttnCase& c) override {
+    std::vector<float> out(c.q.size());
+    uocr::causal_attention(c.q.data(), c.k.data(), c.v.data(), c.t, c.shape, out.data());
+    return out;
+  }
+  std::vector<float> decode_attention(const AttnCase& c) override {
+    const int64_t kr = c.shape.kv_row();
+    std::vector<float> out(size_t(c.shape.q_row())), scores(size_t(c.shape.heads * c.t));
+    uocr::decode_attention(c.q.data(), uocr::KvRows{c.k.data(), c.v.data(), c.split},
+                           uocr::KvRows{c.k.data() + c.split * kr, c.v.data() + c.split * kr, c.t - c.split}, c.shape,
+                           scores.data(), out.data());
+    return out;
+  }
+  std::vector<float> embed(const std::vector<int32_t>& ids) override {
+    Env& e = Env::get();
+    return uocr::Decoder(e.cfg.decoder, e.w.decoder).embed(ids);
+  }
+  std::vector<float> feed_forward(int layer, const std::vector<float>& x) override {
+    Env& e = Env::get();
+    const uocr::DecoderLayerWeights& lw = e.w.decoder.layers[size_t(layer)];
+    const int64_t m = int64_t(x.size()) / e.cfg.decoder.hidden;
+    std::vector<float> y(x.size());
+    uocr::MoeScratch moe;
+    if (lw.moe)
+      uocr::moe_forward(e.cfg.decoder, lw, x.data(), m, y.data(), moe);
+    else
+      uocr::mlp_forward(lw.dense, x.data(), m, y.data(), moe.mlp);
+    return y;
+  }
+  std::vector<float> conv2d(const uocr::vision::FeatureMap& x, const uocr::TensorView& w, const uocr::TensorView* b,
+                            int stride, int pad) override {
+    return uocr::vision::conv2d(x, w, b, stride, pad).data;
+  }
+  std::vector<float> patch_embed(const std::vector<float>& chw, int size, const uocr::TensorView& w,
+                                 const uocr::TensorView& b) override {
+    return uocr::vision::patch_embed(chw.data(), 3, size, w, &b).data;
+  }
+  std::vector<float> gelu(const std::vector<float>& x, bool quick) override {
+    std::vector<float> y(x);
+    if (quick)
+      uocr::vision::detail::quick_gelu(y.data(), int64_t(y.size()));
+    else
+      uocr::vision::detail::gelu_erf(y.data(), int64_t(y.size()));
+    return y;
+  }
+  std::vector<float> sam_attention(const std::vector<float>& qkv, const std::vector<float>& bias, int g, int ws, int heads,
+                                   int c, const std::vector<float>& th, const std::vector<float>& tw) override {
+    std::vector<float> out(size_t(g) * size_t(g) * size_t(c));
+    if (ws == 0)
+      uocr::vision::detail::sam_global_attention(qkv, g, heads, c, th, tw, out.data());
+    else
+      uocr::vision::detail::sam_window_attention(qkv, bias, g, ws, heads, c, th, tw, out.data());
+    return out;
+  }
+  std::vector<float> clip_attention(const std::vector<float>& qkv, int64_t tokens, int heads, int width) override {
+    std::vector<float> out(size_t(tokens * width));
+    uocr::vision::detail::clip_attention(qkv, tokens, heads, width, out.data());
+    return out;
+  }
+};
+
+class VulkanBackend : public Backend {
+ public:
+  explicit VulkanBackend(vk::Context& c) : c_(c) {}
+  std::string name() const override { return "vulkan"; }
+
+  std::vector<float> linear(const std::vector<float>& x, int64_t m, const uocr::TensorView& w,
+                            const uocr::TensorView* bias) override {
+    const vk::DeviceMatrix dw = vk::upload_matrix(c_, w);
+    vk::Buffer db;
+    if (bias) db = vk::upload_f32(c_, *bias);
+    const vk::Buffer dx = up(x);
+    const vk::Buffer dy = c_.buffer(size_t(m * w.dim(0)) * 4, vk::MemoryUse::activations, "y");
+    run([&](vk::Recorder& r) { vk::ops::linear(r, dx, 0, m, w.dim(1), dw, bias ? &db : nullptr, dy, 0, w.dim(0)); });
+    return c_.download_vector<float>(dy, size_t(m * w.dim(0)));
+  }
+  std::vector<float> rms_norm(const std::vector<float>& x, int64_t rows, int64_t n, const std::vector<float>& w,
+                              float eps) override {
+    const vk::Buffer dx = up(x), dw = up(w), dy = c_.buffer(x.size() * 4, vk::MemoryUse::activations, "y");
+    run([&](vk::Recorder& r) { vk::ops::rms_norm(r, dx, 0, rows, n, dw, eps, dy, 0); });
+    return c_.download_vector<float>(dy, x.size());
+  }
+  std::vector<float> layer_norm(const std::vector<float>& x, int64_t rows, int64_t n, const uocr::TensorView& w,
+                                const uocr::TensorView& b, float eps) override {
+    const vk::Buffer dx = up(x), dw = vk::upload_f32(c_, w), dbias = vk::upload_f32(c_, b);
+    const vk::Buffer dy = c_.buffer(x.size() * 4, vk::MemoryUse::activations, "y");
+    run([&](vk::Recorder& r) { vk::ops::layer_norm(r, dx, 0, rows, n, dw, dbias, eps, dy, 0); });
+    return c_.download_vector<float>(dy, x.size());
+  }
+  std::vector<float> rope(const std::vector<float>& x, int64_t rows, int heads, int head_dim, float theta,
+                          int64_t pos0) override {
+    const vk::Buffer table = vk::rope_table(c_, head_dim, theta, pos0 + rows);
+    const vk::Buffer dx = up(x);
+    run([&](vk::Recorder& r) { vk::ops::rope(r, dx, 0, rows, heads, head_dim, int64_t(heads) * head_dim, table, pos0); });
+    return c_.download_vector<float>(dx, x.size());
+  }
+  std::vector<float> silu_mul(const std::vector<float>& g, const std::vector<float>& u) override {
+    const vk::Buffer dg = up(g), du = up(u);
+    run([&](vk::Recorder& r) { vk::ops::silu_mul(r, dg, 0, du, 0, int64_t(g.size())); });
+    return c_.download_vector<float>(dg, g.size());
+  }
+  std::vector<float> causal_attention(const AttnCase& c) override {
+    const vk::Buffer q = up(c.q), k = up(c.k), v = up(c.v);
+    const vk::Buffer o = c_.buffer(c.q.size() * 4, vk::MemoryUse::activations, "attention out");
+    const vk::ops::AttentionDims d{c.shape.heads, c.shape.kv_heads, c.shape.head_dim};
+    run([&](vk::Recorder& r) {
+      vk::ops::attention(r, q, 0, c.t, c.shape.q_row(), d, vk::ops::KvSet{&k, &v, c.t}, vk::ops::KvSet{}, true, 0, o, 0,
+                         c.shape.q_row());
+    });
+    return c_.download_vector<float>(o, c.q.size());
+  }
+  std::vector<float> decode_attention(const AttnCase& c) override {
+    const int64_t kr = c.shape.kv_row();
+    const vk::Buffer q = up(c.q);
+    const vk::Buffer ka = up(std::vector<float>(c.k.begin(), c.k.begin() + c.split * kr));
+    const vk::Buffer va = up(std::vector<float>(c.v.begin(), c.v.begin() + c.split * kr));
+    const vk::Buffer kb = up(std::vector<float>(c.k.begin() + c.split * kr, c.k.end()));
+    const vk::Buffer vb = up(std::vector<float>(c.v.begin() + c.split * kr, c.v.end()));
+    const vk::Buffer o = c_.buffer(size_t(c.shape.q_row()) * 4, vk::MemoryUse::activations, "attention out");
+    const vk::ops::AttentionDims d{c.shape.heads, c.shape.kv_heads, c.shape.head_dim};
+    run([&](vk::Recorder& r) {
+      vk::ops::attention(r, q, 0, 1, c.shape.q_row(), d, vk::ops::KvSet{&ka, &va, c.split},
+                         vk::ops::KvSet{&kb, &vb, c.t - c.split}, false, 0, o, 0, c.shape.q_row());
+    });
+    return c_.download_vector<float>(o, size_t(c.shape.q_row()));
+  }
+  std::vector<float> embed(const std::vector<int32_t>& ids) override {
+    Env& e = Env::get();
+    const vk::DecoderDeviceWeights& dw = *e.device_weights();
+    const int64_t h = dw.embed.cols;
+    const vk::Buffer o = c_.buffer(ids.size() * size_t(h) * 4, vk::MemoryUse::activations, "embeddings");
+    std::vector<uint32_t> u(ids.begin(), ids.end());
+    run([&](vk::Recorder& r) { vk::ops::embed(r, r.temp(u.data(), u.size() * 4), int64_t(ids.size()), dw.embed, o, 0); });
+    return c_.download_vector<float>(o, ids.size() * size_t(h));
+  }
+  std::vector<float> feed_forward(int layer, const std::vector<float>& x) override {
+    Env& e = Env::get();
+    vk::VulkanDecoder dec(c_, e.cfg.decoder, e.w.decoder, e.device_weights());
+    return dec.feed_forward(layer, x);
+  }
+
+  std::vector<float> conv2d(const uocr::vision::FeatureMap& x, const uocr::TensorView& w, const uocr::TensorView* b,
+                            int stride, int pad) override {
+    const int k = int(w.dim(2)), cout = int(w.dim(0));
+    const int ho = (x.h + 2 * pad - k) / stride + 1, wo = (x.w + 2 * pad - k) / stride + 1;
+    const vk::DeviceMatrix dw = vk::upload_matrix(c_, w);
+    vk::Buffer db;
+    if (b) db = vk::upload_f32(c_, *b);
+    const vk::Buffer dx = up(x.data);
+    const vk::Buffer cols = c_.buffer(size_t(ho) * wo * x.c * k * k * 4, vk::MemoryUse::activations, "cols");
+    const vk::Buffer dy = c_.buffer(size_t(ho) * wo * cout * 4, vk::MemoryUse::activations, "y");
+    run([&](vk::Recorder& r) {
+      vk::ops::im2col(r, dx, 0, x.h, x.w, x.c, k, stride, pad, cols);
+      vk::ops::linear(r, cols, 0, int64_t(ho) * wo, int64_t(x.c) * k * k, dw, b ? &db : nullptr, dy, 0, cout);
+    });
+    return c_.download_vector<float>(dy, size_t(ho) * wo * cout);
+  }
+  std::vector<float> patch_embed(const std::vector<float>& chw, int size, const uocr::TensorView& w,
+                                 const uocr::TensorView& b) override {
+    const int p = int(w.dim(2)), g = size / p, cout = int(w.dim(0));
+    const vk::DeviceMatrix dw = vk::upload_matrix(c_, w);
+    const vk::Buffer db = vk::upload_f32(c_, b), dx = up(chw);
+    const vk::Buffer cols = c_.buffer(size_t(g) * g * 3 * p * p * 4, vk::MemoryUse::activations, "cols");
+    const vk::Buffer dy = c_.buffer(size_t(g) * g * cout * 4, vk::MemoryUse::activations, "y");
+    run([&](vk::Recorder& r) {
+      vk::ops::patch_im2col(r, dx, 3, size, p, cols);
+      vk::ops::linear(r, cols, 0, int64_t(g) * g, 3 * p * p, dw, &db, dy, 0, cout);
+    });
+    return c_.download_vector<float>(dy, size_t(g) * g * cout);
+  }
+  std::vector<float> gelu(const std::vector<float>& x, bool quick) override {
+    const vk::Buffer dx = up(x);
+    run([&](vk::Recorder& r) { vk::ops::gelu(r, dx, 0, int64_t(x.size()), quick ? vk::ops::Gelu::quick : vk::ops::Gelu::erf); });
+    return c_.download_vector<float>(dx, x.size());
+  }
+  std::vector<float> sam_attention(const std::vector<float>& qkv, const std::vector<float>& bias, int g, int ws, int heads,
+                                   int c, const std::vector<float>& th, const std::vector<float>& tw) override {
+    const vk::Buffer dq = up(qkv), db = up(bias), dh = up(th), dw = up(tw);
+    const vk::Buffer o = c_.buffer(size_t(g) * g * c * 4, vk::MemoryUse::activations, "out");
+    run([&](vk::Recorder& r) { vk::ops::sam_attention(r, dq, db, dh, dw, g, ws ? ws : g, heads, c, o); });
+    return c_.download_vector<float>(o, size_t(g) * g * c);
+  }
+  std::vector<float> clip_attention(const std::vector<float>& qkv, int64_t tokens, int heads, int width) override {
+    const vk::Buffer dq = up(qkv);
+    const vk::Buffer o = c_.buffer(size_t(tokens * width) * 4, vk::MemoryUse::activations, "out");
+    const vk::ops::AttentionDims d{heads, heads, width / heads};
+    run([&](vk::Recorder& r) {
+      vk::ops::attention(r, dq, 0, tokens, 3 * width, d, vk::ops::KvSet{&dq, &dq, tokens}, vk::ops::KvSet{}, false, 0, o, 0,
+                         width, 3 * width, width, 2 * width);
+    });
+    return c_.download_vector<float>(o, size_t(tokens * width));
+  }
+
+ private:
+  vk::Buffer up(const std::vector<float>& v) {
+    return vk::upload_f32(c_, v.data(), v.size(), vk::MemoryUse::activations, "test input");
+  }
+  template <class Fn>
+  void run(Fn&& fn) {
+    vk::Recorder r(c_);
+    fn(r);
+    r.submit();
+  }
+  vk::Context& c_;
+};
+
+std::vector<Backend*> backends() {
+  static CpuBackend cpu;
+  static std::unique_ptr<VulkanBackend> vulkan;
+  if (!vulkan) vulkan = std::make_unique<VulkanBackend>(Env::get().vk());
+  return {&cpu, vulkan.get()};
+}
+
+// Runs `compute` on each backend, checks it against the float64 reference within `budget`
+// (relative L2), and Vulkan against CPU within the same budget.
+template <class Compute>
+void conform(const std::string& op, const std::vector<double>& ref, double budget, Compute&& compute) {
+  std::vector<std::vector<float>> got;
+  for (Backend* b : backends()) {
+    got.push_back(compute(*b));
+    const Err e = error_of(got.back(), ref);
+    note(op, b->name() == "cpu" ? 0 : 1, e);
+    INFO(op << " on " << b->name() << ": rel " << e.rel << ", max abs " << e.max_abs << " (budget " << budget << ")");
+    CHECK(e.rel <= budget);
+  }
+  const Err e = error_of(got[1], got[0]);
+  note(op, 2, e);
+  INFO(op << ": vulkan vs cpu rel " << e.rel);
+  CHECK(e.rel <= budget);
+  check_no_validation_errors(op);
+}
+
+// --- float64 references ---------------------------------------------------------------------
+
+std::vector<double> ref_linear(const std::vector<float>& x, int64_t m, const HostTensor& w, const HostTensor* b) {
+  const int64_t n = w.view.dim(0), k = w.view.dim(1);
+  const std::vector<double> wv = w.values();
+  std::vector<double> bv = b ? b->values() : std::vector<double>(size_t(n), 0.0);
+  std::vector<double> y(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bv[size_t(j)];
+      for (int64_t c = 0; c < k; ++c) s += double(x[size_t(i * k + c)]) * wv[size_t(j * k + c)];
+      y[size_t(i * n + j)] = s;
+    }
+  return y;
+}
+
+std::vector<double> ref_attention(const AttnCase& c, bool causal) {
+  const auto& s = c.shape;
+  const int64_t qr = s.q_row(), kr = s.kv_row(), d = s.head_dim;
+  const int64_t rows = causal ? c.t : 1;
+  std::vector<double> out(size_t(rows * qr));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int h = 0; h < s.heads; ++h) {
+      const int g = s.kv_head_of(h);
+      const int64_t keys = causal ? i + 1 : c.t;
+      std::vector<double> sc(static_cast<size_t>(keys));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += double(c.q[size_t(i * qr + h * d + e)]) * c.k[size_t(j * kr + g * d + e)];
+        sc[size_t(j)] = dot / std::sqrt(double(d));
+        mx = std::max(mx, sc[size_t(j)]);
+      }
+      for (double& v : sc) sum += (v = std::exp(v - mx));
+      for (int64_t e = 0; e < d; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < keys; ++j) o += sc[size_t(j)] / sum * c.v[size_t(j * kr + g * d + e)];
+        out[size_t(i * qr + h * d + e)] = o;
+      }
+    }
+  return out;
+}
+
+AttnCase make_attention(int heads, int kv_heads, int head_dim, int64_t t, int64_t split, uint32_t seed) {
+  AttnCase c;
+  c.shape = uocr::AttentionShape{heads, kv_heads, head_dim};
+  c.t = t;
+  c.split = split;
+  c.q = randn(size_t((split ? 1 : t) * c.shape.q_row()), seed);
+  c.k = randn(size_t(t * c.shape.kv_row()), seed + 1);
+  c.v = randn(size_t(t * c.shape.kv_row()), seed + 2);
+  return c;
+}
+
+}  // namespace
+
+// ================================================================================================
+
+TEST_CASE("a Vulkan device is available and set up") {
+  vk::Context& c = Env::get().vk();
+  MESSAGE("device " << c.device_index() << ": " << c.device_name() << " ("
+                    << std::string(vk::device_type_name(c.properties().deviceType)) << "), unified memory "
+                    << std::string(c.unified_memory() ? "yes" : "no") << ", max binding " << c.max_binding_bytes() << " bytes, validation "
+                    << (c.validation_enabled() ? "on" : ("off " + c.validation_note())) << ", pipeline cache "
+                    << (c.pipeline_cache_path().empty() ? "(none)" : c.pipeline_cache_path()));
+  CHECK(!vk::Context::list_devices().empty());
+  if (uocr_test::env_or("UOCR_VK_VALIDATION", "") == "1" && !c.validation_enabled())
+    MESSAGE("validation requested but unavailable: " << c.validation_note());
+  check_no_validation_errors("context setup");
+}
+
+TEST_CASE("op conformance: linear (bf16, f16, f32 weights; decode mat-vec and GEMM paths)") {
+  struct Shape {
+    int64_t m, n, k;
+    bool bias;
+  };
+  const Shape shapes[] = {{1, 37, 64, false}, {3, 130, 33, true}, {4, 64, 1280, false},
+                          {5, 65, 40, true},  {37, 129, 95, false}, {130, 200, 256, true}};
+  uint32_t seed = 10;
+  for (uocr::DType t : {uocr::DType::bf16, uocr::DType::f16, uocr::DType::f32})
+    for (const Shape& s : shapes) {
+      const std::vector<float> x = randn(size_t(s.m * s.k), seed++);
+      HostTensor w(t, {s.n, s.k}, randn(size_t(s.n * s.k), seed++, 1.0f / std::sqrt(float(s.k))));
+      HostTensor b(uocr::DType::bf16, {s.n}, randn(size_t(s.n), seed++, 0.1f));
+      const std::vector<double> ref = ref_linear(x, s.m, w, s.bias ? &b : nullptr);
+      INFO("linear " << uocr::dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+      conform(std::string("linear_") + uocr::dtype_name(t), ref, 2e-6,
+              [&](Backend& be) { return be.linear(x, s.m, w.view, s.bias ? &b.view : nullptr); });
+    }
+}
+
+TEST_CASE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul") {
+  {
+    const int64_t rows = 7, n = 300;
+    const std::vector<float> x = randn(size_t(rows * n), 1, 2.0f), w = randn(size_t(n), 2);
+    std::vector<double> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
+      const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
+      for (int64_t i = 0; i < n; ++i) ref[size_t(r * n + i)] = w[size_t(i)] * x[size_t(r * n + i)] * inv;
+    }
+    conform("rms_norm", ref, 1e-6, [&](Backend& b) { return b.rms_norm(x, rows, n, w, 1e-6f); });
+  }
+  {
+    const int64_t rows = 9, n = 260;
+    std::vector<float> x = randn(size_t(rows * n), 3, 1.5f);
+    for (float& v : x) v += 3.0f;  // a mean far from zero tests the two-pass variance
+    HostTensor w(uocr::DType::bf16, {n}, randn(size_t(n), 4)), b(uocr::DType::bf16, {n}, randn(size_t(n), 5, 0.1f));
+    const std::vector<double> wv = w.values(), bv = b.values();
+    std::vector<double> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < n; ++i) mean += x[size_t(r * n + i)];
+      mean /= double(n);
+      for (int64_t i = 0; i < n; ++i) var += (x[size_t(r * n + i)] - mean) * (x[size_t(r * n + i)] - mean);
+      const double inv = 1.0 / std::sqrt(var / double(n) + 1e-6);
+      for (int64_t i = 0; i < n; ++i) ref[size_t(r * n + i)] = (x[size_t(r * n + i)] - mean) * inv * wv[size_t(i)] + bv[size_t(i)];
+    }
+    conform("layer_norm", ref, 1e-6, [&](Backend& be) { return be.layer_norm(x, rows, n, w.view, b.view, 1e-6f); });
+  }
+  {
+    // Positions up to ~8k (large angles); the reference uses the same float32 angles.
+    const int64_t rows = 5, pos0 = 8180;
+    const int heads = 3, d = 16;
+    const std::vector<float> x = randn(size_t(rows * heads * d), 6);
+    std::vector<double> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int i = 0; i < d / 2; ++i) {
+        const float inv = 1.0f / std::pow(10000.f, float(2 * i) / float(d));
+        const float angle = float(pos0 + r) * inv;
+        const double c = std::cos(double(angle)), s = std::sin(double(angle));
+        for (int h = 0; h < heads; ++h) {
+          const size_t base = size_t((r * heads + h) * d);
+          const double x1 = x[base + size_t(i)], x2 = x[base + size_t(i + d / 2)];
+          ref[base + size_t(i)] = x1 * c - x2 * s;
+          ref[base + size_t(i + d / 2)] = x2 * c + x1 * s;
+        }
+      }
+    conform("rope", ref, 1e-6, [&](Backend& b) { return b.rope(x, rows, heads, d, 10000.f, pos0); });
+  }
+  {
+    const std::vector<float> g = randn(1000, 7, 3.0f), u = randn(1000, 8);
+    std::vector<double> ref(g.size());
+    for (size_t i = 0; i < g.size(); ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+    conform("silu_mul", ref, 1e-6, [&](Backend& b) { return b.silu_mul(g, u); });
+  }
+}
+
+TEST_CASE("op conformance: causal prefill attention and decode attention over reference + ring") {
+  struct Case {
+    int heads, kv_heads, head_dim;
+    int64_t t, split;
+  };
+  // split 0: causal over t rows; split > 0: one query over split reference rows + t - split ring rows.
+  const Case cases[] = {{4, 4, 8, 150, 0},  {4, 2, 16, 70, 0},  {2, 1, 128, 66, 0}, {4, 4, 8, 286, 278},
+                        {4, 2, 16, 200, 192}, {3, 3, 256, 65, 64}, {2, 2, 8, 5, 5}};
+  uint32_t seed = 100;
+  for (const Case& cs : cases) {
+    const AttnCase c = make_attention(cs.heads, cs.kv_heads, cs.head_dim, cs.t, cs.split, seed += 3);
+    INFO("heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " t " << cs.t << " split " << cs.split);
+    if (cs.split == 0)
+      conform("causal_attention", ref_attention(c, true), 2e-6, [&](Backend& b) { return b.causal_attention(c); });
+    else
+      conform("decode_attention", ref_attention(c, false), 2e-6, [&](Backend& b) { return b.decode_attention(c); });
+  }
+}
+
+TEST_CASE("op conformance: embedding rows, dense MLP and MoE layer (tiny-a weights)") {
+  Env& e = Env::get();
+  const uocr::DecoderConfig& d = e.cfg.decoder;
+  {
+    const std::vector<int32_t> ids = {0, 1, 5, 128815, d.vocab - 1, 4242};
+    std::vector<double> ref;
+    for (int32_t id : ids)
+      for (int c = 0; c < d.hidden; ++c) ref.push_back(uocr::bf16_to_f32(reinterpret_cast<const uint16_t*>(e.w.decoder.embed->data)[size_t(id) * size_t(d.hidden) + size_t(c)]));
+    conform("embed", ref, 0.0, [&](Backend& b) { return b.embed(ids); });
+  }
+  // Feed-forward halves: the dense MLP (layer 0) and the MoE (layer 1: softmax router, top-2 of 8,
+  // shared expert) on 37 rows; the reference is the CPU backend itself (routing is discrete, so
+  // a float64 re-implementation would only restate it), checked per row.
+  for (int layer = 0; layer < d.layers; ++layer)
+    for (int64_t m : {int64_t(1), int64_t(37)}) {
+      const std::vector<float> x = randn(size_t(m * d.hidden), uint32_t(500 + layer * 10 + m));
+      const std::vector<float> cpu = backends()[0]->feed_forward(layer, x);
+      const std::vector<double> ref(cpu.begin(), cpu.end());
+      INFO("layer " << layer << " rows " << m);
+      conform(layer == 0 ? "dense_mlp" : "moe", ref, 2e-6, [&](Backend& b) { return b.feed_forward(layer, x); });
+    }
+}
+
+TEST_CASE("op conformance: vision convolutions (im2col + GEMM), patch embedding, GELU") {
+  uint32_t seed = 900;
+  struct Conv {
+    int h, w, cin, cout, k, stride, pad;
+    bool bias;
+  };
+  for (const Conv& cv : {Conv{9, 9, 5, 7, 1, 1, 0, true}, Conv{8, 8, 6, 5, 3, 1, 1, false}, Conv{9, 7, 4, 6, 3, 2, 1, false},
+                         Conv{16, 16, 32, 64, 3, 2, 1, false}}) {
+    uocr::vision::FeatureMap x(cv.h, cv.w, cv.cin);
+    x.data = randn(x.data.size(), seed++);
+    HostTensor w(uocr::DType::bf16, {cv.cout, cv.cin, cv.k, cv.k}, randn(size_t(cv.cout * cv.cin * cv.k * cv.k), seed++, 0.2f));
+    HostTensor b(uocr::DType::bf16, {cv.cout}, randn(size_t(cv.cout), seed++, 0.1f));
+    const int ho = (cv.h + 2 * cv.pad - cv.k) / cv.stride + 1, wo = (cv.w + 2 * cv.pad - cv.k) / cv.stride + 1;
+    const std::vector<double> wv = w.values(), bv = b.values();
+    std::vector<double> ref(size_t(ho) * wo * cv.cout);
+    for (int oy = 0; oy < ho; ++oy)
+      for (int ox = 0; ox < wo; ++ox)
+        for (int co = 0; co < cv.cout; ++co) {
+          double acc = cv.bias ? bv[size_t(co)] : 0.0;
+          for (int ci = 0; ci < cv.cin; ++ci)
+            for (int ky = 0; ky < cv.k; ++ky)
+              for (int kx = 0; kx < cv.k; ++kx) {
+                const int iy = oy * cv.stride - cv.pad + ky, ix = ox * cv.stride - cv.pad + kx;
+                if (iy < 0 || ix < 0 || iy >= cv.h || ix >= cv.w) continue;
+                acc += wv[size_t(((co * cv.cin + ci) * cv.k + ky) * cv.k + kx)] * x.data[size_t((iy * cv.w + ix) * cv.cin + ci)];
+              }
+          ref[size_t((oy * wo + ox) * cv.cout + co)] = acc;
+        }
+    INFO("conv " << cv.h << "x" << cv.w << "x" << cv.cin << " -> " << cv.cout << " k" << cv.k << " s" << cv.stride);
+    conform("conv2d", ref, 2e-6, [&](Backend& be) { return be.conv2d(x, w.view, cv.bias ? &b.view : nullptr, cv.stride, cv.pad); });
+  }
+  {
+    const int size = 48, p = 16, g = size / p, cout = 8;
+    const std::vector<float> img = randn(size_t(3 * size * size), seed++);
+    HostTensor w(uocr::DType::bf16, {cout, 3, p, p}, randn(size_t(cout * 3 * p * p), seed++, 0.05f));
+    HostTensor b(uocr::DType::bf16, {cout}, randn(size_t(cout), seed++, 0.1f));
+    const std::vector<double> wv = w.values(), bv = b.values();
+    std::vector<double> ref(size_t(g * g * cout));
+    for (int gy = 0; gy < g; ++gy)
+      for (int gx = 0; gx < g; ++gx)
+        for (int co = 0; co < cout; ++co) {
+          double acc = bv[size_t(co)];
+          for (int ci = 0; ci < 3; ++ci)
+            for (int py = 0; py < p; ++py)
+              for (int px = 0; px < p; ++px)
+                acc += wv[size_t(((co * 3 + ci) * p + py) * p + px)] * img[size_t((ci * size + gy * p + py) * size + gx * p + px)];
+          ref[size_t((gy * g + gx) * cout + co)] = acc;
+        }
+    conform("patch_embed", ref, 2e-6, [&](Backend& be) { return be.patch_embed(img, size, w.view, b.view); });
+  }
+  {
+    std::vector<float> x = randn(3000, seed++, 3.0f);
+    x[0] = 0.f;
+    x[1] = -12.f;
+    x[2] = 12.f;
+    std::vector<double> erf_ref(x.size()), quick_ref(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i];
+      erf_ref[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+      quick_ref[i] = v / (1.0 + std::exp(-1.702 * v));
+    }
+    conform("gelu_erf", erf_ref, 1e-6, [&](Backend& be) { return be.gelu(x, false); });
+    conform("quick_gelu", quick_ref, 1e-6, [&](Backend& be) { return be.gelu(x, true); });
+  }
+}
+
+TEST_CASE("op conformance: SAM windowed/global attention with decomposed rel-pos, CLIP attention") {
+  uint32_t seed = 1200;
+  struct Case {
+    int g, ws, heads, c;  // ws 0: global
+  };
+  for (const Case& cs : {Case{9, 0, 2, 16}, Case{10, 4, 2, 16}, Case{14, 14, 1, 32}, Case{17, 7, 2, 64}}) {
+    const int n = cs.ws ? cs.ws : cs.g, hd = cs.c / cs.heads, span = 2 * n - 1;
+    const std::vector<float> qkv = randn(size_t(cs.g * cs.g * 3 * cs.c), seed++), bias = randn(size_t(3 * cs.c), seed++, 0.5f);
+    const std::vector<float> th = randn(size_t(span * hd), seed++, 0.3f), tw = randn(size_t(span * hd), seed++, 0.3f);
+    // float64: tokens of each n x n window (padded ones = bias), all keys of the window, no mask.
+    std::vector<double> ref(size_t(cs.g * cs.g * cs.c));
+    const double scale = 1.0 / std::sqrt(double(hd));
+    for (int y = 0; y < cs.g; ++y)
+      for (int x = 0; x < cs.g; ++x)
+        for (int h = 0; h < cs.heads; ++h) {
+          const int wy = y / n, wx = x / n, qy = y % n, qx = x % n;
+          const float* q = &qkv[size_t((y * cs.g + x) * 3 * cs.c + h * hd)];
+          auto kv = [&](int ky, int kx, int part) {
+            const int yy = wy * n + ky, xx = wx * n + kx;
+            return (yy < cs.g && xx < cs.g) ? &qkv[size_t((yy * cs.g + xx) * 3 * cs.c + part * cs.c + h * hd)]
+                                             : &bias[size_t(part * cs.c + h * hd)];
+          };
+          std::vector<double> sc(static_cast<size_t>(n * n));
+          double mx = -1e300, sum = 0;
+          for (int ky = 0; ky < n; ++ky)
+            for (int kx = 0; kx < n; ++kx) {
+              const float* k = kv(ky, kx, 1);
+              double dot = 0, rh = 0, rw = 0;
+              for (int d = 0; d < hd; ++d) {
+                dot += double(q[d]) * k[d];
+                rh += double(q[d]) * th[size_t((qy - ky + n - 1) * hd + d)];
+                rw += double(q[d]) * tw[size_t((qx - kx + n - 1) * hd + d)];
+              }
+              sc[size_t(ky * n + kx)] = dot * scale + rh + rw;
+              mx = std::max(mx, sc[size_t(ky * n + kx)]);
+            }
+          for (double& v : sc) sum += (v = std::exp(v - mx));
+          for (int d = 0; d < hd; ++d) {
+            double o = 0;
+            for (int j = 0; j < n * n; ++j) o += sc[size_t(j)] / sum * kv(j / n, j % n, 2)[d];
+            ref[size_t((y * cs.g + x) * cs.c + h * hd + d)] = o;
+          }
+        }
+    INFO("SAM attention g " << cs.g << " window " << cs.ws << " heads " << cs.heads << " c " << cs.c);
+    conform(cs.ws ? "sam_window_attention" : "sam_global_attention", ref, 2e-6,
+            [&](Backend& be) { return be.sam_attention(qkv, bias, cs.g, cs.ws, cs.heads, cs.c, th, tw); });
+  }
+  {
+    const int64_t tokens = 101;
+    const int heads = 4, width = 64, hd = width / heads;
+    const std::vector<float> qkv = randn(size_t(tokens * 3 * width), seed++);
+    std::vector<double> ref(size_t(tokens * width));
+    for (int64_t i = 0; i < tokens; ++i)
+      for (int h = 0; h < heads; ++h) {
+        std::vector<double> sc(static_cast<size_t>(tokens));
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j < tokens; ++j) {
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += double(qkv[size_t(i * 3 * width + h * hd + d)]) * qkv[size_t(j * 3 * width + width + h * hd + d)];
+          sc[size_t(j)] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        for (double& v : sc) sum += (v = std::exp(v - mx));
+        for (int d = 0; d < hd; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j < tokens; ++j) o += sc[size_t(j)] / sum * qkv[size_t(j * 3 * width + 2 * width + h * hd + d)];
+          ref[size_t(i * width + h * hd + d)] = o;
+        }
+      }
+    conform("clip_attention", ref, 2e-6, [&](Backend& be) { return be.clip_attention(qkv, tokens, heads, width); });
+  }
+}
+
+namespace {
+
+// The same golden checks for both decoders: Dec/Cache are uocr::Decoder/KvCache or
+// vulkan::VulkanDecoder/VulkanKvCache.
+struct CpuRunner {
+  static constexpr const char* name = "cpu";
+  uocr::Decoder dec{Env::get().cfg.decoder, Env::get().w.decoder};
+  uocr::KvCache cache(int window) { return uocr::KvCache(Env::get().cfg.decoder, window); }
+};
+struct VulkanRunner {
+  static constexpr const char* name = "vulkan";
+  vk::VulkanDecoder dec{Env::get().vk(), Env::get().cfg.decoder, Env::get().w.decoder, Env::get().device_weights()};
+  vk::VulkanKvCache cache(int window) { return vk::VulkanKvCache(Env::get().vk(), Env::get().cfg.decoder, window); }
+};
+
+constexpr double kGoldenRowRel = 1e-4;  // full logits rows against the upstream float32 run
+constexpr double kGoldenTopRel = 1e-4;  // top-16 logits and logsumexp, relative to max(1, |ref|)
+
+double lse_of(const float* x, int64_t n) {
+  const Eigen::Map<const Eigen::ArrayXf> row(x, n);
+  const float mx = row.maxCoeff();
+  return mx + std::log((row - mx).exp().cast<double>().sum());
+}
+
+struct TopCheck {
+  double max_top_rel = 0, max_lse_rel = 0;
+  int argmax_checked = 0, argmax_agree = 0;
+  void add(const float* ours, int64_t vocab, const int32_t* ids, const float* vals, float lse) {
+    for (int r = 0; r < 16; ++r)
+      max_top_rel = std::max(max_top_rel, std::abs(double(ours[ids[r]]) - vals[r]) / std::max(1.0, std::abs(double(vals[r]))));
+    max_lse_rel = std::max(max_lse_rel, std::abs(lse_of(ours, vocab) - lse) / std::max(1.0, std::abs(double(lse))));
+    if (vals[0] - vals[1] > 1e-2f) {
+      ++argmax_checked;
+      argmax_agree += int32_t(std::max_element(ours, ours + vocab) - ours) == ids[0];
+    }
+  }
+};
+
+template <class Runner>
+void golden_prefill() {
+  Env& e = Env::get();
+  Runner run;
+  auto cache = run.cache(0);
+  const std::vector<float> input = run.dec.embed_prompt(e.input_ids, e.vision);
+  const std::vector<float> all = run.dec.prefill(input, 0, cache, uocr::PrefillLogits::all);
+  const int64_t p = int64_t(e.input_ids.size()), vocab = e.cfg.decoder.vocab;
+  REQUIRE(all.size() == size_t(p * vocab));
+  const std::vector<float> ref_last = npy_f32("prefill_logits.npy");
+  const Err err = error_of(std::vector<float>(all.end() - vocab, all.end()), ref_last);
+  const std::vector<float> last = run.dec.prefill(input, 0, cache);
+  const Err err_last = error_of(last, ref_last);
+  const std::vector<int32_t> ids = npy_ids("prefix_logits_top16_ids.npy");
+  const std::vector<float> vals = npy_f32("prefix_logits_top16_vals.npy");
+  const std::vector<float> lse = npy_f32("prefix_logits_lse.npy");
+  TopCheck top;
+  for (int64_t i = 0; i < p; ++i) top.add(&all[size_t(i * vocab)], vocab, &ids[size_t(i * 16)], &vals[size_t(i * 16)], lse[size_t(i)]);
+  MESSAGE(std::string(Runner::name) << " prefill: last-position logits rel err " << err.rel << " (max abs " << err.max_abs
+                       << "), last-only path rel " << err_last.rel << "; " << p << " prefix positions: top-16 max rel "
+                       << top.max_top_rel << ", lse max rel " << top.max_lse_rel << ", argmax " << top.argmax_agree << "/"
+                       << top.argmax_checked);
+  CHECK(err.rel <= kGoldenRowRel);
+  CHECK(err_last.rel <= kGoldenRowRel);
+  CHECK(top.max_top_rel <= kGoldenTopRel);
+  CHECK(top.max_lse_rel <= kGoldenTopRel);
+  CHECK(top.argmax_agree == top.argmax_checked);
+}
+
+template <class Runner>
+void golden_decode(const std::string& variant, int window) {
+  Env& e = Env::get();
+  const std::vector<int32_t> ids = npy_ids(variant + "_logits_top16_ids.npy");
+  const std::vector<float> vals = npy_f32(variant + "_logits_top16_vals.npy");
+  const std::vector<float> lse = npy_f32(variant + "_logits_lse.npy");
+  const std::vector<float> rows = npy_f32(variant + "_logits_rows.npy");
+  const std::vector<int32_t> row_index = npy_ids("logits_rows_gen_index.npy");
+  const int steps = int(lse.size());
+  const int64_t vocab = e.cfg.decoder.vocab, p = int64_t(e.input_ids.size());
+  Runner run;
+  auto cache = run.cache(window);
+  run.dec.prefill(run.dec.embed_prompt(e.input_ids, e.vision), 0, cache);
+  TopCheck top;
+  double worst_row = 0;
+  size_t rows_seen = 0;
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<float>& logits = run.dec.decode_step(e.gen_ids[size_t(s)], p + s, cache);
+    top.add(logits.data(), vocab, &ids[size_t(s) * 16], &vals[size_t(s) * 16], lse[size_t(s)]);
+    for (size_t r = 0; r < row_index.size(); ++r) {
+      if (row_index[r] != s) continue;
+      const Err err = error_of(logits, std::vector<float>(rows.begin() + long(r * size_t(vocab)), rows.begin() + long((r + 1) * size_t(vocab))));
+      worst_row = std::max(worst_row, err.rel);
+      ++rows_seen;
+    }
+    const int64_t held = window > 0 ? std::min<int64_t>(s + 1, window) : s + 1;
+    REQUIRE(cache.total_bytes() == size_t(p + held) * cache.bytes_per_token());
+  }
+  MESSAGE(std::string(Runner::name) << " " << variant << ": " << steps << " teacher-forced steps, full logits rows max rel err "
+                       << worst_row << " (" << rows_seen << " rows), top-16 max rel " << top.max_top_rel << ", lse max rel "
+                       << top.max_lse_rel << ", argmax " << top.argmax_agree << "/" << top.argmax_checked);
+  CHECK(rows_seen == row_index.size());
+  CHECK(worst_row <= kGoldenRowRel);
+  CHECK(top.max_top_rel <= kGoldenTopRel);
+  CHECK(top.max_lse_rel <= kGoldenTopRel);
+  CHECK(top.argmax_agree == top.argmax_checked);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("golden tiny-a: prefill logits at every prefix position", Runner, CpuRunner, VulkanRunner) {
+  golden_prefill<Runner>();
+  if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden prefill");
+}
+
+TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, full attention", Runner, CpuRunner, VulkanRunner) {
+  golden_decode<Runner>("full_attention", 0);
+  if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode full");
+}
+
+TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, R-SWA n=8", Runner, CpuRunner, VulkanRunner) {
+  golden_decode<Runner>("rswa_n8", 8);
+  if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode rswa n8");
+}
+
+namespace {
+
+// ‖ours − ref‖/‖ref‖ and max |ours − ref| against an upstream reference (the CPU test's bounds).
+void check_vision(const char* name, const std::vector<float>& ours, const std::vector<float>& ref, const std::vector<float>& cpu) {
+  const Err e = error_of(ours, ref), c = error_of(ours, cpu);
+  MESSAGE("vulkan " << std::string(name) << ": vs upstream rel " << e.rel << ", max abs " << e.max_abs << "; vs cpu rel " << c.rel);
+  CHECK(e.rel <= 1e-3);
+  CHECK(e.max_abs <= 1e-3);
+  CHECK(c.rel <= 1e-5);
+}
+
+std::vector<float> to_chw(const uocr::vision::FeatureMap& m) { return uocr::vision::detail::transposed(m.data.data(), m.tokens(), m.c); }
+
+}  // namespace
+
+TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, visual tokens, prefill logits") {
+  Env& e = Env::get();
+  const std::vector<float> image = npy_f32("image_normalized.npy");
+  vk::VulkanVisionEncoder venc(e.vk(), e.cfg, e.w);
+  uocr::VisionEncoder cenc(e.cfg, e.w);
+  uocr::VisionCaptures vc, cc;
+  const std::vector<float> vf = venc.encode_view(image.data(), 1024, &vc);
+  const std::vector<float> cf = cenc.encode_view(image.data(), 1024, &cc);
+  REQUIRE(vc.sam_neck.h == 64);
+  REQUIRE(vc.sam_out.h == 16);
+  check_vision("sam_neck", to_chw(vc.sam_neck), npy_f32("sam_neck.npy"), to_chw(cc.sam_neck));
+  check_vision("sam_out", to_chw(vc.sam_out), npy_f32("sam_out.npy"), to_chw(cc.sam_out));
+  check_vision("clip_out", vc.clip_out, npy_f32("clip_out.npy"), cc.clip_out);
+  check_vision("projector_out", vf, npy_f32("projector_out.npy"), cf);
+  // visual_tokens() = encode_view() + the host layout; the layout of the features above:
+  const std::vector<float> visual = cenc.layout_tokens(vf, {}, 0, 0);
+  REQUIRE(int64_t(visual.size()) == venc.token_count(1024, 0, 0, 0) * e.cfg.decoder.hidden);
+  check_vision("vision_tokens", visual, e.vision, cenc.layout_tokens(cf, {}, 0, 0));
+  check_no_validation_errors("golden vision");
+
+  // End to end on the device: these visual tokens -> Vulkan prefill -> the reference logits.
+  {
+    VulkanRunner run;
+    auto cache = run.cache(8);
+    const std::vector<float> logits = run.dec.prefill(run.dec.embed_prompt(e.input_ids, visual), 0, cache);
+    const Err err = error_of(logits, npy_f32("prefill_logits.npy"));
+    MESSAGE("vulkan image -> visual tokens -> prefill logits: rel err " << err.rel << " (max abs " << err.max_abs << ")");
+    CHECK(err.rel <= 1e-4);
+  }
+
+  // A 640 tile (interpolated SAM/CLIP position tables, 10x10 tokens) through visual_tokens()
+  // with a 1x1 tile grid agrees with the CPU path.
+  std::vector<float> tile(size_t(3) * 640 * 640);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 640; ++y)
+      std::copy_n(image.data() + (size_t(c) * 1024 + y) * 1024, 640, tile.data() + (size_t(c) * 640 + y) * 640);
+  const std::vector<float> vt = venc.encode_view(tile.data(), 640), ct = cenc.encode_view(tile.data(), 640);
+  const Err t = error_of(vt, ct);
+  MESSAGE("vulkan 640 tile vs cpu: rel " << t.rel << ", max abs " << t.max_abs);
+  CHECK(t.rel <= 1e-5);
+  CHECK(status_of([&] { venc.encode_view(tile.data(), 630); }) == Status::invalid_argument);
+  CHECK(status_of([&] { venc.visual_tokens(tile, {tile}, 2, 1); }) == Status::invalid_argument);
+  check_no_validation_errors("640 tile");
+}
+
+TEST_CASE("Vulkan decoder input errors match the CPU decoder's") {
+  Env& e = Env::get();
+  VulkanRunner run;
+  auto cache = run.cache(8);
+  const std::vector<float> input = run.dec.embed_prompt(e.input_ids, e.vision);
+  CHECK(status_of([&] { run.dec.decode_step(5, 0, cache); }) == Status::invalid_argument);  // before prefill
+  CHECK(status_of([&] { run.dec.prefill(input, -1, cache); }) == Status::invalid_argument);
+  run.dec.prefill(input, 0, cache);
+  CHECK(status_of([&] { run.dec.decode_step(5, e.cfg.decoder.max_positions, cache); }) == Status::invalid_argument);
+  CHECK(status_of([&] { run.dec.decode_step(e.cfg.decoder.vocab, 300, cache); }) == Status::invalid_argument);
+  CHECK(cache.generated_tokens() == 0);
+  CHECK(status_of([&] { run.dec.decode_step(5, 300, cache); }) == Status::ok);
+  CHECK(cache.generated_tokens() == 1);
+  check_no_validation_errors("decoder input errors");
+}
+
+TEST_CASE("errors: missing device, no driver, bad SPIR-V, out of device memory") {
+  Env::get().vk();
+  std::string msg;
+  SUBCASE("a device index that does not exist") {
+    vk::ContextOptions o;
+    o.device_index = 99;
+    CHECK(status_of([&] { vk::Context c(o); }, &msg) == Status::unsupported);
+    MESSAGE(msg);
+    CHECK(msg.find("device index 99") != std::string::npos);
+  }
+  SUBCASE("no Vulkan driver at all") {
+    // Point the loader at a driver manifest that does not exist.
+    const std::string saved_icd = uocr_test::env_or("VK_ICD_FILENAMES", ""), saved_drv = uocr_test::env_or("VK_DRIVER_FILES", "");
+    setenv("VK_ICD_FILENAMES", "/nonexistent/uocr_no_icd.json", 1);
+    setenv("VK_DRIVER_FILES", "/nonexistent/uocr_no_icd.json", 1);
+    vk::ContextOptions o;
+    o.validation = 0;
+    const Status s = status_of([&] { vk::Context c(o); }, &msg);
+    const size_t listed = vk::Context::list_devices().size();
+    auto restore = [](const char* name, const std::string& value) {
+      if (value.empty())
+        unsetenv(name);
+      else
+        setenv(name, value.c_str(), 1);
+    };
+    restore("VK_ICD_FILENAMES", saved_icd);
+    restore("VK_DRIVER_FILES", saved_drv);
+    MESSAGE(msg);
+    CHECK(s == Status::unsupported);
+    CHECK(msg.find("no Vulkan device") != std::string::npos);
+    CHECK(listed == 0);
+  }
+  SUBCASE("a shader blob that is not SPIR-V") {
+    const uint32_t junk[8] = {0xdeadbeef, 1, 2, 3, 4, 5, 6, 7};
+    CHECK(status_of([&] { Env::get().vk().pipeline("junk", junk, 8, 1); }, &msg) == Status::internal);
+    MESSAGE(msg);
+    CHECK(msg.find("junk") != std::string::npos);
+  }
+  SUBCASE("an allocation larger than the device memory") {
+    CHECK(status_of([&] { Env::get().vk().buffer(size_t(1) << 50, vk::MemoryUse::weights, "a petabyte"); }, &msg) ==
+          Status::out_of_memory);
+    MESSAGE(msg);
+    CHECK(msg.find("a petabyte") != std::string::npos);
+  }
+  check_no_validation_errors("error paths");
+}
+
+TEST_CASE("the pipeline cache is written to disk and reloaded") {
+  Env::get().vk();
+  const std::string dir = (std::filesystem::temp_directory_path() / ("uocr-vk-cache-test-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  vk::ContextOptions o;
+  o.cache_dir = dir;
+  o.validation = 0;
+  std::string path;
+  {
+    vk::Context c(o);
+    path = c.pipeline_cache_path();
+    CHECK(!c.pipeline_cache_loaded());
+    vk::kernel(c, "matmul_bf16", 4);
+    vk::kernel(c, "attention", 6);
+  }
+  CHECK(std::filesystem::exists(path));
+  CHECK(std::filesystem::file_size(path) >= 32);  // lavapipe stores only the header
+  {
+    vk::Context c(o);
+    CHECK(c.pipeline_cache_path() == path);
+    CHECK(c.pipeline_cache_loaded());
+    vk::kernel(c, "matmul_bf16", 4);
+  }
+  {  // a corrupt file is ignored, not an error
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a pipeline cache, but long enough to have a header";
+    vk::Context c(o);
+    CHECK(!c.pipeline_cache_loaded());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("adopting a VkDevice and queue created by the application") {
+  Env::get().vk();
+  auto app = vk::vulkan_info<VkApplicationInfo>(VK_STRUCTURE_TYPE_APPLICATION_INFO);
+  app.apiVersion = VK_API_VERSION_1_1;
+  auto ici = vk::vulkan_info<VkInstanceCreateInfo>(VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO);
+  ici.pApplicationInfo = &app;
+  VkInstance inst = VK_NULL_HANDLE;
+  REQUIRE(vkCreateInstance(&ici, nullptr, &inst) == VK_SUCCESS);
+  uint32_t n = 1;
+  VkPhysicalDevice pd = VK_NULL_HANDLE;
+  const VkResult er = vkEnumeratePhysicalDevices(inst, &n, &pd);
+  REQUIRE((er == VK_SUCCESS || er == VK_INCOMPLETE));
+  REQUIRE(n >= 1);
+  uint32_t nf = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &nf, nullptr);
+  std::vector<VkQueueFamilyProperties> fam(nf);
+  vkGetPhysicalDeviceQueueFamilyProperties(pd, &nf, fam.data());
+  uint32_t qf = 0;
+  while (qf < nf && !(fam[qf].queueFlags & VK_QUEUE_COMPUTE_BIT)) ++qf;
+  REQUIRE(qf < nf);
+  const float prio = 1.0f;
+  auto qi = vk::vulkan_info<VkDeviceQueueCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO);
+  qi.queueFamilyIndex = qf;
+  qi.queueCount = 1;
+  qi.pQueuePriorities = &prio;
+  auto dci = vk::vulkan_info<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qi;
+  VkDevice dev = VK_NULL_HANDLE;
+  REQUIRE(vkCreateDevice(pd, &dci, nullptr, &dev) == VK_SUCCESS);
+  VkQueue queue = VK_NULL_HANDLE;
+  vkGetDeviceQueue(dev, qf, 0, &queue);
+  {
+    vk::ContextOptions o;
+    o.pipeline_cache = false;
+    vk::Context c(vk::ExternalDevice{inst, pd, dev, qf, queue}, o);
+    CHECK(!c.owns_device());
+    const std::vector<float> x = randn(300, 1), y = randn(300, 2);
+    vk::Buffer bx = vk::upload_f32(c, x.data(), x.size(), vk::MemoryUse::activations, "x");
+    vk::Buffer by = vk::upload_f32(c, y.data(), y.size(), vk::MemoryUse::activations, "y");
+    {
+      vk::Recorder r(c);
+      vk::ops::add(r, bx, 0, by, 0, 300);
+      r.submit();
+    }
+    const std::vector<float> got = c.download_vector<float>(bx, 300);
+    for (size_t i = 0; i < 300; ++i) REQUIRE(got[i] == x[i] + y[i]);
+  }
+  // The application's device is still alive and ours to destroy.
+  CHECK(vkDeviceWaitIdle(dev) == VK_SUCCESS);
+  vkDestroyDevice(dev, nullptr);
+  vkDestroyInstance(inst, nullptr);
+}
+
+TEST_CASE("per-op device timestamps") {
+  Env& e = Env::get();
+  e.vk();
+  vk::ContextOptions o;
+  o.profiling = 1;
+  o.validation = 0;
+  vk::Context c(o);
+  if (!c.profiling()) {
+    MESSAGE("device '" << c.device_name() << "' has no compute timestamps; profiling skipped");
+    return;
+  }
+  vk::VulkanDecoder dec(c, e.cfg.decoder, e.w.decoder);
+  vk::VulkanKvCache cache(c, e.cfg.decoder, 8);
+  const int64_t p = int64_t(e.input_ids.size());
+  dec.prefill(dec.embed_prompt(e.input_ids, e.vision), 0, cache);
+  c.reset_profile();
+  for (int s = 0; s < 20; ++s) dec.decode_step(e.gen_ids[size_t(s)], p + s, cache);
+  MESSAGE("20 decode steps on " << c.device_name()
+                                << std::string(c.properties().deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? " (a CPU device: these are CPU times)" : "")
+                                << ":\n"
+                                << c.profile_report());
+  CHECK(c.profile().count("attention") == 1);
+  CHECK(c.profile().at("attention").dispatches == 20 * e.cfg.decoder.layers);
+}
+
+TEST_CASE("zz: op error report and zero validation errors over the whole run") {
+  vk::Context& c = Env::get().vk();
+  std::string report = "worst relative L2 error per op (cpu vs f64 | vulkan vs f64 | vulkan vs cpu):\n";
+  for (const auto& kv : op_report()) {
+    char line[200];
+    std::snprintf(line, sizeof line, "  %-18s %.2e | %.2e | %.2e\n", kv.first.c_str(), kv.second[0].rel, kv.second[1].rel,
+                  kv.second[2].rel);
+    report += line;
+  }
+  MESSAGE(report);
+  MESSAGE("validation " << std::string(c.validation_enabled() ? "on" : "off") << ": " << c.validation_errors() << " errors, "
+                        << c.validation_warnings() << " warnings");
+  for (const std::string& m : c.validation_messages()) MESSAGE(m);
+  check_no_validation_errors("whole run");
+}

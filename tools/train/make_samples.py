@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Writes samples/data/: a 3-page sample document rendered by tools/train/data.py.
+
+  demo-page1.png .. demo-page3.png   the pages (512x512 RGB, the demo model's page size)
+  demo-doc.pdf                        the same pages as a 3-page PDF (Pillow, 72 dpi: 512 pt pages)
+  demo-page1.md .. demo-page3.md      each page's ground-truth markdown (single-page target)
+  demo-doc.md                         the multi-page target: "<PAGE>" + page 1 + "<PAGE>" + page 2 ...
+
+    python3 tools/train/make_samples.py [--out samples/data] [--seed 8] [--level 3]
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from data import Renderer  # noqa: E402
+from train import join_pages  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(HERE, "../../samples/data")))
+    ap.add_argument("--seed", type=int, default=8)
+    ap.add_argument("--level", type=int, default=3)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    r = Renderer(size=512, seed=a.seed, level=a.level)
+    pages = [r.page() for _ in range(3)]
+    imgs = []
+    for i, (img, md, _) in enumerate(pages, 1):
+        img.save(os.path.join(a.out, f"demo-page{i}.png"), optimize=True)
+        with open(os.path.join(a.out, f"demo-page{i}.md"), "w") as f:
+            f.write(md)
+        imgs.append(img)
+    imgs[0].save(os.path.join(a.out, "demo-doc.pdf"), save_all=True, append_images=imgs[1:], resolution=72.0)
+    with open(os.path.join(a.out, "demo-doc.md"), "w") as f:
+        f.write(join_pages([p[1] for p in pages])[0])
+    for n in sorted(os.listdir(a.out)):
+        if n.startswith("demo-"):
+            print(n, os.path.getsize(os.path.join(a.out, n)))
+
+
+if __name__ == "__main__":
+    main()
