@@ -1,25 +1,30 @@
 // Model benchmarks on one 1024 page at the REAL model dimensions (random weights are fine: the
 // work does not depend on the values, except MoE routing, which random weights spread evenly).
 //
-//   python3 tools/checkpoint/make_random.py ...          # a real-size folder, e.g. /tmp/uocr-real
+//   python3 tools/checkpoint/make_random.py --out /tmp/uocr-real   # real dimensions, 6.7 GB
 //   meson setup /tmp/build-bench -Dbench=true && ninja -C /tmp/build-bench bench/bench_model
-//   UOCR_BENCH_MODEL=/tmp/uocr-real /tmp/build-bench/bench/bench_model
+//   OMP_WAIT_POLICY=passive UOCR_BENCH_MODEL=/tmp/uocr-real /tmp/build-bench/bench/bench_model
 //
-// Cases (each also prints its ceiling so every ratio comes from one run):
-//   BM_GemmPeak       float32 GEMM GFLOP/s (Eigen, 2048^3, all threads): the encoder's ceiling
-//   BM_ReadBandwidth  streaming read GB/s over 1 GiB, all threads: the decode ceiling
+// Cases (the ceilings are measured in the same run, so every ratio comes from one run):
+//   BM_GemmPeak       float32 GEMM 2048^3, all threads, best of Eigen's parallel GEMM and the
+//                     tiled GEMM cpu::linear uses: the encoder's ceiling
+//   BM_ReadBandwidth  read 1 GiB with AVX-512 loads + software prefetch, all threads: the
+//                     decode ceiling
 //   BM_Encoder1024    VisionEncoder::encode_view on the 1024 global view of a real page image;
 //                     FLOPs counted analytically from the config (roofline.hpp)
-//   BM_EncoderStages  the same view split into SAM and CLIP(+projector) times
+//   BM_EncoderStages  the same view, sam_forward and clip_forward timed apart
 //   BM_Prefill        Decoder::prefill of the base single-page prompt (BOS + 273 visual + text)
 //   BM_DecodeStep     Decoder::decode_step with the R-SWA ring full (steady state), against
 //                     active bf16 weight bytes + float32 KV bytes per token / measured bandwidth
 //   BM_MoeLayerDecode one MoE layer's decode FFN as 21 linear() calls vs 2 linear_batch() calls
+// Each reports wall time and the calling thread's CPU time (the idle-machine estimate on a
+// shared machine; see docs/PERFORMANCE.md), and ratios of like to like.
 //
 // Environment: UOCR_BENCH_MODEL (model folder, default /tmp/uocr-real), UOCR_BENCH_IMAGE (page
 // image, default <shared>/golden/tiny-a/page.png), UOCR_BENCH_ENCODER_ITERS (3),
-// UOCR_BENCH_PREFILL_ITERS (3), UOCR_BENCH_DECODE_STEPS (32). Without the model folder the
-// model cases are skipped with a message; the two ceilings still run.
+// UOCR_BENCH_PREFILL_ITERS (3), UOCR_BENCH_DECODE_STEPS (32), UOCR_BENCH_VISUAL=random (N(0,1)
+// visual tokens instead of running the encoder, for quick decoder runs). Without the model
+// folder the model cases are skipped with a message; the two ceilings still run.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

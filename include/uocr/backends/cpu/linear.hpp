@@ -1,10 +1,14 @@
 // CPU matrix kernels over checkpoint weights stored as bf16/f16/f32. Weights stay in their
-// mapped form and all arithmetic is float32 (bf16 -> f32 widening is exact):
-//  - m <= 4 rows (the decode path, memory-bound): each weight row is streamed once for all m
-//    inputs; with AVX-512 four weight rows are widened 16 values at a time and multiplied into
-//    4·m float32 accumulators, rows split across the OpenMP threads;
-//  - larger m (prefill, vision): panels of weight rows widened to float32 (AVX-512 when built
-//    for it), then Eigen's blocked GEMM; the conversion is O(N·K) against O(M·N·K) multiply-adds.
+// mapped form and all arithmetic is float32 (bf16 -> f32 widening is exact). linear() picks:
+//  - m <= 4 rows (decode, memory-bound): each weight row streamed once for all m inputs; with
+//    AVX-512, 4 weight rows widened in registers x m inputs, software prefetch one block ahead;
+//  - 4 < m <= kSmallGemmRows, bf16 (MoE experts in a prefill): 4 weight rows widened into an
+//    L1 buffer at a time, then a 4 x 4 dot kernel over the inputs;
+//  - larger m (vision, prefill projections): the weight widened to float32 once, then
+//    independent 512 x 256 output tiles, each a single-threaded Eigen GEMM.
+// Work goes to the OpenMP threads in blocks/tiles handed out dynamically (a descheduled thread's
+// share goes to the running one); the bias is added inside each block. linear_batch() runs
+// several small products in one parallel region. docs/PERFORMANCE.md has the measurements.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -64,6 +68,13 @@ inline void weight_to_f32(const TensorView& w, int64_t offset, int64_t n, float*
     widen_bf16_block(reinterpret_cast<const uint16_t*>(w.data) + offset, out, n);
   else
     w.read_f32(offset, n, out);
+}
+
+// y[i*n + j] += bias[j] for rows i < m and columns [j0, j1) (bias may be null).
+inline void add_bias(float* y, int64_t m, int64_t n, int64_t j0, int64_t j1, const float* bias) {
+  if (!bias) return;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = j0; j < j1; ++j) y[i * n + j] += bias[j];
 }
 
 #ifdef UOCR_CPU_AVX512
@@ -194,19 +205,23 @@ inline void rows_dot(const T* w, const float* x, int64_t m, int64_t k, int64_t j
 // blocks of 64 (a multiple of the kernel's 4) when the matrix is big enough to pay for it.
 // Dynamic hand-out: on a shared machine a descheduled thread's blocks go to the running one.
 template <class T>
-inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, float* y) {
+inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, float* y, const float* bias = nullptr) {
   constexpr int64_t block = 64;
   const int64_t blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(dynamic) if (n * k >= (int64_t(1) << 17) && blocks > 1)
-  for (int64_t b = 0; b < blocks; ++b) rows_dot(w, x, m, k, b * block, std::min(n, (b + 1) * block), y, n);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
+    rows_dot(w, x, m, k, j0, j1, y, n);
+    add_bias(y, m, n, j0, j1, bias);
+  }
 }
 
 #ifdef UOCR_CPU_AVX512
 // Small-m GEMM (MoE experts in a prefill see a few dozen rows each): blocks of 4 weight rows
 // are widened once into an L1-resident float32 buffer, then every group of 4 input rows is
 // multiplied against them with the 4x4 dot kernel. No packing of x and no O(N·K) f32 panel
-// written to memory: for m up to ~100 this beats widening panels for Eigen by 1.3-3x.
-// Weight rows [j0, j1) of the small-m product; wb: scratch of 4·k floats.
+// written to memory: for m 5..64 this beats widening panels for Eigen by 1.3-3.6x (one thread).
+// small_m_rows: weight rows [j0, j1) of that product; wb is scratch of 4·k floats.
 inline void small_m_rows(const uint16_t* w, const float* x, int64_t m, int64_t n, int64_t k, int64_t j0, int64_t j1,
                          float* y, float* wb) {
   for (int64_t jr = j0; jr < j1; jr += 4) {
@@ -224,14 +239,19 @@ inline void small_m_rows(const uint16_t* w, const float* x, int64_t m, int64_t n
   }
 }
 
-inline void gemm_small_m(const uint16_t* w, const float* x, int64_t m, int64_t n, int64_t k, float* y) {
+inline void gemm_small_m(const uint16_t* w, const float* x, int64_t m, int64_t n, int64_t k, float* y,
+                         const float* bias = nullptr) {
   const int64_t blocks = (n + 15) / 16;
 #pragma omp parallel if (m * n * k >= (int64_t(1) << 20))
   {
     thread_local std::vector<float> wbuf;
     if (wbuf.size() < size_t(4 * k)) wbuf.resize(size_t(4 * k));
 #pragma omp for schedule(dynamic)
-    for (int64_t b = 0; b < blocks; ++b) small_m_rows(w, x, m, n, k, b * 16, std::min(n, b * 16 + 16), y, wbuf.data());
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t j0 = b * 16, j1 = std::min(n, j0 + 16);
+      small_m_rows(w, x, m, n, k, j0, j1, y, wbuf.data());
+      add_bias(y, m, n, j0, j1, bias);
+    }
   }
 }
 #endif
@@ -245,7 +265,7 @@ using TileMap = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 // single-thread efficiency against one big GEMM but need no inter-thread synchronisation:
 // Eigen's own parallel GEMM busy-waits on its partner's packed blocks, which on a shared,
 // oversubscribed machine costs whole scheduler slices.
-inline void gemm_tiles(const float* x, int64_t m, const TensorView& w, float* y) {
+inline void gemm_tiles(const float* x, int64_t m, const TensorView& w, float* y, const float* bias = nullptr) {
   constexpr int64_t tm = 512, tn = 256;
   const int64_t n = w.dim(0), k = w.dim(1);
   const bool widen = w.dtype != DType::f32;
@@ -272,6 +292,7 @@ inline void gemm_tiles(const float* x, int64_t m, const TensorView& w, float* y)
         const int64_t a = std::min(tm, m - i0), b = std::min(tn, pn - j0);
         TileMap(y + i0 * n + p0 + j0, a, b, Eigen::OuterStride<>(n)).noalias() =
             ConstMatrixMap(x + i0 * k, a, k) * ConstMatrixMap(wf + j0 * k, b, k).transpose();
+        add_bias(y + i0 * n, a, n, p0 + j0, p0 + j0 + b, bias);
       }
     }
   }
@@ -286,25 +307,23 @@ inline constexpr int64_t kSmallGemmRows = 128;
 // y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]).
 inline void linear(const float* x, int64_t m, const TensorView& w, const TensorView* bias, float* y) {
   const int64_t n = w.dim(0), k = w.dim(1);
-  if (m <= 4 && w.dtype == DType::bf16) {
-    detail::matvec(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y);
-  } else if (m <= 4 && w.dtype == DType::f32) {
-    detail::matvec(reinterpret_cast<const float*>(w.data), x, m, n, k, y);
-#ifdef UOCR_CPU_AVX512
-  } else if (m <= kSmallGemmRows && w.dtype == DType::bf16) {
-    detail::gemm_small_m(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y);
-#endif
-  } else {
-    detail::gemm_tiles(x, m, w, y);
-  }
+  const float* bv = nullptr;  // the bias goes in with each block/tile: no extra parallel region
   if (bias) {
     thread_local std::vector<float> b;
     if (b.size() < size_t(n)) b.resize(size_t(n));
     detail::weight_to_f32(*bias, 0, n, b.data());
-    const float* bv = b.data();  // thread_local: other threads must read this thread's copy
-#pragma omp parallel for schedule(static) if (m * n > (1 << 16))
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) y[i * n + j] += bv[j];
+    bv = b.data();  // thread_local: the team must read this thread's copy
+  }
+  if (m <= 4 && w.dtype == DType::bf16) {
+    detail::matvec(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
+  } else if (m <= 4 && w.dtype == DType::f32) {
+    detail::matvec(reinterpret_cast<const float*>(w.data), x, m, n, k, y, bv);
+#ifdef UOCR_CPU_AVX512
+  } else if (m <= kSmallGemmRows && w.dtype == DType::bf16) {
+    detail::gemm_small_m(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
+#endif
+  } else {
+    detail::gemm_tiles(x, m, w, y, bv);
   }
 }
 
