@@ -282,6 +282,7 @@ def main():
     ap.add_argument("--w-attn", type=float, default=0.3)
     ap.add_argument("--w-moe", type=float, default=0.01)
     ap.add_argument("--level", type=int, default=0, help="starting curriculum level")
+    ap.add_argument("--set-level", type=int, help="with --resume: continue at this curriculum level")
     ap.add_argument("--advance-cer", type=float, default=0.12, help="held-out CER that moves to the next level")
     ap.add_argument("--multi-frac", type=float, default=0.25, help="share of multi-page steps from level 2 on")
     ap.add_argument("--eval-min", type=float, default=10.0)
@@ -333,6 +334,8 @@ def main():
         opt.load_state_dict(state["opt"])
         step, level, cpu_total = state["step"], state["level"], state["cpu_total"]
         pages_seen, history, best = state["pages_seen"], state["history"], state.get("best")
+        if a.set_level is not None:
+            level = a.set_level
         print(f"resumed {ck_path}: step {step}, level {level}, {cpu_total / 3600:.2f} CPU h so far", flush=True)
     print(f"model: {count_params(model):,} parameters (exported), aux heads {sum(p.numel() for p in aux.parameters()):,}; "
           f"{d.tokens_per_page} visual tokens/page; R-SWA n={d.window}", flush=True)
