@@ -7,17 +7,20 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/session.hpp"
+#include "uocr/session/infinite.hpp"
+#include "uocr/session/page_source.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -50,7 +53,13 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, seed) == 40, "
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, ngram_window) == 48, "ngram_window moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, loop_guard) == 52, "loop_guard moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_image_pixels) == 56, "max_image_pixels moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 64, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, backend) == 64, "backend moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, device_index) == 68, "device_index moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, pages_per_group) == 72, "pages_per_group moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, positions) == 100, "positions moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, checkpoint_path) == 104, "checkpoint_path moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, resume) == 116, "resume moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 120, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -112,6 +121,7 @@ namespace {
 
 constexpr uint32_t kModelMagic = 0x4d52434fu;    // "OCRM"
 constexpr uint32_t kSessionMagic = 0x53524346u;  // "FCRS"
+constexpr uint32_t kPageMagic = 0x45474150u;     // "PAGE"
 constexpr uint32_t kDeadMagic = 0xdeadf7eeu;
 
 }  // namespace
@@ -121,12 +131,24 @@ struct uocr_model {
   std::shared_ptr<const uocr::Model> model;
 };
 
+// A page being handed over by a uocr_page_callback (lives on the stack of the page source).
+struct uocr_page {
+  uint32_t magic = kPageMagic;
+  const uocr::DecodeLimits* limits = nullptr;
+  uocr::ImageU8 image;
+  bool set = false;
+  uocr_status error = UOCR_OK;  // of the last uocr_page_set_* call, when it failed
+  std::string message;
+};
+
 struct uocr_session {
   uint32_t magic = kSessionMagic;
   std::shared_ptr<const uocr::Model> model;
   uocr::SessionParams params;
   uocr::DecodeLimits limits;
-  std::unique_ptr<uocr::Session> core;
+  std::unique_ptr<uocr::InfiniteSession> core;  // validated at creation; runs every transcription
+  uocr::CheckpointOptions checkpoint;
+  std::vector<uocr::ImageU8> pages;  // added with uocr_session_add_image_*
   std::string text;  // transcript of the last run
   // Message of the last call on this session (mutable: const functions report too).
   mutable std::string error;
@@ -324,6 +346,8 @@ uocr_session_params default_session_params() {
   p.ngram_window = d.ngram_window;
   p.loop_guard = d.loop_guard ? 1 : 0;
   p.max_image_pixels = 0;
+  p.backend = UOCR_BACKEND_CPU;
+  p.device_index = d.device_index;
   return p;
 }
 
@@ -347,6 +371,49 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
   c.ngram_size = p.ngram_size;
   c.ngram_window = p.ngram_window;
   c.loop_guard = p.loop_guard != 0;
+  if (p.backend < UOCR_BACKEND_CPU || p.backend > UOCR_BACKEND_CUDA)
+    fail(UOCR_E_INVALID_ARGUMENT, "backend " + std::to_string(p.backend) + " is not a UOCR_BACKEND_* value");
+  c.backend = p.backend == UOCR_BACKEND_VULKAN ? uocr::Backend::vulkan
+              : p.backend == UOCR_BACKEND_CUDA ? uocr::Backend::cuda
+                                               : uocr::Backend::cpu;
+  c.device_index = p.device_index;
+  return c;
+}
+
+// Page groups and SR-SWA: every field's 0 is the core's default.
+uocr::InfiniteParams to_infinite(const uocr_session_params& p) {
+  uocr::InfiniteParams c;
+  uocr::PageGroupParams& g = c.groups;
+  if (p.pages_per_group < 0 || p.pages_per_group == 1)
+    fail(UOCR_E_INVALID_ARGUMENT, "pages_per_group must be 0 (default) or >= 2, got " + std::to_string(p.pages_per_group));
+  if (p.pages_per_group) g.group_pages = p.pages_per_group;
+  g.overlap_pages = p.overlap_pages ? p.overlap_pages : g.group_pages - 1;
+  if (p.page_fallback_tokens < -1) fail(UOCR_E_INVALID_ARGUMENT, "page_fallback_tokens must be -1, 0 or positive");
+  if (p.page_fallback_tokens) c.page_fallback_tokens = p.page_fallback_tokens < 0 ? 0 : p.page_fallback_tokens;
+  if (p.reference_mode != UOCR_REFERENCE_DENSE && p.reference_mode != UOCR_REFERENCE_SPARSE)
+    fail(UOCR_E_INVALID_ARGUMENT, "reference_mode " + std::to_string(p.reference_mode) + " is not a UOCR_REFERENCE_* value");
+  g.sparse = p.reference_mode == UOCR_REFERENCE_SPARSE;
+  if (p.reference_pages < -1 || p.reference_blocks < -1 || p.reference_block_tokens < 0)
+    fail(UOCR_E_INVALID_ARGUMENT, "reference_pages and reference_blocks must be >= -1, reference_block_tokens >= 0");
+  // The core counts "all" as 0; the C ABI keeps 0 for "default".
+  if (p.reference_pages) g.sparse_params.page_budget = p.reference_pages < 0 ? 0 : p.reference_pages;
+  if (p.reference_blocks) g.sparse_params.block_budget = p.reference_blocks < 0 ? 0 : p.reference_blocks;
+  if (p.reference_block_tokens) g.sparse_params.block_tokens = p.reference_block_tokens;
+  if (p.positions != UOCR_POSITIONS_LIMIT && p.positions != UOCR_POSITIONS_EXTRAPOLATE)
+    fail(UOCR_E_INVALID_ARGUMENT, "positions " + std::to_string(p.positions) + " is not a UOCR_POSITIONS_* value");
+  g.allow_position_extrapolation = p.positions == UOCR_POSITIONS_EXTRAPOLATE;
+  c.keep_text = true;
+  return c;
+}
+
+uocr::CheckpointOptions to_checkpoint(const uocr_session_params& p) {
+  uocr::CheckpointOptions c;
+  c.path = p.checkpoint_path ? p.checkpoint_path : "";
+  if (p.checkpoint_every_tokens < 0) fail(UOCR_E_INVALID_ARGUMENT, "checkpoint_every_tokens must be >= 0");
+  c.every_tokens = p.checkpoint_every_tokens;
+  if (p.resume != 0 && p.resume != 1) fail(UOCR_E_INVALID_ARGUMENT, "resume must be 0 or 1, got " + std::to_string(p.resume));
+  if (p.resume && c.path.empty()) fail(UOCR_E_INVALID_ARGUMENT, "resume = 1 needs a checkpoint_path");
+  c.resume = p.resume == 1;
   return c;
 }
 
@@ -372,7 +439,96 @@ uocr_run_summary to_c(const uocr::RunSummary& s) {
 }
 
 void add_page(uocr_session* s, uocr::ImageU8 image) {
-  s->core->add_page(std::move(image));
+  if (image.width <= 0 || image.height <= 0) fail(UOCR_E_INVALID_ARGUMENT, "page image is empty");
+  s->pages.push_back(std::move(image));
+}
+
+// Raw RGB rows as a page, checked as the header promises.
+uocr::ImageU8 rgb_image(const uint8_t* rgb, int32_t width, int32_t height, size_t stride, const uocr::DecodeLimits& limits) {
+  if (rgb == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "RGB pixel pointer is NULL");
+  if (width <= 0 || height <= 0)
+    fail(UOCR_E_INVALID_ARGUMENT,
+         "image size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
+  if (uint64_t(width) * uint64_t(height) > limits.max_pixels)
+    fail(UOCR_E_INVALID_IMAGE, "image is " + std::to_string(width) + "x" + std::to_string(height) +
+                                   " pixels, above the limit of " + std::to_string(limits.max_pixels));
+  return uocr::image_from_rgb(rgb, width, height, stride ? stride : size_t(width) * 3);
+}
+
+// Body of the uocr_page_set_* functions: `make` builds the image; failures are returned and
+// remembered by the page (the run reports them if the callback sets no page after all).
+template <class Make>
+uocr_status set_page(uocr_page* page, Make&& make) noexcept {
+  try {
+    if (page == nullptr) fail(UOCR_E_INVALID_HANDLE, "page handle is NULL");
+    if (!is_live(page, kPageMagic))
+      fail(UOCR_E_INVALID_HANDLE, "not a live page handle (pages are valid only inside their uocr_page_callback)");
+    try {
+      page->image = make();
+      page->set = true;
+    } catch (...) {
+      page->set = false;
+      page->error = current_exception_status(page->message);
+      return record(page->error, page->message.c_str(), nullptr);
+    }
+    return record(UOCR_OK, "", nullptr);
+  } catch (...) {
+    std::string msg;
+    const uocr_status st = current_exception_status(msg);
+    return record(st, msg.c_str(), nullptr);
+  }
+}
+
+// C event for a core event; its strings point into `e`.
+uocr_event to_c(const uocr::Event& e) {
+  uocr_event ev;
+  std::memset(&ev, 0, sizeof ev);
+  ev.struct_size = sizeof ev;
+  ev.text = "";
+  ev.label = "";
+  ev.token_id = -1;
+  switch (e.type) {
+    case uocr::Event::Type::token:
+      ev.type = UOCR_EVENT_TOKEN;
+      ev.token_id = e.token;
+      ev.text = e.text.c_str();
+      ev.text_len = e.text.size();
+      break;
+    case uocr::Event::Type::page:
+      ev.type = UOCR_EVENT_PAGE;
+      ev.page = e.page;
+      break;
+    case uocr::Event::Type::block:
+      ev.type = UOCR_EVENT_BLOCK;
+      ev.page = e.page;
+      ev.label = e.block.label.c_str();
+      for (int k = 0; k < 4; ++k) {
+        ev.box[k] = e.block.box[k];
+        ev.box_px[k] = e.box_px[k];
+      }
+      break;
+  }
+  return ev;
+}
+
+// The one run of the C ABI: the session's parameters over `pages`, events forwarded to the
+// caller's callback, the summary and transcript stored. Throws on failure (UOCR_C_END reports).
+void run_document(uocr_session* session, uocr::PageSource& pages, uocr_event_callback callback, void* user_data,
+                  uocr_run_summary* summary) {
+  session->text.clear();
+  std::function<bool(const uocr::Event&)> on_event;
+  if (callback) {
+    on_event = [&](const uocr::Event& e) {
+      const uocr_event ev = to_c(e);
+      return callback(&ev, user_data) == 0;
+    };
+  }
+  const uocr::RunSummary sum = session->core->run(pages, on_event, session->checkpoint);
+  session->text = sum.text;
+  if (summary) write_output(summary, to_c(sum));
+  if (sum.stop == uocr::StopReason::cancelled)
+    fail(UOCR_E_CANCELLED, "run cancelled by the event callback after " + std::to_string(sum.generated_tokens) +
+                               " generated tokens; the partial transcript is available");
 }
 
 }  // namespace
@@ -406,6 +562,12 @@ UOCR_API int32_t uocr_api_version(void) { return UOCR_API_VERSION; }
 UOCR_API const char* uocr_build_info(void) {
   return "uocr " UOCR_STR(UOCR_VERSION_MAJOR) "." UOCR_STR(UOCR_VERSION_MINOR) "." UOCR_STR(
       UOCR_VERSION_PATCH) " api " UOCR_STR(UOCR_API_VERSION) "; backends: cpu"
+#if UOCR_HAVE_VULKAN
+                          ", vulkan"
+#endif
+#if UOCR_HAVE_CUDA
+                          ", cuda"
+#endif
 #if defined(_OPENMP)
                           "; openmp: yes"
 #else
@@ -560,7 +722,8 @@ UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_ses
   s->model = model->model;
   s->params = to_core(p);
   if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
-  s->core = std::make_unique<uocr::Session>(s->model, s->params);  // validates the rest
+  s->checkpoint = to_checkpoint(p);
+  s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p));  // validates the rest
   register_handle(s.get(), kSessionMagic);
   *out_session = s.release();
   return record(UOCR_OK, "", nullptr);
@@ -623,14 +786,7 @@ UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session* session, const uin
   check_session(session);
   BusyGuard busy(session);
   c_err_session = session;
-  if (rgb == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "RGB pixel pointer is NULL");
-  if (width <= 0 || height <= 0)
-    fail(UOCR_E_INVALID_ARGUMENT,
-         "image size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
-  if (uint64_t(width) * uint64_t(height) > session->limits.max_pixels)
-    fail(UOCR_E_INVALID_IMAGE, "image is " + std::to_string(width) + "x" + std::to_string(height) +
-                                   " pixels, above the limit of " + std::to_string(session->limits.max_pixels));
-  add_page(session, uocr::image_from_rgb(rgb, width, height, stride ? stride : size_t(width) * 3));
+  add_page(session, rgb_image(rgb, width, height, stride, session->limits));
   return record(UOCR_OK, "", session);
   UOCR_C_END
 }
@@ -640,7 +796,7 @@ UOCR_API uocr_status uocr_session_clear_pages(uocr_session* session) {
   check_session(session);
   BusyGuard busy(session);
   c_err_session = session;
-  session->core = std::make_unique<uocr::Session>(session->model, session->params);
+  session->pages.clear();
   return record(UOCR_OK, "", session);
   UOCR_C_END
 }
@@ -651,7 +807,7 @@ UOCR_API uocr_status uocr_session_page_count(const uocr_session* session, int32_
   BusyGuard busy(session);
   c_err_session = session;
   if (out_count == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_count is NULL");
-  *out_count = int32_t(session->core->page_count());
+  *out_count = int32_t(session->pages.size());
   return record(UOCR_OK, "", session);
   UOCR_C_END
 }
@@ -669,47 +825,66 @@ UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback
   BusyGuard busy(session);
   c_err_session = session;
   if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
-  session->text.clear();
+  if (session->pages.empty()) fail(UOCR_E_INVALID_ARGUMENT, "no pages were added to the session");
+  uocr::ImageListPages pages(session->pages);
+  run_document(session, pages, callback, user_data, summary);
+  return record(UOCR_OK, "", session);
+  UOCR_C_END
+}
 
-  std::function<bool(const uocr::Event&)> on_event;
-  if (callback) {
-    on_event = [&](const uocr::Event& e) {
-      uocr_event ev;
-      std::memset(&ev, 0, sizeof ev);
-      ev.struct_size = sizeof ev;
-      ev.text = "";
-      ev.label = "";
-      ev.token_id = -1;
-      switch (e.type) {
-        case uocr::Event::Type::token:
-          ev.type = UOCR_EVENT_TOKEN;
-          ev.token_id = e.token;
-          ev.text = e.text.c_str();
-          ev.text_len = e.text.size();
-          break;
-        case uocr::Event::Type::page:
-          ev.type = UOCR_EVENT_PAGE;
-          ev.page = e.page;
-          break;
-        case uocr::Event::Type::block:
-          ev.type = UOCR_EVENT_BLOCK;
-          ev.page = e.page;
-          ev.label = e.block.label.c_str();
-          for (int k = 0; k < 4; ++k) {
-            ev.box[k] = e.block.box[k];
-            ev.box_px[k] = e.box_px[k];
-          }
-          break;
-      }
-      return callback(&ev, user_data) == 0;
-    };
-  }
-  const uocr::RunSummary sum = session->core->run(on_event);
-  session->text = sum.text;
-  if (summary) write_output(summary, to_c(sum));
-  if (sum.stop == uocr::StopReason::cancelled)
-    fail(UOCR_E_CANCELLED, "run cancelled by the event callback after " + std::to_string(sum.generated_tokens) +
-                               " generated tokens; the partial transcript is available");
+UOCR_API uocr_status uocr_page_set_file(uocr_page* page, const char* path) {
+  return set_page(page, [&] {
+    if (path == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image path is NULL");
+    return uocr::load_image(path, *page->limits);
+  });
+}
+
+UOCR_API uocr_status uocr_page_set_encoded(uocr_page* page, const void* data, size_t size) {
+  return set_page(page, [&] {
+    if (data == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image data is NULL");
+    if (size == 0) fail(UOCR_E_INVALID_IMAGE, "cannot decode image: 0 bytes");
+    return uocr::decode_image(static_cast<const uint8_t*>(data), size, *page->limits);
+  });
+}
+
+UOCR_API uocr_status uocr_page_set_rgb(uocr_page* page, const uint8_t* rgb, int32_t width, int32_t height, size_t stride) {
+  return set_page(page, [&] { return rgb_image(rgb, width, height, stride, *page->limits); });
+}
+
+UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_count, uocr_page_callback pages,
+                                            void* pages_user_data, uocr_event_callback callback, void* user_data,
+                                            uocr_run_summary* summary) {
+  UOCR_C_BEGIN
+  check_session(session);
+  BusyGuard busy(session);
+  c_err_session = session;
+  if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
+  if (pages == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "page callback is NULL");
+  if (page_count < 1) fail(UOCR_E_INVALID_ARGUMENT, "page_count must be >= 1, got " + std::to_string(page_count));
+  const uocr::DecodeLimits limits = session->limits;
+  uocr::CallbackPages source(page_count, [&](int64_t index, uocr::ImageU8& out) {
+    uocr_page page;
+    page.limits = &limits;
+    register_handle(&page, kPageMagic);
+    int32_t rc;
+    try {
+      rc = pages(index, &page, pages_user_data);
+    } catch (...) {
+      unregister_handle(&page);
+      throw;
+    }
+    unregister_handle(&page);
+    page.magic = kDeadMagic;
+    if (rc != 0) fail(UOCR_E_CANCELLED, "the page callback returned " + std::to_string(rc) + " for page " + std::to_string(index));
+    if (!page.set) {
+      if (page.error != UOCR_OK) fail(page.error, "page " + std::to_string(index) + ": " + page.message);
+      fail(UOCR_E_INVALID_ARGUMENT, "the page callback set no page for page " + std::to_string(index) +
+                                        " (call uocr_page_set_file, _encoded or _rgb)");
+    }
+    out = std::move(page.image);
+    return true;
+  });
+  run_document(session, source, callback, user_data, summary);
   return record(UOCR_OK, "", session);
   UOCR_C_END
 }

@@ -69,7 +69,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 1
+#define UOCR_API_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -173,6 +173,13 @@ UOCR_API uocr_status uocr_model_get_info(const uocr_model * model, uocr_model_in
 #define UOCR_IMAGE_MODE_BASE 0   /* one 1024x1024 view per page */
 #define UOCR_IMAGE_MODE_GUNDAM 1 /* global view + 640 px tiles (single page only) */
 
+/* Compute backends (uocr_session_params.backend). One that is not built into the library, or a
+ * device index that does not exist, makes uocr_session_create fail with UOCR_E_UNSUPPORTED and
+ * a message naming the backend and the devices found. Never a silent fallback to the CPU. */
+#define UOCR_BACKEND_CPU 0
+#define UOCR_BACKEND_VULKAN 1
+#define UOCR_BACKEND_CUDA 2
+
 typedef struct uocr_session_params {
     uint32_t struct_size;    /* sizeof(uocr_session_params), set by _init */
     int32_t image_mode;      /* UOCR_IMAGE_MODE_*; default BASE. Several pages always use BASE */
@@ -189,8 +196,29 @@ typedef struct uocr_session_params {
      * Fields below are optional: a caller with a shorter struct gets their defaults. Each one
      * uses 0 for "default", so a newer caller that leaves them zeroed works with this library. */
     uint64_t max_image_pixels; /* decode limit per page; 0: 178956970 (Pillow's bomb limit) */
+    int32_t backend;           /* UOCR_BACKEND_*; 0: CPU (default). uocr_build_info() lists those built in */
+    int32_t device_index;      /* the backend's device; 0: the first (Vulkan: the loader's device order) */
+    /* Documents of any length (page groups and SR-SWA, see README.md). A document of at most
+     * pages_per_group pages is decoded exactly as one-shot R-SWA. */
+    int32_t pages_per_group;   /* pages whose KV is held at once, >= 2; 0: 4 */
+    int32_t overlap_pages;     /* pages kept (KV reused) when the group slides, 1..G-1; 0: G - 1 */
+    int32_t page_fallback_tokens; /* slide after this many tokens without a "<PAGE>" marker; 0: 4096; -1: never */
+    int32_t reference_mode;    /* UOCR_REFERENCE_DENSE (0, default) or UOCR_REFERENCE_SPARSE (SR-SWA) */
+    int32_t reference_pages;   /* SR-SWA pages a step consults; 0: 4; -1: all */
+    int32_t reference_blocks;  /* SR-SWA blocks a step attends to; 0: 64; -1: all */
+    int32_t reference_block_tokens; /* SR-SWA visual tokens per block; 0: 16 */
+    int32_t positions;         /* UOCR_POSITIONS_LIMIT (0, default) or UOCR_POSITIONS_EXTRAPOLATE */
+    /* Crash-safe resume (see uocr_session_run). */
+    const char * checkpoint_path; /* NULL or "": no checkpoints; else the state is saved there. Copied */
+    int32_t checkpoint_every_tokens; /* also every N generated tokens; 0: after the prefill and at page boundaries */
+    int32_t resume;            /* 1: the next run continues from checkpoint_path; 0 (default): starts afresh */
     /* append-only below this line */
 } uocr_session_params;
+
+#define UOCR_REFERENCE_DENSE 0  /* every step attends to the whole held reference (exact R-SWA) */
+#define UOCR_REFERENCE_SPARSE 1 /* SR-SWA: a page gate + block selection per step (faster, approximate) */
+#define UOCR_POSITIONS_LIMIT 0       /* refuse documents past the model's context length, as upstream */
+#define UOCR_POSITIONS_EXTRAPOLATE 1 /* allow positions past it (up to 2^24; quality unmeasured there) */
 
 #define UOCR_SESSION_PARAMS_MIN_SIZE ((uint32_t)offsetof(uocr_session_params, max_image_pixels))
 
@@ -310,9 +338,50 @@ UOCR_API void uocr_run_summary_init(uocr_run_summary * summary);
  * summary is untouched and the session's transcript is empty.
  * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (no pages, bad summary size, bad prompt),
  * UNSUPPORTED, OUT_OF_MEMORY, CANCELLED. Thread-safe on distinct sessions; runs on the calling
- * thread (the callback too). */
+ * thread (the callback too).
+ *
+ * Checkpoints (checkpoint_path set): the run saves its state there after the prefill, at every
+ * page boundary and every checkpoint_every_tokens tokens, atomically (a crash leaves the last
+ * complete checkpoint). With resume = 1 the run continues from it instead: the events after the
+ * checkpoint are exactly those an uninterrupted run would have sent, and uocr_session_text holds
+ * the text generated since the checkpoint (the caller keeps what came before, e.g. in its output
+ * file cut back to the bytes it had written when the checkpoint was taken). The checkpoint names
+ * the model, the parameters and the pages (for page callbacks only their count): a mismatch is
+ * INVALID_ARGUMENT, a damaged or missing file IO, each with a message saying what differs. The
+ * file is left in place when the run ends; delete it when done. */
 UOCR_API uocr_status uocr_session_run(uocr_session * session, uocr_event_callback callback, void * user_data,
                                       uocr_run_summary * summary);
+
+/* ---- pages handed over one at a time --------------------------------------------------------- */
+
+/* A page being handed over, valid only inside the uocr_page_callback that received it. */
+typedef struct uocr_page uocr_page;
+
+/* Asked for page `index` (0, 1, ... in order, each once) when the session needs it, on the thread
+ * running uocr_session_run_pages. Set the page with one uocr_page_set_* call and return 0;
+ * return non-zero to abort the run (it fails with UOCR_E_CANCELLED). The same rules as for
+ * uocr_event_callback apply (no calls on the session, no unwinding). */
+typedef int32_t (*uocr_page_callback)(int64_t index, uocr_page * page, void * user_data);
+
+/* Set the page from a file, encoded bytes or raw RGB rows, exactly as the uocr_session_add_image_*
+ * functions do (same formats, decode limit, errors). The data is decoded or copied before the call
+ * returns. A second call replaces the page. Errors: INVALID_HANDLE (not a live page: outside its
+ * callback), INVALID_ARGUMENT, IO, INVALID_IMAGE, OUT_OF_MEMORY; the run then fails with the same
+ * status unless a later call sets the page. */
+UOCR_API uocr_status uocr_page_set_file(uocr_page * page, const char * path);
+UOCR_API uocr_status uocr_page_set_encoded(uocr_page * page, const void * data, size_t size);
+UOCR_API uocr_status uocr_page_set_rgb(uocr_page * page, const uint8_t * rgb, int32_t width, int32_t height,
+                                       size_t stride);
+
+/* Transcribes a document of `page_count` pages (>= 1) that `pages` hands over one at a time,
+ * never all at once: with page groups only pages_per_group pages are held, so a book of any
+ * length runs in constant memory. The pages added with uocr_session_add_image_* are not used
+ * (nor changed). Otherwise exactly uocr_session_run: events, summary, text, checkpoints, errors
+ * (plus those of the page callback above; INVALID_ARGUMENT for a NULL `pages` or a count < 1).
+ * Thread-safe on distinct sessions. */
+UOCR_API uocr_status uocr_session_run_pages(uocr_session * session, int64_t page_count, uocr_page_callback pages,
+                                            void * pages_user_data, uocr_event_callback callback, void * user_data,
+                                            uocr_run_summary * summary);
 
 /* The transcript of the last run (whitespace-trimmed as upstream does; "" before any run). Sets
  * *out_len (may be NULL) to its length in bytes, without the terminating NUL. With buf == NULL

@@ -159,6 +159,25 @@ TEST_CASE("c_api: versions and build information") {
   CHECK(info.find("cpu") != std::string::npos);
 }
 
+TEST_CASE("c_api: backend = cuda on a machine without a usable GPU is UOCR_E_UNSUPPORTED, with the reason") {
+  uocr_session_params p;
+  uocr_session_params_init(&p);
+  p.backend = UOCR_BACKEND_CUDA;
+  uocr_session* s = nullptr;
+  const uocr_status st = uocr_session_create(shared_model(), &p, &s);
+  const std::string msg = uocr_last_error();
+  INFO(msg);
+  if (st == UOCR_OK) {  // a GPU machine with the backend built: nothing to check here
+    MESSAGE("a CUDA device is present: the no-device path is not exercised");
+    uocr_session_free(s);
+    return;
+  }
+  CHECK(st == UOCR_E_UNSUPPORTED);
+  CHECK(s == nullptr);
+  const bool built = std::string(uocr_build_info()).find("cuda") != std::string::npos;
+  CHECK(msg.find(built ? "no CUDA device" : "not built into this library") != std::string::npos);
+}
+
 TEST_CASE("c_api: status and stop-reason strings") {
   const uocr_status codes[] = {UOCR_OK, UOCR_E_INVALID_ARGUMENT, UOCR_E_IO, UOCR_E_INVALID_MODEL,
                                UOCR_E_INVALID_IMAGE, UOCR_E_UNSUPPORTED, UOCR_E_OUT_OF_MEMORY, UOCR_E_TOKENIZER,
@@ -424,6 +443,62 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     CHECK(page_count(s) == 1);
     uocr_session_free(s);
   }
+  SUBCASE("an API-version-1 struct (up to max_image_pixels): page groups and checkpoints take their defaults") {
+    struct {
+      unsigned char p[offsetof(uocr_session_params, backend)];
+      int32_t poison[4];  // would be backend, device_index, pages_per_group = 1 (invalid), overlap
+    } v1;
+    std::memcpy(v1.p, &sp, sizeof v1.p);
+    uint32_t size = sizeof v1.p;
+    std::memcpy(v1.p, &size, sizeof size);
+    for (int32_t& x : v1.poison) x = 1;
+    REQUIRE(create(v1.p) == UOCR_OK);
+    uocr_session_free(s);
+  }
+  SUBCASE("page group, SR-SWA and checkpoint fields: defaults and out-of-range values") {
+    CHECK(sp.pages_per_group == 0);
+    CHECK(sp.overlap_pages == 0);
+    CHECK(sp.page_fallback_tokens == 0);
+    CHECK(sp.reference_mode == UOCR_REFERENCE_DENSE);
+    CHECK(sp.positions == UOCR_POSITIONS_LIMIT);
+    CHECK(sp.checkpoint_path == nullptr);
+    CHECK(sp.resume == 0);
+    uocr_session_params p = sp;
+    p.pages_per_group = 1;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(std::string(uocr_last_error()).find("pages_per_group") != std::string::npos);
+    p = sp;
+    p.pages_per_group = 3;
+    p.overlap_pages = 3;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(std::string(uocr_last_error()).find("overlap") != std::string::npos);
+    p = sp;
+    p.page_fallback_tokens = -2;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.reference_mode = 2;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.reference_blocks = -3;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.positions = 5;
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p = sp;
+    p.resume = 1;  // without a checkpoint path
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(std::string(uocr_last_error()).find("checkpoint_path") != std::string::npos);
+    p = sp;
+    p.pages_per_group = 8;
+    p.page_fallback_tokens = -1;
+    p.reference_mode = UOCR_REFERENCE_SPARSE;
+    p.reference_pages = -1;
+    p.reference_blocks = 16;
+    p.reference_block_tokens = 8;
+    p.positions = UOCR_POSITIONS_EXTRAPOLATE;
+    REQUIRE(create(&p) == UOCR_OK);
+    uocr_session_free(s);
+  }
   SUBCASE("a newer, larger struct: zero tail accepted, unknown non-zero fields refused") {
     struct {
       uocr_session_params p;
@@ -625,4 +700,73 @@ TEST_CASE("c_api: raw RGB pages equal the same pixels encoded; sessions outlive 
   CHECK(session_text(a) == session_text(b));
   uocr_session_free(b);
   uocr_session_free(a);
+}
+
+namespace {
+
+// A page callback: page i from `kinds[i]` ('f' file, 'e' encoded bytes, 'r' raw RGB, 'n' no page,
+// 'x' undecodable bytes, 's' stop).
+struct PageFeed {
+  std::string kinds;
+  std::vector<uint8_t> png = read_file(page_path());
+  std::vector<uint8_t> rgb = std::vector<uint8_t>(3 * 40 * 30, 0x7f);
+  std::vector<int64_t> asked;
+  uocr_page* last = nullptr;
+  uocr_status set_status = UOCR_OK;
+};
+
+int32_t feed_page(int64_t index, uocr_page* page, void* user) {
+  PageFeed& f = *static_cast<PageFeed*>(user);
+  f.asked.push_back(index);
+  f.last = page;
+  switch (f.kinds[size_t(index)]) {
+    case 'f': f.set_status = uocr_page_set_file(page, page_path().c_str()); break;
+    case 'e': f.set_status = uocr_page_set_encoded(page, f.png.data(), f.png.size()); break;
+    case 'r': f.set_status = uocr_page_set_rgb(page, f.rgb.data(), 40, 30, 0); break;
+    case 'x': f.set_status = uocr_page_set_encoded(page, "junk", 4); break;
+    case 's': return 1;
+    default: break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("c_api: pages handed over one at a time by a callback") {
+  uocr_session* s = new_session(6);
+  REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+  REQUIRE(uocr_session_add_image_rgb(s, std::vector<uint8_t>(3 * 40 * 30, 0x7f).data(), 40, 30, 0) == UOCR_OK);
+  REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+  Stream added;
+  REQUIRE(uocr_session_run(s, on_event, &added, nullptr) == UOCR_OK);
+
+  PageFeed feed;
+  feed.kinds = "fre";
+  Stream handed;
+  uocr_run_summary sum;
+  uocr_run_summary_init(&sum);
+  REQUIRE(uocr_session_run_pages(s, 3, feed_page, &feed, on_event, &handed, &sum) == UOCR_OK);
+  CHECK(handed.ids == added.ids);
+  CHECK(handed.ids.size() == 6);
+  CHECK(feed.asked == std::vector<int64_t>{0, 1, 2});
+  CHECK(sum.pages == 3);
+  CHECK(page_count(s) == 3);  // the added pages are untouched
+  CHECK(uocr_page_set_file(feed.last, page_path().c_str()) == UOCR_E_INVALID_HANDLE);  // outside its callback
+  CHECK(uocr_page_set_file(nullptr, page_path().c_str()) == UOCR_E_INVALID_HANDLE);
+
+  CHECK(uocr_session_run_pages(s, 3, nullptr, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_run_pages(s, 0, feed_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  feed.kinds = "fs";
+  CHECK(uocr_session_run_pages(s, 2, feed_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_CANCELLED);
+  CHECK(std::string(uocr_session_last_error(s)).find("page callback returned 1 for page 1") != std::string::npos);
+  feed.kinds = "n";
+  CHECK(uocr_session_run_pages(s, 1, feed_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(std::string(uocr_session_last_error(s)).find("set no page") != std::string::npos);
+  feed.kinds = "x";
+  CHECK(uocr_session_run_pages(s, 1, feed_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_IMAGE);
+  CHECK(feed.set_status == UOCR_E_INVALID_IMAGE);
+  CHECK(std::string(uocr_session_last_error(s)).find("page 0") != std::string::npos);
+  feed.kinds = "f";
+  CHECK(uocr_session_run_pages(s, 1, feed_page, &feed, nullptr, nullptr, nullptr) == UOCR_OK);  // still usable
+  uocr_session_free(s);
 }

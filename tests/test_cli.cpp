@@ -163,13 +163,43 @@ TEST_CASE("uocr run streams text, reports statistics and exits with a meaningful
   fs::remove(out);
 }
 
-TEST_CASE("uocr run renders every page of a PDF") {
-  const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 --stats json --dpi 72 '" + uocr_test::source_dir() +
-                        "/tests/data/cli/two_pages.pdf'");
+TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
+  const std::string pdf = uocr_test::source_dir() + "/tests/data/cli/two_pages.pdf";
+  const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 --stats json --dpi 72 '" + pdf + "'");
   INFO(r.output);
   CHECK(r.status == 3);
   CHECK(r.output.find("\"pages\": 2") != std::string::npos);
   CHECK(r.output.find("\"visual_tokens\": 546") != std::string::npos);
+  CHECK(r.output.find("\"pages_encoded\": 2") != std::string::npos);
+  CHECK(r.output.find("\"group_pages\": 2") != std::string::npos);  // G = 4 >= 2 pages: one-shot
+
+  // An image and the PDF as one 3-page document, two pages held: the third page is rendered only
+  // when the group slides (the fallback after 3 tokens without <PAGE>), with SR-SWA on.
+  const Run g = run_cli("run --model '" + tiny() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
+                        "--page-fallback-tokens 3 --reference-budget 1,4,16 '" + tiny() + "/page.png' '" + pdf + "'");
+  INFO(g.output);
+  CHECK(g.status == 3);
+  CHECK(g.output.find("\"pages\": 3") != std::string::npos);
+  CHECK(g.output.find("\"group_pages\": 2") != std::string::npos);
+  CHECK(g.output.find("\"slides\": 1") != std::string::npos);
+  CHECK(g.output.find("\"pages_encoded\": 3") != std::string::npos);
+}
+
+TEST_CASE("uocr run: page group, SR-SWA and checkpoint options are checked") {
+  const std::string page = " '" + tiny() + "/page.png'";
+  auto fails = [&](const std::string& options, const std::string& needle) {
+    const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 " + options + page);
+    INFO(options << ": " << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(needle) != std::string::npos);
+  };
+  fails("--pages-per-group 1", "group_pages");
+  fails("--pages-per-group 4 --overlap 4", "overlap");
+  fails("--reference-budget 4", "--reference-budget");
+  fails("--reference-budget 4,x", "--reference-budget");
+  fails("--positions far", "--positions");
+  fails("--resume", "--checkpoint");
+  fails("--checkpoint-every -1 --checkpoint /tmp/x.ckpt", "--checkpoint-every");
 }
 
 TEST_CASE("uocr run: bad input is an error with a message") {

@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include "logit_agreement.hpp"
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/io/npy.hpp"
@@ -20,33 +21,23 @@
 #include "uocr/model/weights.hpp"
 
 using uocr::Status;
+using uocr_test::status_of;
 
 namespace {
 
 // Float32 against float32: observed errors are ~5e-7 relative. 1e-3 would not separate a window
 // that is off by one generated key (~2e-3 on this tiny model), so the bounds are 1e-4.
 constexpr double kRowRelTol = 1e-4;    // ‖ours − ref‖ / ‖ref‖ over a full logits row
-constexpr double kTopRelTol = 1e-4;    // each top-16 logit, relative to max(1, |ref|)
-constexpr double kLseTol = 1e-4;       // logsumexp, relative to max(1, |ref|)
-constexpr float kTieGap = 1e-4f;       // reference neighbours closer than this may swap rank
-constexpr float kArgmaxMargin = 1e-2f; // argmax must agree where the reference top-2 gap exceeds this
-
-std::string golden(const std::string& f) { return uocr_test::golden_dir("tiny-a") + "/" + f; }
-
-std::vector<float> npy_f32(const std::string& f) { return uocr::read_npy(golden(f)).to_f32(); }
-std::vector<int32_t> npy_ids(const std::string& f) {
-  std::vector<int64_t> v = uocr::read_npy(golden(f)).to_i64();
-  return std::vector<int32_t>(v.begin(), v.end());
-}
+// Top-16 logits and logsumexp: uocr_test::AgreementLimits' defaults (1e-4 relative).
 
 // The model and its inputs, loaded once for all test cases.
 struct Fixture {
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(golden("config.json"));
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(uocr_test::tiny_a("config.json"));
   uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
   uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
-  std::vector<int32_t> input_ids = npy_ids("input_ids.npy");
-  std::vector<int32_t> gen_ids = npy_ids("gen_ids.npy");
-  std::vector<float> vision = npy_f32("vision_tokens.npy");
+  std::vector<int32_t> input_ids = uocr_test::tiny_a_ids("input_ids.npy");
+  std::vector<int32_t> gen_ids = uocr_test::tiny_a_ids("gen_ids.npy");
+  std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
   int64_t vocab() const { return cfg.decoder.vocab; }
   int64_t prompt_len() const { return int64_t(input_ids.size()); }
 
@@ -56,83 +47,9 @@ struct Fixture {
   }
 };
 
-// The 16 largest entries of x, descending (lower index first on equal values), in one pass.
-std::array<int32_t, 16> top16(const float* x, int64_t n) {
-  std::array<int32_t, 16> top;
-  int count = 0;
-  for (int32_t i = 0; i < int32_t(n); ++i) {
-    if (count == 16 && x[i] <= x[top[15]]) continue;
-    int at = count < 16 ? count++ : 15;
-    for (; at > 0 && x[i] > x[top[size_t(at - 1)]]; --at) top[size_t(at)] = top[size_t(at - 1)];
-    top[size_t(at)] = i;
-  }
-  return top;
-}
-
-// Agreement statistics of our logits rows against the reference summaries, accumulated over rows.
-struct Agreement {
-  int rows = 0;
-  int rows_top16_exact = 0;      // rows whose top-16 id lists are identical
-  int unexplained_id_swaps = 0;  // rank mismatches not explained by a reference near-tie
-  double max_top_abs = 0, max_top_rel = 0, max_lse_abs = 0, max_lse_rel = 0;
-  int argmax_checked = 0, argmax_agree = 0;
-
-  void add(const float* ours, int64_t vocab, const int32_t* ref_ids, const float* ref_vals, float ref_lse) {
-    ++rows;
-    for (int r = 0; r < 16; ++r) {
-      const double d = std::abs(double(ours[ref_ids[r]]) - ref_vals[r]);
-      max_top_abs = std::max(max_top_abs, d);
-      max_top_rel = std::max(max_top_rel, d / std::max(1.0, std::abs(double(ref_vals[r]))));
-    }
-    const std::array<int32_t, 16> top = top16(ours, vocab);
-    bool exact = true;
-    for (int r = 0; r < 16; ++r) {
-      if (top[size_t(r)] == ref_ids[r]) continue;
-      exact = false;
-      const bool tie_before = r > 0 && ref_vals[r - 1] - ref_vals[r] < kTieGap;
-      const bool tie_after = r < 15 && ref_vals[r] - ref_vals[r + 1] < kTieGap;
-      // Rank 16 may tie with the reference's unseen rank 17.
-      const bool tie_last = r == 15 && std::abs(ours[top[15]] - ref_vals[15]) < kTieGap;
-      if (!(tie_before || tie_after || tie_last)) ++unexplained_id_swaps;
-    }
-    rows_top16_exact += exact;
-    const Eigen::Map<const Eigen::ArrayXf> row(ours, vocab);
-    const float mx = row.maxCoeff();
-    const double lse_d = std::abs(mx + std::log((row - mx).exp().cast<double>().sum()) - ref_lse);
-    max_lse_abs = std::max(max_lse_abs, lse_d);
-    max_lse_rel = std::max(max_lse_rel, lse_d / std::max(1.0, std::abs(double(ref_lse))));
-    if (ref_vals[0] - ref_vals[1] > kArgmaxMargin) {
-      ++argmax_checked;
-      argmax_agree += top[0] == ref_ids[0];
-    }
-  }
-
-  void check(const std::string& what) const {
-    MESSAGE(what << ": " << rows << " rows, top-16 lists identical in " << rows_top16_exact
-                 << ", unexplained id swaps " << unexplained_id_swaps << ", top-16 logit max abs err " << max_top_abs
-                 << " (rel " << max_top_rel << "), lse max abs err " << max_lse_abs << ", argmax " << argmax_agree
-                 << "/" << argmax_checked << " where margin > " << kArgmaxMargin);
-    CHECK(unexplained_id_swaps == 0);
-    CHECK(max_top_rel <= kTopRelTol);
-    CHECK(max_lse_rel <= kLseTol);
-    CHECK(argmax_agree == argmax_checked);
-  }
-};
-
-struct RowError {
-  double rel = 0, max_abs = 0;
-};
-
-RowError row_error(const float* ours, const float* ref, int64_t n) {
-  double d2 = 0, r2 = 0, mx = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = double(ours[i]) - ref[i];
-    d2 += d * d;
-    r2 += double(ref[i]) * ref[i];
-    mx = std::max(mx, std::abs(d));
-  }
-  return {std::sqrt(d2 / r2), mx};
-}
+using uocr_test::Agreement;
+using uocr_test::row_error;
+using uocr_test::RowError;
 
 // Prefill of the golden prompt into `cache`; returns the last-position logits.
 std::vector<float> prefill_prompt(uocr::Decoder& dec, uocr::KvCache& cache) {
@@ -150,11 +67,11 @@ void teacher_force(uocr::Decoder& dec, uocr::KvCache& cache, int steps, OnRow on
 
 void check_variant(const std::string& variant, int window) {
   Fixture& g = Fixture::get();
-  const std::vector<int32_t> ids = npy_ids(variant + "_logits_top16_ids.npy");
-  const std::vector<float> vals = npy_f32(variant + "_logits_top16_vals.npy");
-  const std::vector<float> lse = npy_f32(variant + "_logits_lse.npy");
-  const std::vector<float> rows = npy_f32(variant + "_logits_rows.npy");
-  const std::vector<int32_t> row_index = npy_ids("logits_rows_gen_index.npy");
+  const std::vector<int32_t> ids = uocr_test::tiny_a_ids(variant + "_logits_top16_ids.npy");
+  const std::vector<float> vals = uocr_test::tiny_a_f32(variant + "_logits_top16_vals.npy");
+  const std::vector<float> lse = uocr_test::tiny_a_f32(variant + "_logits_lse.npy");
+  const std::vector<float> rows = uocr_test::tiny_a_f32(variant + "_logits_rows.npy");
+  const std::vector<int32_t> row_index = uocr_test::tiny_a_ids("logits_rows_gen_index.npy");
   const int steps = int(lse.size());
   REQUIRE(steps == int(g.gen_ids.size()));
 
@@ -195,7 +112,7 @@ TEST_CASE("prefill matches the reference logits at every prefix position") {
   REQUIRE(all.size() == size_t(p * vocab));
   CHECK(cache.reference_rows() == p);
 
-  const std::vector<float> ref_last = npy_f32("prefill_logits.npy");
+  const std::vector<float> ref_last = uocr_test::tiny_a_f32("prefill_logits.npy");
   const RowError e = row_error(&all[size_t((p - 1) * vocab)], ref_last.data(), vocab);
   MESSAGE("prefill last-position logits: rel err " << e.rel << ", max abs diff " << e.max_abs);
   CHECK(e.rel <= kRowRelTol);
@@ -204,9 +121,9 @@ TEST_CASE("prefill matches the reference logits at every prefix position") {
   const std::vector<float> last = dec.prefill(input, 0, cache);
   CHECK(row_error(last.data(), ref_last.data(), vocab).rel <= kRowRelTol);
 
-  const std::vector<int32_t> ids = npy_ids("prefix_logits_top16_ids.npy");
-  const std::vector<float> vals = npy_f32("prefix_logits_top16_vals.npy");
-  const std::vector<float> lse = npy_f32("prefix_logits_lse.npy");
+  const std::vector<int32_t> ids = uocr_test::tiny_a_ids("prefix_logits_top16_ids.npy");
+  const std::vector<float> vals = uocr_test::tiny_a_f32("prefix_logits_top16_vals.npy");
+  const std::vector<float> lse = uocr_test::tiny_a_f32("prefix_logits_lse.npy");
   REQUIRE(lse.size() == size_t(p));
   Agreement agree;
   for (int64_t i = 0; i < p; ++i) agree.add(&all[size_t(i * vocab)], vocab, &ids[size_t(i * 16)], &vals[size_t(i * 16)], lse[size_t(i)]);
@@ -219,8 +136,8 @@ TEST_CASE("teacher-forced decode through the KV cache: R-SWA n=8") { check_varia
 
 TEST_CASE("the decode checks see the attention window (a wrong window fails them)") {
   Fixture& g = Fixture::get();
-  const std::vector<float> rows = npy_f32("rswa_n8_logits_rows.npy");
-  const std::vector<int32_t> row_index = npy_ids("logits_rows_gen_index.npy");
+  const std::vector<float> rows = uocr_test::tiny_a_f32("rswa_n8_logits_rows.npy");
+  const std::vector<int32_t> row_index = uocr_test::tiny_a_ids("logits_rows_gen_index.npy");
   // Rows 1, 2, 3 are gen indices 7, 8, 9 (the first steps where n = 8 differs from neighbours).
   REQUIRE(row_index[1] == 7);
   REQUIRE(row_index[3] == 9);
@@ -330,14 +247,6 @@ TEST_CASE("decoder input errors") {
   Fixture& g = Fixture::get();
   uocr::Decoder dec(g.cfg.decoder, g.w.decoder);
   uocr::KvCache cache(g.cfg.decoder, 8);
-  auto status_of = [](auto fn) {
-    try {
-      fn();
-    } catch (const uocr::Error& e) {
-      return e.status();
-    }
-    return Status::ok;
-  };
 
   SUBCASE("image-token count differs from the visual embeddings") {
     std::vector<float> fewer(g.vision.begin(), g.vision.end() - g.cfg.decoder.hidden);

@@ -17,11 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "logit_agreement.hpp"
+#include "multi3_case.hpp"
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
-#include "uocr/io/npy.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/model.hpp"
@@ -32,15 +33,12 @@
 #include "uocr/tokenizer/tokenizer.hpp"
 
 using uocr::Status;
+using uocr_test::bit_identical;
+using uocr_test::Multi3;
+using uocr_test::rel_err;
+using uocr_test::status_of;
 
 namespace {
-
-std::string ref_dir() { return uocr_test::source_dir() + "/tests/data/reference"; }
-
-std::vector<int32_t> npy_ids(const std::string& path) {
-  const std::vector<int64_t> v = uocr::read_npy(path).to_i64();
-  return std::vector<int32_t>(v.begin(), v.end());
-}
 
 // A decoder-only model: config + mapped weights.
 struct DecoderModel {
@@ -49,40 +47,6 @@ struct DecoderModel {
   uocr::ModelWeights w;
   DecoderModel(const std::string& config, const std::string& dir)
       : cfg(uocr::ModelConfig::load(config)), ck(uocr::Checkpoint::open(dir)), w(uocr::ModelWeights::bind(ck, cfg)) {}
-};
-
-// tiny-b (GQA 4/2 heads, 3 layers, R-SWA n = 8) with the multi_3 reference case: 3 pages of 273
-// visual tokens, "<image>Multi page parsing.", 40 reference generated tokens.
-struct Multi3 {
-  DecoderModel m{ref_dir() + "/tiny-b/config.json", ref_dir() + "/tiny-b"};
-  std::vector<int32_t> ids = npy_ids(ref_dir() + "/cases/multi_3/input_ids.npy");
-  std::vector<int32_t> gen = npy_ids(ref_dir() + "/cases/multi_3/gen_ids.npy");
-  std::vector<float> vision = uocr::read_npy(ref_dir() + "/cases/multi_3/vision_tokens.npy").to_f32();
-  uocr::DocumentLayout layout;
-
-  Multi3() {
-    const auto first = std::find(ids.begin(), ids.end(), uocr::kImageTokenId);
-    const auto last = std::find_if(first, ids.end(), [](int32_t t) { return t != uocr::kImageTokenId; });
-    layout.head.assign(ids.begin(), first);
-    layout.tail.assign(last, ids.end());
-    layout.pages = 3;
-    layout.page_tokens = int64_t(last - first) / 3;
-  }
-  const uocr::DecoderConfig& dc() const { return m.cfg.decoder; }
-  int window() const { return m.cfg.decoder.sliding_window; }
-  int64_t hidden() const { return m.cfg.decoder.hidden; }
-  // Page p's reference visual tokens.
-  void page(int64_t p, std::vector<float>& out) const {
-    const size_t n = size_t(layout.page_tokens * hidden());
-    out.assign(vision.begin() + std::ptrdiff_t(size_t(p) * n), vision.begin() + std::ptrdiff_t(size_t(p + 1) * n));
-  }
-  uocr::FunctionPageEmbeddings source() const {
-    return uocr::FunctionPageEmbeddings(layout.pages, [this](int64_t p, std::vector<float>& out) { page(p, out); });
-  }
-  static Multi3& get() {
-    static Multi3 f;
-    return f;
-  }
 };
 
 const uocr::Tokenizer& tokenizer() {
@@ -110,22 +74,9 @@ Stream paged_stream(const std::vector<int32_t>& gen) {
   return s;
 }
 
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double d2 = 0, r2 = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    d2 += (double(ours[i]) - ref[i]) * (double(ours[i]) - ref[i]);
-    r2 += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(d2 / r2);
-}
-
 // One-shot R-SWA logits of the whole stream: prefill logits, then one row per fed token.
 std::vector<std::vector<float>> one_shot(const Multi3& f, const std::vector<int32_t>& stream) {
-  uocr::Decoder dec(f.dc(), f.m.w.decoder);
+  uocr::Decoder dec(f.dc(), f.w.decoder);
   uocr::KvCache cache(f.dc(), f.window());
   std::vector<std::vector<float>> rows{dec.prefill(dec.embed_prompt(f.ids, f.vision), 0, cache)};
   const int64_t p = int64_t(f.ids.size());
@@ -158,7 +109,7 @@ TEST_CASE("page groups with G >= pages are one-shot R-SWA, bit for bit (3-page t
     uocr::PageGroupParams pp;
     pp.group_pages = g;
     pp.overlap_pages = 1;
-    uocr::PageGroupDecoder eng(f.dc(), f.m.w.decoder, f.window(), pp);
+    uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
     uocr::FunctionPageEmbeddings src = f.source();
     int identical = 0, rows = 0;
     run_engine(eng, f.layout, src, s.ids, [&](int64_t k, const std::vector<float>& logits) {
@@ -202,7 +153,7 @@ TEST_CASE("page groups with G < pages slide at the <PAGE> markers, reuse overlap
     INFO("refresh_tail " << refresh);
     // Oracle: one-shot rows; head + pages 0, 1 causal, tail against them; page 2 against head +
     // page 1 (page 0 has left when it enters); decode sees head, the group's pages, tail.
-    uocr::Decoder dec(f.dc(), f.m.w.decoder);
+    uocr::Decoder dec(f.dc(), f.w.decoder);
     uocr::KvCache oc(f.dc(), f.window());
     std::vector<float> x = dec.embed(L.head), pg;
     for (int p = 0; p < 2; ++p) {
@@ -236,7 +187,7 @@ TEST_CASE("page groups with G < pages slide at the <PAGE> markers, reuse overlap
     pp.group_pages = 2;
     pp.overlap_pages = 1;
     pp.refresh_tail = refresh;
-    uocr::PageGroupDecoder eng(f.dc(), f.m.w.decoder, f.window(), pp);
+    uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
     uocr::FunctionPageEmbeddings src = f.source();
     const auto& cache = eng.cache();
     const size_t kr = size_t(cache.row_floats());
@@ -298,7 +249,7 @@ TEST_CASE("prefill_segment builds the same reference as one causal prefill") {
   Multi3& f = Multi3::get();
   const uocr::DocumentLayout& L = f.layout;
   const int64_t h = int64_t(L.head.size()), t = L.page_tokens, u = int64_t(L.tail.size()), P = L.prompt_length();
-  uocr::Decoder dec(f.dc(), f.m.w.decoder);
+  uocr::Decoder dec(f.dc(), f.w.decoder);
   uocr::KvCache one(f.dc(), f.window()), inc(f.dc(), f.window());
   const std::vector<float> x = dec.embed_prompt(f.ids, f.vision);
   const std::vector<float> ref = dec.prefill(x, 0, one);
@@ -323,14 +274,6 @@ TEST_CASE("prefill_segment builds the same reference as one causal prefill") {
   // Misuse: rows outside the reference, context overlapping the segment, positions past the limit.
   std::vector<int64_t> pos(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = h + i;
-  auto status_of = [](auto fn) {
-    try {
-      fn();
-    } catch (const uocr::Error& e) {
-      return e.status();
-    }
-    return Status::ok;
-  };
   CHECK(status_of([&] { dec.prefill_segment(x.data(), t, pos.data(), inc, P - 1, {{0, h}}); }) == Status::invalid_argument);
   CHECK(status_of([&] { dec.prefill_segment(x.data(), t, pos.data(), inc, h, {{0, h + 1}}); }) == Status::invalid_argument);
   pos[0] = f.dc().max_positions;
@@ -525,7 +468,7 @@ std::shared_ptr<const uocr::Model> tiny_model() {
 }
 
 std::vector<std::string> page_files(int n) {
-  const std::string imgs = ref_dir() + "/images/";
+  const std::string imgs = uocr_test::reference_dir() + "/images/";
   const std::vector<std::string> all = {uocr_test::golden_dir("tiny-a") + "/page.png", imgs + "page_a_800x1000.png",
                                         imgs + "page_b_1100x700.png"};
   return std::vector<std::string>(all.begin(), all.begin() + n);

@@ -25,6 +25,8 @@
 using json = nlohmann::json;
 using uocr::ImageU8;
 using uocr::Status;
+using uocr_test::message_of;
+using uocr_test::status_of;
 
 namespace {
 
@@ -98,26 +100,6 @@ int max_abs_diff(const ImageU8& a, const ImageU8& b) {
   int m = 0;
   for (size_t i = 0; i < a.rgb.size(); ++i) m = std::max(m, std::abs(int(a.rgb[i]) - int(b.rgb[i])));
   return m;
-}
-
-template <class F>
-Status status_of(F&& f) {
-  try {
-    f();
-  } catch (const uocr::Error& e) {
-    return e.status();
-  }
-  return Status::ok;
-}
-
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const uocr::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A PNG signature and IHDR chunk claiming w x h RGB, no image data.

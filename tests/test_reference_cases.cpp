@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "logit_agreement.hpp"
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -41,10 +42,7 @@ namespace {
 // Float32 against float32 (observed ~1e-6); the bounds leave room for summation order only.
 constexpr double kVisionRelTol = 1e-3;  // ‖ours − ref‖ / ‖ref‖ over all visual tokens of a case
 constexpr double kRowRelTol = 1e-3;     // same over a full logits row
-constexpr double kTopRelTol = 1e-3;     // each top-16 logit, relative to max(1, |ref|)
-constexpr double kLseRelTol = 1e-3;     // logsumexp, relative to max(1, |ref|)
-constexpr float kTieGap = 1e-4f;        // reference neighbours closer than this may swap rank
-constexpr float kArgmaxMargin = 1e-2f;  // argmax must agree where the reference top-2 gap exceeds this
+constexpr uocr_test::AgreementLimits kLimits{1e-3, 1e-3};  // top-16 logits and logsumexp, relative to max(1, |ref|)
 
 std::string ref_dir() { return uocr_test::source_dir() + "/tests/data/reference"; }
 
@@ -110,68 +108,12 @@ std::string bf16_hash(const std::vector<float>& v, bool& all_bf16) {
   return buf;
 }
 
-struct RowError {
-  double rel = 0, max_abs = 0;
-};
-
-RowError row_error(const float* ours, const float* ref, size_t n) {
-  double d2 = 0, r2 = 0, mx = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = double(ours[i]) - ref[i];
-    d2 += d * d;
-    r2 += double(ref[i]) * ref[i];
-    mx = std::max(mx, std::isfinite(d) ? std::abs(d) : INFINITY);
-  }
-  return {std::sqrt(d2 / r2), mx};
-}
+using uocr_test::row_error;
+using uocr_test::RowError;
 
 // Agreement of our logits rows with the reference top-16 / logsumexp summaries.
-struct Agreement {
-  int rows = 0, rows_top16_exact = 0, unexplained_id_swaps = 0, argmax_checked = 0, argmax_agree = 0;
-  double max_top_rel = 0, max_top_abs = 0, max_lse_rel = 0;
-
-  void add(const float* ours, int64_t vocab, const int32_t* ref_ids, const float* ref_vals, float ref_lse) {
-    ++rows;
-    for (int r = 0; r < 16; ++r) {
-      const double d = std::abs(double(ours[ref_ids[r]]) - ref_vals[r]);
-      max_top_abs = std::max(max_top_abs, d);
-      max_top_rel = std::max(max_top_rel, d / std::max(1.0, std::abs(double(ref_vals[r]))));
-    }
-    std::vector<int32_t> top(static_cast<size_t>(vocab));
-    std::iota(top.begin(), top.end(), 0);
-    std::partial_sort(top.begin(), top.begin() + 16, top.end(),
-                      [&](int32_t a, int32_t b) { return ours[a] > ours[b] || (ours[a] == ours[b] && a < b); });
-    bool exact = true;
-    for (int r = 0; r < 16; ++r) {
-      if (top[size_t(r)] == ref_ids[r]) continue;
-      exact = false;
-      const bool tie_before = r > 0 && ref_vals[r - 1] - ref_vals[r] < kTieGap;
-      const bool tie_after = r < 15 && ref_vals[r] - ref_vals[r + 1] < kTieGap;
-      const bool tie_last = r == 15 && std::abs(ours[top[15]] - ref_vals[15]) < kTieGap;  // vs unseen rank 17
-      if (!(tie_before || tie_after || tie_last)) ++unexplained_id_swaps;
-    }
-    rows_top16_exact += exact;
-    double mx = ours[0];
-    for (int64_t i = 0; i < vocab; ++i) mx = std::max(mx, double(ours[i]));
-    double sum = 0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(ours[i]) - mx);
-    max_lse_rel = std::max(max_lse_rel, std::abs(mx + std::log(sum) - ref_lse) / std::max(1.0, std::abs(double(ref_lse))));
-    if (ref_vals[0] - ref_vals[1] > kArgmaxMargin) {
-      ++argmax_checked;
-      argmax_agree += top[0] == ref_ids[0];
-    }
-  }
-
-  void check(const std::string& what) const {
-    MESSAGE(what << ": " << rows << " rows, top-16 identical in " << rows_top16_exact << ", unexplained id swaps "
-                 << unexplained_id_swaps << ", top-16 max rel err " << max_top_rel << " (abs " << max_top_abs
-                 << "), lse max rel err " << max_lse_rel << ", argmax " << argmax_agree << "/" << argmax_checked
-                 << " where margin > " << kArgmaxMargin);
-    CHECK(unexplained_id_swaps == 0);
-    CHECK(max_top_rel <= kTopRelTol);
-    CHECK(max_lse_rel <= kLseRelTol);
-    CHECK(argmax_agree == argmax_checked);
-  }
+struct Agreement : uocr_test::Agreement {
+  Agreement() : uocr_test::Agreement(kLimits) {}
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -263,7 +205,7 @@ void run_case(const std::string& name) {
   REQUIRE(ref_vis.shape == std::vector<int64_t>{c["visual_tokens"].get<int64_t>(), hidden});
   const std::vector<float> ref_visual = ref_vis.to_f32();
   REQUIRE(visual.size() == ref_visual.size());
-  const RowError ve = row_error(visual.data(), ref_visual.data(), visual.size());
+  const RowError ve = row_error(visual.data(), ref_visual.data(), int64_t(visual.size()));
   MESSAGE(name << ": " << prepared.size() << " image(s), " << views_matched << "/" << c["views"].size()
                << " views bit-exact, " << n_visual << " visual tokens, rel err " << ve.rel << ", max abs "
                << ve.max_abs);
@@ -297,7 +239,7 @@ void run_case(const std::string& name) {
     a.check(name + " prefill, end to end");
   }
   if (fs::exists(dir + "prefill_logits.npy")) {
-    const RowError e = row_error(prefill.data(), npy("prefill_logits.npy").to_f32().data(), size_t(vocab));
+    const RowError e = row_error(prefill.data(), npy("prefill_logits.npy").to_f32().data(), vocab);
     MESSAGE(name << ": full prefill logits row rel err " << e.rel << ", max abs " << e.max_abs);
     CHECK(e.rel <= kRowRelTol);
   }
@@ -325,7 +267,7 @@ void run_case(const std::string& name) {
       a.add(logits.data(), vocab, &ids16[size_t(g) * 16], &vals16[size_t(g) * 16], lse[size_t(g)]);
       for (size_t r = 0; r < row_index.size(); ++r) {
         if (row_index[r] != g) continue;
-        const RowError e = row_error(logits.data(), &rows[r * size_t(vocab)], size_t(vocab));
+        const RowError e = row_error(logits.data(), &rows[r * size_t(vocab)], vocab);
         MESSAGE(name << ": full logits row at generated index " << g << " rel err " << e.rel << ", max abs "
                      << e.max_abs);
         CHECK(e.rel <= kRowRelTol);

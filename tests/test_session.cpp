@@ -8,6 +8,10 @@
 #include "uocr/session/markdown.hpp"
 #include "uocr/session/output_parser.hpp"
 #include "uocr/session/session.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/image/preprocess.hpp"
+#include "uocr/session/prompt.hpp"
+#include "uocr/vision/encoder.hpp"
 
 namespace {
 
@@ -88,6 +92,54 @@ TEST_CASE("a session streams tokens whose text adds up to the transcript, determ
   CHECK(a.memory.peak_kv_bytes == a.memory.reference_kv_bytes + a.memory.window_kv_bytes);
   const uocr::RunSummary b = s.run();
   CHECK(b.text == a.text);
+}
+
+namespace {
+
+// The one-shot decode written out by hand (vision, prompt, one prefill, greedy steps): what
+// Session must still be now that it runs the page-group loop with every page held.
+std::vector<int32_t> decode_by_hand(const uocr::ImageU8& page, const uocr::PreprocessConfig& views, int window, int steps) {
+  const uocr::Model& m = *tiny_model();
+  uocr::VisionEncoder enc(m.config(), m.weights());
+  const uocr::PreparedImage p = uocr::prepare_image(page, views);
+  const std::vector<float> visual = enc.visual_tokens(p.global_chw, p.tiles_chw, p.tiles_x, p.tiles_y);
+  const uocr::Prompt prompt = uocr::build_prompt(m, uocr::kSinglePagePrompt, int64_t(visual.size()) / m.config().decoder.hidden);
+  uocr::Decoder dec(m.config().decoder, m.weights().decoder);
+  uocr::KvCache cache(m.config().decoder, window);
+  std::vector<float> logits = dec.prefill(dec.embed_prompt(prompt.ids, visual, m.image_token_id()), 0, cache);
+  std::vector<int32_t> out;
+  for (int64_t pos = int64_t(prompt.ids.size()); int(out.size()) < steps; ++pos) {
+    out.push_back(uocr::Sampler::argmax(logits.data(), m.config().decoder.vocab));
+    logits = dec.decode_step(out.back(), pos, cache);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Session is exactly the one-shot decode: full attention, and a gundam page with tiles") {
+  const uocr::ImageU8 page = uocr::load_image(uocr_test::source_dir() + "/tests/data/reference/images/wide_2000x650.png");
+  for (const bool gundam : {false, true}) {
+    uocr::SessionParams params;
+    params.max_new_tokens = 12;
+    params.window = gundam ? 4 : 0;  // a small ring that wraps, or full attention
+    params.ngram_size = 0;           // the by-hand decode has no n-gram rule ...
+    params.loop_guard = false;       // ... nor a loop guard
+    params.mode = gundam ? uocr::ImageMode::gundam : uocr::ImageMode::base;
+    uocr::Session s(tiny_model(), params);
+    s.add_page(page);
+    std::vector<int32_t> ids;
+    const uocr::RunSummary r = s.run([&](const uocr::Event& e) {
+      if (e.type == uocr::Event::Type::token && e.token >= 0) ids.push_back(e.token);
+      return true;
+    });
+    CAPTURE(gundam);
+    const uocr::PreprocessConfig views = gundam ? uocr::preset_gundam() : uocr::PreprocessConfig{1024, 1024, false};
+    CHECK(ids == decode_by_hand(page, views, params.window, 12));
+    CHECK(r.visual_tokens > (gundam ? 273 : 272));  // gundam adds tiles to the 273 global tokens
+    const size_t per_token = 2 * 32 * 4 * 2;
+    CHECK(r.memory.window_kv_bytes == size_t(gundam ? 4 : 11) * per_token);
+  }
 }
 
 TEST_CASE("cancellation from the callback stops the run and says so") {

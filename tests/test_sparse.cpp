@@ -8,10 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "logit_agreement.hpp"
+#include "op_reference.hpp"
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
@@ -21,14 +22,12 @@
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
 
+using uocr_test::argmax;
+using uocr_test::bit_identical;
+using uocr_test::randn;
+using uocr_test::rel_err;
+
 namespace {
-
-std::string ref_dir() { return uocr_test::source_dir() + "/tests/data/reference"; }
-
-std::vector<int32_t> npy_ids(const std::string& path) {
-  const std::vector<int64_t> v = uocr::read_npy(path).to_i64();
-  return std::vector<int32_t>(v.begin(), v.end());
-}
 
 // A decoder model with a prompt (ids + visual tokens) and a teacher-forced stream.
 struct Case {
@@ -42,7 +41,7 @@ struct Case {
 
   Case(const std::string& config, const std::string& weights, const std::string& data, int64_t n_pages, int win)
       : cfg(uocr::ModelConfig::load(config)), ck(uocr::Checkpoint::open(weights)), w(uocr::ModelWeights::bind(ck, cfg)),
-        ids(npy_ids(data + "/input_ids.npy")), gen(npy_ids(data + "/gen_ids.npy")),
+        ids(uocr_test::npy_ids(data + "/input_ids.npy")), gen(uocr_test::npy_ids(data + "/gen_ids.npy")),
         vision(uocr::read_npy(data + "/vision_tokens.npy").to_f32()), pages(n_pages), window(win) {
     const auto first = std::find(ids.begin(), ids.end(), uocr::kImageTokenId);
     const auto last = std::find_if(first, ids.end(), [](int32_t t) { return t != uocr::kImageTokenId; });
@@ -73,29 +72,8 @@ Case& tiny_a() {  // 1 page of 273, "document parsing.", 300 generated, R-SWA n 
   return c;
 }
 Case& multi3() {  // tiny-b, 3 pages of 273, 40 generated, R-SWA n = 8
-  static Case c(ref_dir() + "/tiny-b/config.json", ref_dir() + "/tiny-b", ref_dir() + "/cases/multi_3", 3, 8);
+  static Case c(uocr_test::reference_dir() + "/tiny-b/config.json", uocr_test::reference_dir() + "/tiny-b", uocr_test::reference_dir() + "/cases/multi_3", 3, 8);
   return c;
-}
-
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-double rel_err(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double d2 = 0, r2 = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    d2 += (double(ours[i]) - ref[i]) * (double(ours[i]) - ref[i]);
-    r2 += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(d2 / r2);
-}
-
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-
-void fill_random(std::vector<float>& v, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (float& x : v) x = nd(rng);
 }
 
 }  // namespace
@@ -112,12 +90,12 @@ TEST_CASE("the Quest bound of a block bounds q·k of every key in it") {
   uocr::SparseReference sr(c, layout, sp);
   const int64_t kr = 2 * 16, rows = layout.rows();
   std::vector<float> k(size_t(rows * kr)), q(16);
-  fill_random(k, 1);
+  k = randn(k.size(), 1);
   for (size_t p = 0; p < 5; ++p) sr.summarize(0, p, k.data());
   CHECK(sr.block_count() == 5 * 8);  // 50 tokens in blocks of 7: 7 full + 1 of 1
   int violations = 0, tight = 0;
   for (uint32_t trial = 0; trial < 20; ++trial) {
-    fill_random(q, 100 + trial);
+    q = randn(q.size(), 100 + trial);
     for (int g = 0; g < 2; ++g)
       for (int64_t b = 0; b < int64_t(sr.block_count()); ++b) {
         const int64_t pg = b / 8, first = 3 + pg * 50 + (b % 8) * 7, n = std::min<int64_t>(7, 3 + (pg + 1) * 50 - first);
@@ -146,11 +124,11 @@ TEST_CASE("SR-SWA attends exactly to the selected blocks + always rows + window 
   const uocr::ReferenceLayout layout = uocr::one_shot_layout(2, 12, 40, 3);
   const int64_t kr = s.kv_row(), rows = layout.rows(), gen_rows = 9;
   std::vector<float> k(size_t(rows * kr)), v(k.size()), gk(size_t(gen_rows * kr)), gv(gk.size()), q(size_t(s.q_row()));
-  fill_random(k, 2);
-  fill_random(v, 3);
-  fill_random(gk, 4);
-  fill_random(gv, 5);
-  fill_random(q, 6);
+  k = randn(k.size(), 2);
+  v = randn(v.size(), 3);
+  gk = randn(gk.size(), 4);
+  gv = randn(gv.size(), 5);
+  q = randn(q.size(), 6);
   for (int budget_pages : {1, 3, 12})
     for (int budget_blocks : {1, 4, 9}) {
       uocr::SparseParams sp;
@@ -309,7 +287,7 @@ TEST_CASE("page groups + SR-SWA: full budgets equal one-shot dense; summaries fo
     std::vector<float> q(size_t(c.cfg.decoder.head_dim));
     int differ = 0;
     for (uint32_t trial = 0; trial < 5; ++trial) {
-      fill_random(q, 50 + trial);
+      q = randn(q.size(), 50 + trial);
       for (int l = 0; l < c.cfg.decoder.layers; ++l)
         for (int g = 0; g < c.cfg.decoder.kv_heads; ++g)
           for (int64_t b = 0; b < int64_t(fresh.block_count()); ++b)

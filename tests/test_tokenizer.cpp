@@ -11,6 +11,9 @@
 #include "test_support.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
+using uocr_test::message_of;
+using uocr_test::status_of;
+
 namespace {
 
 std::string tokenizer_path() { return uocr_test::shared_dir() + "/unlimited-ocr/tokenizer.json"; }
@@ -29,26 +32,6 @@ std::vector<nlohmann::json> fixture() {
     if (!line.empty()) records.push_back(nlohmann::json::parse(line));
   }
   return records;
-}
-
-template <class Fn>
-uocr::Status status_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const uocr::Error& e) {
-    return e.status();
-  }
-  return uocr::Status::ok;
-}
-
-template <class Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const uocr::Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A small byte-level BPE tokenizer.json; `pre_tokenizer` is its pre_tokenizer value.
@@ -215,7 +198,7 @@ TEST_CASE("tokenizer: errors") {
   CHECK(status_of([] { Tokenizer::load("/nonexistent/tokenizer.json"); }) == Status::io);
   CHECK(status_of([] { Tokenizer::from_string("{\"model\": [1, 2", "bad.json"); }) ==
         Status::invalid_model);
-  CHECK(error_message([] {
+  CHECK(message_of([] {
           Tokenizer::from_string("{\"model\": [1, 2", "bad.json");
         }).find("bad.json") != std::string::npos);
 
@@ -227,7 +210,7 @@ TEST_CASE("tokenizer: errors") {
   no_merges["model"].erase("merges");
   CHECK(status_of([&] { Tokenizer::from_string(no_merges.dump(), "x.json"); }) ==
         Status::invalid_model);
-  CHECK(error_message([&] {
+  CHECK(message_of([&] {
           Tokenizer::from_string(no_merges.dump(), "x.json");
         }).find("model.merges") != std::string::npos);
   auto odd_split = plain;
@@ -254,7 +237,7 @@ TEST_CASE("tokenizer: errors") {
 
   const auto& tok = deepseek();
   CHECK(status_of([&] { tok.decode({16, 200000}); }) == Status::tokenizer);
-  CHECK(error_message([&] { tok.decode({16, 200000}); }).find("200000") != std::string::npos);
+  CHECK(message_of([&] { tok.decode({16, 200000}); }).find("200000") != std::string::npos);
   CHECK(status_of([&] { tok.decode({-1}); }) == Status::tokenizer);
   CHECK(status_of([&] { tok.decode({128827}); }) == Status::tokenizer);  // just past the last id
   CHECK(status_of([&] { tok.encode("bad \xFF utf-8"); }) == Status::invalid_argument);

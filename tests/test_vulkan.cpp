@@ -17,13 +17,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
-#include <Eigen/Core>
 #include <unistd.h>
 
+#include "golden_decoder.hpp"
+#include "op_reference.hpp"
 #include "test_support.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/vulkan/decoder.hpp"
@@ -32,7 +32,6 @@
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/moe.hpp"
 #include "uocr/decoder/rope.hpp"
-#include "uocr/io/npy.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/vision/conv.hpp"
 #include "uocr/vision/encoder.hpp"
@@ -40,38 +39,26 @@
 
 namespace vk = uocr::vulkan;
 using uocr::Status;
+using uocr_test::HostTensor;
+using uocr_test::randn;
+using uocr_test::ref_linear;
+using uocr_test::row_error;
+using uocr_test::RowError;
+using uocr_test::status_of;
 
 namespace {
-
-std::string golden(const std::string& f) { return uocr_test::golden_dir("tiny-a") + "/" + f; }
-std::vector<float> npy_f32(const std::string& f) { return uocr::read_npy(golden(f)).to_f32(); }
-std::vector<int32_t> npy_ids(const std::string& f) {
-  std::vector<int64_t> v = uocr::read_npy(golden(f)).to_i64();
-  return std::vector<int32_t>(v.begin(), v.end());
-}
-
-template <class Fn>
-Status status_of(Fn&& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const uocr::Error& e) {
-    if (message) *message = e.what();
-    return e.status();
-  }
-  return Status::ok;
-}
 
 // Everything shared by the cases, built once. The Context is the first member, so it is
 // destroyed last (buffers must not outlive it).
 struct Env {
   std::unique_ptr<vk::Context> ctx;
   std::string ctx_error;
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(golden("config.json"));
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(uocr_test::tiny_a("config.json"));
   uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
   uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
-  std::vector<int32_t> input_ids = npy_ids("input_ids.npy");
-  std::vector<int32_t> gen_ids = npy_ids("gen_ids.npy");
-  std::vector<float> vision = npy_f32("vision_tokens.npy");
+  std::vector<int32_t> input_ids = uocr_test::tiny_a_ids("input_ids.npy");
+  std::vector<int32_t> gen_ids = uocr_test::tiny_a_ids("gen_ids.npy");
+  std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
   std::shared_ptr<vk::DecoderDeviceWeights> dev_weights;
 
   Env() {
@@ -111,80 +98,13 @@ void check_no_validation_errors(const std::string& where) {
   CHECK(c.validation_errors() == 0);
 }
 
-// --- inputs ------------------------------------------------------------------------------------
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// A weight tensor held in memory, exposed as a TensorView like a checkpoint's.
-struct HostTensor {
-  std::vector<uint16_t> half;
-  std::vector<float> full;
-  uocr::TensorView view;
-  HostTensor(uocr::DType t, std::vector<int64_t> shape, const std::vector<float>& values) {
-    view.name = "test tensor";
-    view.dtype = t;
-    view.shape = std::move(shape);
-    if (t == uocr::DType::f32) {
-      full = values;
-      view.data = reinterpret_cast<const uint8_t*>(full.data());
-    } else {
-      half.resize(values.size());
-      for (size_t i = 0; i < values.size(); ++i) half[i] = t == uocr::DType::bf16 ? uocr::f32_to_bf16(values[i]) : f32_to_f16(values[i]);
-      view.data = reinterpret_cast<const uint8_t*>(half.data());
-    }
-  }
-  std::vector<double> values() const {
-    std::vector<float> f(size_t(view.numel()));
-    view.read_f32(0, view.numel(), f.data());
-    return std::vector<double>(f.begin(), f.end());
-  }
-  static uint16_t f32_to_f16(float f) {  // round to nearest even, normal range only (test data)
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    const uint32_t sign = (b >> 16) & 0x8000u;
-    const int32_t exp = int32_t((b >> 23) & 0xff) - 127 + 15;
-    uint32_t mant = b & 0x7fffffu;
-    if (exp <= 0) return uint16_t(sign);
-    uint32_t h = sign | (uint32_t(exp) << 10) | (mant >> 13);
-    const uint32_t rest = mant & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-    return uint16_t(h);
-  }
-};
-
-// --- error measures ----------------------------------------------------------------------------
-
-struct Err {
-  double rel = 0;   // ‖got − ref‖₂ / ‖ref‖₂
-  double max_abs = 0;
-};
-
-template <class A, class B>
-Err error_of(const A& got, const B& ref) {
-  REQUIRE(got.size() == ref.size());
-  double d2 = 0, r2 = 0, mx = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = double(got[i]) - double(ref[i]);
-    d2 += d * d;
-    r2 += double(ref[i]) * double(ref[i]);
-    mx = std::max(mx, std::abs(d));
-  }
-  return {r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2), mx};
-}
-
 // Worst error per op over all cases, printed at the end of the suite.
-std::map<std::string, std::array<Err, 3>>& op_report() {  // [cpu vs f64, vulkan vs f64, vulkan vs cpu]
-  static std::map<std::string, std::array<Err, 3>> r;
+std::map<std::string, std::array<RowError, 3>>& op_report() {  // [cpu vs f64, vulkan vs f64, vulkan vs cpu]
+  static std::map<std::string, std::array<RowError, 3>> r;
   return r;
 }
-void note(const std::string& op, int which, const Err& e) {
-  Err& w = op_report()[op][size_t(which)];
+void note(const std::string& op, int which, const RowError& e) {
+  RowError& w = op_report()[op][size_t(which)];
   w.rel = std::max(w.rel, e.rel);
   w.max_abs = std::max(w.max_abs, e.max_abs);
 }
@@ -479,12 +399,12 @@ void conform(const std::string& op, const std::vector<double>& ref, double budge
   std::vector<std::vector<float>> got;
   for (Backend* b : backends()) {
     got.push_back(compute(*b));
-    const Err e = error_of(got.back(), ref);
+    const RowError e = row_error(got.back(), ref);
     note(op, b->name() == "cpu" ? 0 : 1, e);
     INFO(op << " on " << b->name() << ": rel " << e.rel << ", max abs " << e.max_abs << " (budget " << budget << ")");
     CHECK(e.rel <= budget);
   }
-  const Err e = error_of(got[1], got[0]);
+  const RowError e = row_error(got[1], got[0]);
   note(op, 2, e);
   INFO(op << ": vulkan vs cpu rel " << e.rel);
   CHECK(e.rel <= budget);
@@ -493,44 +413,14 @@ void conform(const std::string& op, const std::vector<double>& ref, double budge
 
 // --- float64 references ---------------------------------------------------------------------
 
-std::vector<double> ref_linear(const std::vector<float>& x, int64_t m, const HostTensor& w, const HostTensor* b) {
-  const int64_t n = w.view.dim(0), k = w.view.dim(1);
-  const std::vector<double> wv = w.values();
-  std::vector<double> bv = b ? b->values() : std::vector<double>(size_t(n), 0.0);
-  std::vector<double> y(size_t(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = bv[size_t(j)];
-      for (int64_t c = 0; c < k; ++c) s += double(x[size_t(i * k + c)]) * wv[size_t(j * k + c)];
-      y[size_t(i * n + j)] = s;
-    }
-  return y;
-}
-
+// Every query row of an attention case (causal: row i sees keys [0, i]; decode: one row sees all).
 std::vector<double> ref_attention(const AttnCase& c, bool causal) {
-  const auto& s = c.shape;
-  const int64_t qr = s.q_row(), kr = s.kv_row(), d = s.head_dim;
-  const int64_t rows = causal ? c.t : 1;
-  std::vector<double> out(size_t(rows * qr));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int h = 0; h < s.heads; ++h) {
-      const int g = s.kv_head_of(h);
-      const int64_t keys = causal ? i + 1 : c.t;
-      std::vector<double> sc(static_cast<size_t>(keys));
-      double mx = -1e300, sum = 0;
-      for (int64_t j = 0; j < keys; ++j) {
-        double dot = 0;
-        for (int64_t e = 0; e < d; ++e) dot += double(c.q[size_t(i * qr + h * d + e)]) * c.k[size_t(j * kr + g * d + e)];
-        sc[size_t(j)] = dot / std::sqrt(double(d));
-        mx = std::max(mx, sc[size_t(j)]);
-      }
-      for (double& v : sc) sum += (v = std::exp(v - mx));
-      for (int64_t e = 0; e < d; ++e) {
-        double o = 0;
-        for (int64_t j = 0; j < keys; ++j) o += sc[size_t(j)] / sum * c.v[size_t(j * kr + g * d + e)];
-        out[size_t(i * qr + h * d + e)] = o;
-      }
-    }
+  const int64_t rows = causal ? c.t : 1, qr = c.shape.q_row();
+  std::vector<double> out;
+  for (int64_t i = 0; i < rows; ++i) {
+    const std::vector<double> row = uocr_test::ref_attention_row(c.q.data() + i * qr, c.k, c.v, causal ? i + 1 : c.t, c.shape);
+    out.insert(out.end(), row.begin(), row.end());
+  }
   return out;
 }
 
@@ -823,8 +713,7 @@ TEST_CASE("op conformance: SAM windowed/global attention with decomposed rel-pos
 
 namespace {
 
-// The same golden checks for both decoders: Dec/Cache are uocr::Decoder/KvCache or
-// vulkan::VulkanDecoder/VulkanKvCache.
+// The golden checks (golden_decoder.hpp) run through both decoders and their KV caches.
 struct CpuRunner {
   static constexpr const char* name = "cpu";
   uocr::Decoder dec{Env::get().cfg.decoder, Env::get().w.decoder};
@@ -836,110 +725,20 @@ struct VulkanRunner {
   vk::VulkanKvCache cache(int window) { return vk::VulkanKvCache(Env::get().vk(), Env::get().cfg.decoder, window); }
 };
 
-constexpr double kGoldenRowRel = 1e-4;  // full logits rows against the upstream float32 run
-constexpr double kGoldenTopRel = 1e-4;  // top-16 logits and logsumexp, relative to max(1, |ref|)
-
-double lse_of(const float* x, int64_t n) {
-  const Eigen::Map<const Eigen::ArrayXf> row(x, n);
-  const float mx = row.maxCoeff();
-  return mx + std::log((row - mx).exp().cast<double>().sum());
-}
-
-struct TopCheck {
-  double max_top_rel = 0, max_lse_rel = 0;
-  int argmax_checked = 0, argmax_agree = 0;
-  void add(const float* ours, int64_t vocab, const int32_t* ids, const float* vals, float lse) {
-    for (int r = 0; r < 16; ++r)
-      max_top_rel = std::max(max_top_rel, std::abs(double(ours[ids[r]]) - vals[r]) / std::max(1.0, std::abs(double(vals[r]))));
-    max_lse_rel = std::max(max_lse_rel, std::abs(lse_of(ours, vocab) - lse) / std::max(1.0, std::abs(double(lse))));
-    if (vals[0] - vals[1] > 1e-2f) {
-      ++argmax_checked;
-      argmax_agree += int32_t(std::max_element(ours, ours + vocab) - ours) == ids[0];
-    }
-  }
-};
-
-template <class Runner>
-void golden_prefill() {
-  Env& e = Env::get();
-  Runner run;
-  auto cache = run.cache(0);
-  const std::vector<float> input = run.dec.embed_prompt(e.input_ids, e.vision);
-  const std::vector<float> all = run.dec.prefill(input, 0, cache, uocr::PrefillLogits::all);
-  const int64_t p = int64_t(e.input_ids.size()), vocab = e.cfg.decoder.vocab;
-  REQUIRE(all.size() == size_t(p * vocab));
-  const std::vector<float> ref_last = npy_f32("prefill_logits.npy");
-  const Err err = error_of(std::vector<float>(all.end() - vocab, all.end()), ref_last);
-  const std::vector<float> last = run.dec.prefill(input, 0, cache);
-  const Err err_last = error_of(last, ref_last);
-  const std::vector<int32_t> ids = npy_ids("prefix_logits_top16_ids.npy");
-  const std::vector<float> vals = npy_f32("prefix_logits_top16_vals.npy");
-  const std::vector<float> lse = npy_f32("prefix_logits_lse.npy");
-  TopCheck top;
-  for (int64_t i = 0; i < p; ++i) top.add(&all[size_t(i * vocab)], vocab, &ids[size_t(i * 16)], &vals[size_t(i * 16)], lse[size_t(i)]);
-  MESSAGE(std::string(Runner::name) << " prefill: last-position logits rel err " << err.rel << " (max abs " << err.max_abs
-                       << "), last-only path rel " << err_last.rel << "; " << p << " prefix positions: top-16 max rel "
-                       << top.max_top_rel << ", lse max rel " << top.max_lse_rel << ", argmax " << top.argmax_agree << "/"
-                       << top.argmax_checked);
-  CHECK(err.rel <= kGoldenRowRel);
-  CHECK(err_last.rel <= kGoldenRowRel);
-  CHECK(top.max_top_rel <= kGoldenTopRel);
-  CHECK(top.max_lse_rel <= kGoldenTopRel);
-  CHECK(top.argmax_agree == top.argmax_checked);
-}
-
-template <class Runner>
-void golden_decode(const std::string& variant, int window) {
-  Env& e = Env::get();
-  const std::vector<int32_t> ids = npy_ids(variant + "_logits_top16_ids.npy");
-  const std::vector<float> vals = npy_f32(variant + "_logits_top16_vals.npy");
-  const std::vector<float> lse = npy_f32(variant + "_logits_lse.npy");
-  const std::vector<float> rows = npy_f32(variant + "_logits_rows.npy");
-  const std::vector<int32_t> row_index = npy_ids("logits_rows_gen_index.npy");
-  const int steps = int(lse.size());
-  const int64_t vocab = e.cfg.decoder.vocab, p = int64_t(e.input_ids.size());
-  Runner run;
-  auto cache = run.cache(window);
-  run.dec.prefill(run.dec.embed_prompt(e.input_ids, e.vision), 0, cache);
-  TopCheck top;
-  double worst_row = 0;
-  size_t rows_seen = 0;
-  for (int s = 0; s < steps; ++s) {
-    const std::vector<float>& logits = run.dec.decode_step(e.gen_ids[size_t(s)], p + s, cache);
-    top.add(logits.data(), vocab, &ids[size_t(s) * 16], &vals[size_t(s) * 16], lse[size_t(s)]);
-    for (size_t r = 0; r < row_index.size(); ++r) {
-      if (row_index[r] != s) continue;
-      const Err err = error_of(logits, std::vector<float>(rows.begin() + long(r * size_t(vocab)), rows.begin() + long((r + 1) * size_t(vocab))));
-      worst_row = std::max(worst_row, err.rel);
-      ++rows_seen;
-    }
-    const int64_t held = window > 0 ? std::min<int64_t>(s + 1, window) : s + 1;
-    REQUIRE(cache.total_bytes() == size_t(p + held) * cache.bytes_per_token());
-  }
-  MESSAGE(std::string(Runner::name) << " " << variant << ": " << steps << " teacher-forced steps, full logits rows max rel err "
-                       << worst_row << " (" << rows_seen << " rows), top-16 max rel " << top.max_top_rel << ", lse max rel "
-                       << top.max_lse_rel << ", argmax " << top.argmax_agree << "/" << top.argmax_checked);
-  CHECK(rows_seen == row_index.size());
-  CHECK(worst_row <= kGoldenRowRel);
-  CHECK(top.max_top_rel <= kGoldenTopRel);
-  CHECK(top.max_lse_rel <= kGoldenTopRel);
-  CHECK(top.argmax_agree == top.argmax_checked);
-}
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("golden tiny-a: prefill logits at every prefix position", Runner, CpuRunner, VulkanRunner) {
-  golden_prefill<Runner>();
+  uocr_test::golden_prefill<Runner>(Env::get());
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden prefill");
 }
 
 TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, full attention", Runner, CpuRunner, VulkanRunner) {
-  golden_decode<Runner>("full_attention", 0);
+  uocr_test::golden_decode<Runner>(Env::get(), "full_attention", 0);
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode full");
 }
 
 TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, R-SWA n=8", Runner, CpuRunner, VulkanRunner) {
-  golden_decode<Runner>("rswa_n8", 8);
+  uocr_test::golden_decode<Runner>(Env::get(), "rswa_n8", 8);
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode rswa n8");
 }
 
@@ -947,7 +746,7 @@ namespace {
 
 // ‖ours − ref‖/‖ref‖ and max |ours − ref| against an upstream reference (the CPU test's bounds).
 void check_vision(const char* name, const std::vector<float>& ours, const std::vector<float>& ref, const std::vector<float>& cpu) {
-  const Err e = error_of(ours, ref), c = error_of(ours, cpu);
+  const RowError e = row_error(ours, ref), c = row_error(ours, cpu);
   MESSAGE("vulkan " << std::string(name) << ": vs upstream rel " << e.rel << ", max abs " << e.max_abs << "; vs cpu rel " << c.rel);
   CHECK(e.rel <= 1e-3);
   CHECK(e.max_abs <= 1e-3);
@@ -960,7 +759,7 @@ std::vector<float> to_chw(const uocr::vision::FeatureMap& m) { return uocr::visi
 
 TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, visual tokens, prefill logits") {
   Env& e = Env::get();
-  const std::vector<float> image = npy_f32("image_normalized.npy");
+  const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
   vk::VulkanVisionEncoder venc(e.vk(), e.cfg, e.w);
   uocr::VisionEncoder cenc(e.cfg, e.w);
   uocr::VisionCaptures vc, cc;
@@ -968,10 +767,10 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
   const std::vector<float> cf = cenc.encode_view(image.data(), 1024, &cc);
   REQUIRE(vc.sam_neck.h == 64);
   REQUIRE(vc.sam_out.h == 16);
-  check_vision("sam_neck", to_chw(vc.sam_neck), npy_f32("sam_neck.npy"), to_chw(cc.sam_neck));
-  check_vision("sam_out", to_chw(vc.sam_out), npy_f32("sam_out.npy"), to_chw(cc.sam_out));
-  check_vision("clip_out", vc.clip_out, npy_f32("clip_out.npy"), cc.clip_out);
-  check_vision("projector_out", vf, npy_f32("projector_out.npy"), cf);
+  check_vision("sam_neck", to_chw(vc.sam_neck), uocr_test::tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
+  check_vision("sam_out", to_chw(vc.sam_out), uocr_test::tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
+  check_vision("clip_out", vc.clip_out, uocr_test::tiny_a_f32("clip_out.npy"), cc.clip_out);
+  check_vision("projector_out", vf, uocr_test::tiny_a_f32("projector_out.npy"), cf);
   // visual_tokens() = encode_view() + the host layout; the layout of the features above:
   const std::vector<float> visual = cenc.layout_tokens(vf, {}, 0, 0);
   REQUIRE(int64_t(visual.size()) == venc.token_count(1024, 0, 0, 0) * e.cfg.decoder.hidden);
@@ -983,7 +782,7 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
     VulkanRunner run;
     auto cache = run.cache(8);
     const std::vector<float> logits = run.dec.prefill(run.dec.embed_prompt(e.input_ids, visual), 0, cache);
-    const Err err = error_of(logits, npy_f32("prefill_logits.npy"));
+    const RowError err = row_error(logits, uocr_test::tiny_a_f32("prefill_logits.npy"));
     MESSAGE("vulkan image -> visual tokens -> prefill logits: rel err " << err.rel << " (max abs " << err.max_abs << ")");
     CHECK(err.rel <= 1e-4);
   }
@@ -995,7 +794,7 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
     for (int y = 0; y < 640; ++y)
       std::copy_n(image.data() + (size_t(c) * 1024 + y) * 1024, 640, tile.data() + (size_t(c) * 640 + y) * 640);
   const std::vector<float> vt = venc.encode_view(tile.data(), 640), ct = cenc.encode_view(tile.data(), 640);
-  const Err t = error_of(vt, ct);
+  const RowError t = row_error(vt, ct);
   MESSAGE("vulkan 640 tile vs cpu: rel " << t.rel << ", max abs " << t.max_abs);
   CHECK(t.rel <= 1e-5);
   CHECK(status_of([&] { venc.encode_view(tile.data(), 630); }) == Status::invalid_argument);

@@ -65,6 +65,20 @@ namespace Uocr
         public int NgramWindow;
         public int LoopGuard;
         public ulong MaxImagePixels;
+        // API version 2: 0 is the default for each (see uocr.h).
+        public int Backend;
+        public int DeviceIndex;
+        public int PagesPerGroup;
+        public int OverlapPages;
+        public int PageFallbackTokens;
+        public int ReferenceMode;
+        public int ReferencePages;
+        public int ReferenceBlocks;
+        public int ReferenceBlockTokens;
+        public int Positions;
+        public IntPtr CheckpointPath; // not exposed by this sample binding (NULL: no checkpoints)
+        public int CheckpointEveryTokens;
+        public int Resume;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -123,7 +137,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 1; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 2; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -237,6 +251,9 @@ namespace Uocr
         public int? NgramWindow;
         public bool? LoopGuard;
         public ulong MaxImagePixels = 0;
+        public int PagesPerGroup = 0;   // 0: the library's defaults (see uocr.h)
+        public int OverlapPages = 0;
+        public int ReferenceMode = 0;
     }
 
     public sealed class Model : IDisposable
@@ -286,6 +303,9 @@ namespace Uocr
             if (o.NgramWindow.HasValue) p.NgramWindow = o.NgramWindow.Value;
             if (o.LoopGuard.HasValue) p.LoopGuard = o.LoopGuard.Value ? 1 : 0;
             p.MaxImagePixels = o.MaxImagePixels;
+            p.PagesPerGroup = o.PagesPerGroup;
+            p.OverlapPages = o.OverlapPages;
+            p.ReferenceMode = o.ReferenceMode;
             GCHandle prompt = default(GCHandle);
             try
             {

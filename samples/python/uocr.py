@@ -6,6 +6,11 @@
         summary = s.run(on_event=lambda e: print(e.text.decode(errors="replace"), end=""))
         print(s.text().decode())
 
+    # A document of any length, pages handed over one at a time (a path, encoded bytes or
+    # (rgb, width, height)), never all held:
+    with uocr.Model("models/tiny") as model, model.session(pages_per_group=4) as s:
+        summary = s.run_pages(n_pages, lambda index: "page-%d.png" % index, on_event=...)
+
 The library is found through $UOCR_LIBRARY (a path to libuocr.so), else ctypes.util.find_library.
 Errors raise uocr.Error with .status and the library's message. Text is returned as bytes (the
 library's exact UTF-8; a transcript may even contain NUL bytes).
@@ -15,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 1  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 2  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -34,6 +39,16 @@ E_BUFFER_TOO_SMALL = -103
 
 IMAGE_MODE_BASE = 0
 IMAGE_MODE_GUNDAM = 1
+
+BACKEND_CPU = 0
+BACKEND_VULKAN = 1
+BACKEND_CUDA = 2
+
+REFERENCE_DENSE = 0
+REFERENCE_SPARSE = 1
+
+POSITIONS_LIMIT = 0
+POSITIONS_EXTRAPOLATE = 1
 
 EVENT_TOKEN = 1
 EVENT_PAGE = 2
@@ -59,7 +74,15 @@ class SessionParams(ctypes.Structure):
                 ("max_new_tokens", ctypes.c_int64), ("prompt", ctypes.c_char_p), ("window", ctypes.c_int32),
                 ("temperature", ctypes.c_float), ("top_p", ctypes.c_float), ("ngram_size", ctypes.c_int32),
                 ("seed", ctypes.c_uint64), ("ngram_window", ctypes.c_int32), ("loop_guard", ctypes.c_int32),
-                ("max_image_pixels", ctypes.c_uint64)]
+                ("max_image_pixels", ctypes.c_uint64),
+                # API version 2
+                ("backend", ctypes.c_int32), ("device_index", ctypes.c_int32),
+                ("pages_per_group", ctypes.c_int32), ("overlap_pages", ctypes.c_int32),
+                ("page_fallback_tokens", ctypes.c_int32), ("reference_mode", ctypes.c_int32),
+                ("reference_pages", ctypes.c_int32), ("reference_blocks", ctypes.c_int32),
+                ("reference_block_tokens", ctypes.c_int32), ("positions", ctypes.c_int32),
+                ("checkpoint_path", ctypes.c_char_p), ("checkpoint_every_tokens", ctypes.c_int32),
+                ("resume", ctypes.c_int32)]
 
 
 class EventStruct(ctypes.Structure):
@@ -79,6 +102,7 @@ class RunSummary(ctypes.Structure):
 
 
 EVENT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(EventStruct), ctypes.c_void_p)
+PAGE_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 
 
 class Event:
@@ -143,6 +167,11 @@ def _load_library():
         "uocr_run_summary_init": (None, [P(RunSummary)]),
         "uocr_session_run": (ctypes.c_int32, [vp, EVENT_CALLBACK, vp, P(RunSummary)]),
         "uocr_session_text": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)]),
+        "uocr_page_set_file": (ctypes.c_int32, [vp, ctypes.c_char_p]),
+        "uocr_page_set_encoded": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "uocr_page_set_rgb": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_size_t]),
+        "uocr_session_run_pages": (ctypes.c_int32, [vp, ctypes.c_int64, PAGE_CALLBACK, vp, EVENT_CALLBACK, vp,
+                                                    P(RunSummary)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -213,7 +242,10 @@ class Session:
     """Pages plus one transcription at a time; use from one thread at a time.
 
     Keyword parameters are the fields of uocr_session_params (max_new_tokens, prompt, window,
-    temperature, top_p, seed, ngram_size, ngram_window, loop_guard, image_mode, max_image_pixels).
+    temperature, top_p, seed, ngram_size, ngram_window, loop_guard, image_mode, max_image_pixels,
+    backend, device_index, pages_per_group, overlap_pages, page_fallback_tokens, reference_mode,
+    reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
+    checkpoint_every_tokens, resume).
     """
 
     def __init__(self, model, **kw):
@@ -223,9 +255,9 @@ class Session:
         for key, value in kw.items():
             if key not in dict(SessionParams._fields_) or key == "struct_size":
                 raise TypeError("unknown session parameter %r" % key)
-            if key == "prompt" and isinstance(value, str):
-                value = value.encode()
-            if key == "loop_guard":
+            if key in ("prompt", "checkpoint_path") and isinstance(value, str):
+                value = os.fsencode(value) if key == "checkpoint_path" else value.encode()
+            if key in ("loop_guard", "resume"):
                 value = 1 if value else 0
             setattr(params, key, value)
         handle = ctypes.c_void_p()
@@ -262,8 +294,40 @@ class Session:
         """Runs the pages. on_event(Event) returning True cancels (raises Cancelled).
 
         An exception raised by on_event cancels the run and is re-raised here."""
+        return self._run(lambda callback, summary: _lib.uocr_session_run(self._h, callback, None, summary), on_event, [])
+
+    def run_pages(self, page_count, get_page, on_event=None):
+        """Runs a document of page_count pages that get_page(index) hands over one at a time, when
+        the session needs it: a path (str or os.PathLike), encoded image bytes, or a tuple
+        (rgb_bytes, width, height[, stride]). Pages added with add_image_* are not used. Events,
+        cancellation and errors as run(); an exception raised by get_page is re-raised here."""
         raised = []
 
+        def page_trampoline(index, page, _user):
+            try:
+                data = get_page(index)
+                if isinstance(data, (bytes, bytearray, memoryview)):
+                    data = bytes(data)
+                    _lib.uocr_page_set_encoded(page, data, len(data))
+                elif isinstance(data, tuple):
+                    rgb, width, height = bytes(data[0]), data[1], data[2]
+                    stride = data[3] if len(data) > 3 else 0
+                    need = (stride or 3 * width) * (height - 1) + 3 * width if height > 0 and width > 0 else 0
+                    if len(rgb) < need:
+                        raise ValueError("page %d: rgb buffer has %d bytes, needs %d" % (index, len(rgb), need))
+                    _lib.uocr_page_set_rgb(page, rgb, width, height, stride)
+                else:
+                    _lib.uocr_page_set_file(page, _path(data))
+                return 0  # a page that failed to decode makes the run fail with its status and message
+            except BaseException as exc:  # never unwind through C
+                raised.append(exc)
+                return 1
+
+        pages = PAGE_CALLBACK(page_trampoline)
+        return self._run(lambda callback, summary: _lib.uocr_session_run_pages(
+            self._h, page_count, pages, None, callback, None, summary), on_event, raised)
+
+    def _run(self, start, on_event, raised):
         def trampoline(event_ptr, _user):
             try:
                 return 1 if on_event(Event(event_ptr.contents)) else 0
@@ -274,7 +338,7 @@ class Session:
         callback = EVENT_CALLBACK(trampoline) if on_event else EVENT_CALLBACK()
         summary = RunSummary()
         _lib.uocr_run_summary_init(ctypes.byref(summary))
-        status = _lib.uocr_session_run(self._h, callback, None, ctypes.byref(summary))
+        status = start(callback, ctypes.byref(summary))
         if raised:
             raise raised[0]
         if status == E_CANCELLED:

@@ -1,7 +1,9 @@
 """Checks the ctypes binding's error paths, cancellation and callback exceptions (binding_python
-covers the transcript). Usage: python_api_check.py MODEL_DIR IMAGE (UOCR_LIBRARY set)."""
+covers the transcript), and pages handed over one at a time (run_pages) with checkpoints.
+Usage: python_api_check.py MODEL_DIR IMAGE (UOCR_LIBRARY set)."""
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.environ["UOCR_SOURCE_DIR"], "samples", "python"))
 import uocr  # noqa: E402
@@ -64,5 +66,68 @@ with uocr.Model(model_dir) as model:
         summary = s.run()  # still usable, no callback
         check(summary.generated_tokens <= 8 and summary.pages == 1, "run after failures")
     s.close()  # second close is a no-op
+
+    # Pages handed over one at a time: the same tokens as the same pages added up front, whether a
+    # page comes as a path, encoded bytes or raw RGB.
+    def tokens_of(run):
+        ids = []
+        run(lambda ev: ev.type == uocr.EVENT_TOKEN and ids.append(ev.token_id) and False)
+        return ids
+
+    with open(image, "rb") as f:
+        png = f.read()
+    rgb = bytes((7 * i) % 251 for i in range(3 * 64 * 48))
+    with model.session(max_new_tokens=6) as s:
+        s.add_image_file(image)
+        s.add_image_rgb(rgb, 64, 48)
+        s.add_image_bytes(png)
+        up_front = tokens_of(s.run)
+        sources = [image, (rgb, 64, 48), png]
+        asked = []
+
+        def get_page(index):
+            asked.append(index)
+            return sources[index]
+
+        handed = tokens_of(lambda cb: s.run_pages(3, get_page, cb))
+        check(handed == up_front and len(handed) == 6, "run_pages tokens %r vs %r" % (handed, up_front))
+        check(asked == [0, 1, 2], "pages asked once each, in order: %r" % asked)
+        check(s.page_count() == 3, "run_pages leaves the added pages alone")
+        expect_error(lambda: s.run_pages(0, get_page), uocr.E_INVALID_ARGUMENT, "run_pages with no pages")
+        expect_error(lambda: s.run_pages(2, lambda i: b"not an image"), uocr.E_INVALID_IMAGE, "undecodable page")
+
+        class Missing(Exception):
+            pass
+
+        def failing(index):
+            raise Missing()
+
+        try:
+            s.run_pages(2, failing)
+            check(False, "page callback exception not propagated")
+        except Missing:
+            pass
+
+    # Page groups that slide, with a checkpoint: cancelled, then resumed from it.
+    ckpt = os.path.join(tempfile.mkdtemp(prefix="uocr_py_"), "run.ckpt")
+    params = dict(max_new_tokens=24, pages_per_group=2, page_fallback_tokens=5)
+    with model.session(**params) as s:
+        full = tokens_of(lambda cb: s.run_pages(3, get_page, cb))
+    with model.session(checkpoint_path=ckpt, checkpoint_every_tokens=4, **params) as s:
+        seen = []
+        try:
+            s.run_pages(3, get_page, lambda ev: ev.type == uocr.EVENT_TOKEN and seen.append(ev.token_id) is None
+                        and len(seen) >= 14)
+            check(False, "checkpointed run: no cancel")
+        except uocr.Cancelled:
+            pass
+        check(seen == full[:14], "checkpointed run follows the same tokens")
+    with model.session(checkpoint_path=ckpt, checkpoint_every_tokens=4, resume=True, **params) as s:
+        rest = tokens_of(lambda cb: s.run_pages(3, get_page, cb))
+        check(rest == full[12:], "resumed from token 12: %r vs %r" % (rest, full[12:]))
+    with model.session(checkpoint_path=ckpt, resume=True, max_new_tokens=24, pages_per_group=3) as s:
+        e = expect_error(lambda: s.run_pages(3, get_page), uocr.E_INVALID_ARGUMENT, "checkpoint of other parameters")
+        check(e is not None and "other parameters" in e.message, "mismatch message")
+    os.remove(ckpt)
 print("python binding API checks: %d failures" % len(failures))
 sys.exit(1 if failures else 0)

@@ -1,5 +1,18 @@
-// `uocr run`: images or a PDF -> Markdown, streamed as it decodes, with a progress line on a
+// `uocr run`: images or PDFs -> Markdown, streamed as it decodes, with a progress line on a
 // terminal and the session's statistics on request.
+//
+// Documents of any length: pages are pulled one at a time (image files decoded, PDF pages
+// rendered, only when the session needs them) into page groups of --pages-per-group pages
+// (default 4; a document of at most that many pages is decoded exactly as one-shot R-SWA).
+//
+// Crash-safe resume: with --checkpoint FILE the session state is saved after the prefill, at
+// every page boundary and every --checkpoint-every tokens. After a crash (or a kill), the same
+// command with --resume continues from the last checkpoint. Output already written: with -o
+// OUT, the file is cut back to the length it had when the checkpoint was written (the output is
+// flushed and fsync'ed before each checkpoint) and the rest is appended, so OUT ends up
+// byte-identical to an uninterrupted run. On stdout, only the text after the checkpoint is
+// written (what the killed run printed after it is printed again). The checkpoint is deleted
+// when the run ends by itself; it is kept after Ctrl-C, so that --resume continues.
 //
 // Exit codes: 0 complete (the model ended the text), 1 error, 2 usage, 3 truncated (token or
 // context limit), 4 stopped by the loop guard or because every token was banned, 5 empty
@@ -7,6 +20,8 @@
 #pragma once
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,24 +29,28 @@
 
 #include "args.hpp"
 #include "pdf.hpp"
+#include "uocr/session/checkpoint.hpp"
+#include "uocr/session/infinite.hpp"
 #include "uocr/session/markdown.hpp"
-#include "uocr/session/session.hpp"
+#include "uocr/session/page_source.hpp"
 
 namespace uocr_cli {
 
 inline volatile std::sig_atomic_t g_interrupted = 0;
 
-inline void write_json_stats(FILE* f, const uocr::RunSummary& s, int window) {
-  const double tps = s.decode_seconds > 0 ? double(s.generated_tokens) / s.decode_seconds : 0.0;
+inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::InfiniteStats& st, int window) {
+  const double tps = s.decode_seconds > 0 ? double(s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token)) / s.decode_seconds : 0.0;
   std::fprintf(f,
                "{\"stop\": \"%s\", \"empty\": %s, \"pages\": %lld, \"visual_tokens\": %lld, \"prompt_tokens\": %lld, "
                "\"generated_tokens\": %lld, \"window\": %d, \"vision_seconds\": %.3f, \"prefill_seconds\": %.3f, "
                "\"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, \"reference_kv_bytes\": %zu, "
-               "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu}\n",
+               "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"group_pages\": %lld, "
+               "\"slides\": %lld, \"pages_encoded\": %lld, \"checkpoints\": %lld, \"resumed_at_token\": %lld}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
-               s.memory.peak_kv_bytes);
+               s.memory.peak_kv_bytes, (long long)st.group_pages, (long long)st.slides, (long long)st.pages_encoded,
+               (long long)st.checkpoints_written, (long long)st.resumed_at_token);
 }
 
 inline int exit_code_for(const uocr::RunSummary& s) {
@@ -45,6 +64,93 @@ inline int exit_code_for(const uocr::RunSummary& s) {
   }
   return s.empty ? 5 : 0;
 }
+
+// --reference-budget PAGES,BLOCKS[,BLOCK_TOKENS] turns SR-SWA on ("off": dense, the default).
+// 0 for PAGES or BLOCKS means all of them.
+inline void parse_reference_budget(const std::string& v, uocr::PageGroupParams& g) {
+  if (v == "off") return;
+  std::vector<int> n;
+  size_t at = 0;
+  while (at <= v.size()) {
+    const size_t comma = std::min(v.find(',', at), v.size());
+    const std::string part = v.substr(at, comma - at);
+    uocr::require(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && part.size() < 9,
+                  uocr::Status::invalid_argument,
+                  [&] { return "--reference-budget takes PAGES,BLOCKS[,BLOCK_TOKENS] (numbers, 0 = all) or off, got '" + v + "'"; });
+    n.push_back(std::stoi(part));
+    at = comma + 1;
+  }
+  uocr::require(n.size() == 2 || n.size() == 3, uocr::Status::invalid_argument,
+                "--reference-budget takes PAGES,BLOCKS[,BLOCK_TOKENS] or off");
+  g.sparse = true;
+  g.sparse_params.page_budget = n[0];
+  g.sparse_params.block_budget = n[1];
+  if (n.size() == 3) g.sparse_params.block_tokens = n[2];
+}
+
+// Every input, as one document, pulled page by page.
+inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::string>& inputs, int dpi) {
+  std::vector<std::unique_ptr<uocr::PageSource>> parts;
+  std::vector<std::string> images;
+  auto flush_images = [&] {
+    if (!images.empty()) parts.push_back(std::make_unique<uocr::FilePages>(std::move(images)));
+    images.clear();
+  };
+  for (const std::string& in : inputs) {
+    if (is_pdf(in)) {
+      flush_images();
+      parts.push_back(std::make_unique<PdfPages>(in, dpi));
+    } else {
+      uocr::require(std::filesystem::is_regular_file(in), uocr::Status::io, [&] { return "cannot open " + in; });
+      images.push_back(in);
+    }
+  }
+  flush_images();
+  return std::make_unique<uocr::ChainedPages>(std::move(parts));
+}
+
+// Where the text goes, and how much of it has been written (for checkpoints).
+struct Output {
+  std::string path;  // "" = stdout
+  FILE* file = nullptr;
+  uint64_t written = 0;
+  uocr::MarkdownFilter filter;
+  bool raw = false;
+
+  void write(const std::string& text) {
+    const std::string out = raw ? text : filter.feed(text);
+    std::fwrite(out.data(), 1, out.size(), file);
+    std::fflush(file);
+    written += out.size();
+  }
+  // What a checkpoint records: bytes written and text the filter holds back, on disk first.
+  std::string state() {
+    std::fflush(file);
+    if (file != stdout) uocr::require(::fsync(::fileno(file)) == 0, uocr::Status::io, [&] { return "cannot sync " + path; });
+    uocr::StateWriter w;
+    w.put(written);
+    w.put(filter.pending());
+    return w.bytes();
+  }
+  // Resuming: back to the state of the checkpoint (see the top of this file).
+  void restore(const std::string& bytes, const std::string& checkpoint) {
+    uocr::StateReader r(bytes, checkpoint);
+    r.get(written);
+    std::string pending;
+    r.get(pending);
+    filter.restore(std::move(pending));
+    if (path.empty()) return;
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(path, ec);
+    uocr::require(!ec && size >= written, uocr::Status::io, [&] {
+      return "cannot resume into " + path + ": it must hold the " + std::to_string(written) +
+             " bytes written before the checkpoint, but " + (ec ? "it cannot be read" : "it has " + std::to_string(size));
+    });
+    std::filesystem::resize_file(path, written);
+    file = std::fopen(path.c_str(), "ab");
+    uocr::require(file != nullptr, uocr::Status::io, [&] { return "cannot write " + path; });
+  }
+};
 
 inline int cmd_run(const Args& args) {
   const std::vector<std::string>& inputs = args.positional();
@@ -67,51 +173,75 @@ inline int cmd_run(const Args& args) {
   if (args.has("--temperature")) params.sampling.temperature = std::stof(args.get("--temperature", "0"));
   if (args.has("--top-p")) params.sampling.top_p = std::stof(args.get("--top-p", "1"));
   params.sampling.seed = uint64_t(args.integer("--seed", 0));
+  params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
+  params.device_index = args.integer("--device", 0);
+
+  uocr::InfiniteParams inf;
+  inf.groups.group_pages = args.integer("--pages-per-group", inf.groups.group_pages);
+  inf.groups.overlap_pages = args.integer("--overlap", inf.groups.group_pages - 1);
+  parse_reference_budget(args.get("--reference-budget", "off"), inf.groups);
+  const std::string positions = args.get("--positions", "limit");
+  uocr::require(positions == "limit" || positions == "extrapolate", uocr::Status::invalid_argument,
+                "--positions must be limit or extrapolate");
+  inf.groups.allow_position_extrapolation = positions == "extrapolate";
+  inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(inf.page_fallback_tokens));
+  inf.keep_text = false;  // streamed to the output instead
+
+  uocr::CheckpointOptions ck;
+  ck.path = args.get("--checkpoint", "");
+  ck.every_tokens = args.integer("--checkpoint-every", 0);
+  ck.resume = args.has("--resume");
+  uocr::require(!ck.resume || !ck.path.empty(), uocr::Status::invalid_argument, "--resume needs --checkpoint FILE");
+  uocr::require(!ck.resume || std::filesystem::exists(ck.path), uocr::Status::invalid_argument,
+                [&] { return "--resume: there is no checkpoint " + ck.path + " (run without --resume to start)"; });
+  uocr::require(ck.every_tokens >= 0, uocr::Status::invalid_argument, "--checkpoint-every must be >= 0");
 
   const auto model = uocr::Model::load(args.get("--model", "models/uocr-demo"));
-  uocr::Session session(model, params);
-  for (const std::string& in : inputs) {
-    if (is_pdf(in)) {
-      for (uocr::ImageU8& page : render_pdf(in, args.integer("--dpi", 300))) session.add_page(std::move(page));
-    } else {
-      session.add_page(uocr::load_image(in));
-    }
-  }
+  uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
+  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300));
 
-  const std::string out_path = args.get("-o", "");
-  FILE* out = out_path.empty() ? stdout : std::fopen(out_path.c_str(), "wb");
-  uocr::require(out != nullptr, uocr::Status::io, [&] { return "cannot write " + out_path; });
-  const bool progress = !args.has("--quiet") && ::isatty(STDERR_FILENO) && (out != stdout || !::isatty(STDOUT_FILENO));
+  Output out;
+  out.path = args.get("-o", "");
+  out.raw = format == "raw";
+  if (!ck.resume || out.path.empty()) {
+    out.file = out.path.empty() ? stdout : std::fopen(out.path.c_str(), "wb");
+    uocr::require(out.file != nullptr, uocr::Status::io, [&] { return "cannot write " + out.path; });
+  }
+  ck.save_caller_state = [&] { return out.state(); };
+  ck.restore_caller_state = [&](const std::string& s) { out.restore(s, ck.path); };
+
+  const bool progress = !args.has("--quiet") && ::isatty(STDERR_FILENO) && (!out.path.empty() || !::isatty(STDOUT_FILENO));
   g_interrupted = 0;
   std::signal(SIGINT, [](int) { g_interrupted = 1; });
 
-  uocr::MarkdownFilter filter;
   int64_t tokens = 0;
   int page = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  const uocr::RunSummary sum = session.run([&](const uocr::Event& e) {
-    if (e.type == uocr::Event::Type::page) page = e.page;
-    if (e.type != uocr::Event::Type::token) return g_interrupted == 0;
-    const std::string text = format == "raw" ? e.text : filter.feed(e.text);
-    std::fwrite(text.data(), 1, text.size(), out);
-    std::fflush(out);
-    ++tokens;
-    if (progress && tokens % 16 == 0) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\r\033[Kpage %d/%zu  %lld tokens  %.1f tok/s", page + 1, session.page_count(),
-                   (long long)tokens, s > 0 ? double(tokens) / s : 0.0);
-    }
-    return g_interrupted == 0;
-  });
-  if (format != "raw") {
-    const std::string rest = filter.flush();
-    std::fwrite(rest.data(), 1, rest.size(), out);
+  const uocr::RunSummary sum = session.run(
+      *pages,
+      [&](const uocr::Event& e) {
+        if (e.type == uocr::Event::Type::page) page = e.page;
+        if (e.type != uocr::Event::Type::token) return g_interrupted == 0;
+        out.write(e.text);
+        ++tokens;
+        if (progress && tokens % 16 == 0) {
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::fprintf(stderr, "\r\033[Kpage %d/%lld  %lld tokens  %.1f tok/s", page + 1, (long long)pages->count(),
+                       (long long)tokens, s > 0 ? double(tokens) / s : 0.0);
+        }
+        return g_interrupted == 0;
+      },
+      ck);
+  if (!out.raw) {
+    const std::string rest = out.filter.flush();
+    std::fwrite(rest.data(), 1, rest.size(), out.file);
   }
-  std::fputc('\n', out);
-  if (out != stdout) std::fclose(out);
+  std::fputc('\n', out.file);
+  if (out.file != stdout) std::fclose(out.file);
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (stats == "json") write_json_stats(stderr, sum, session.effective_window());
+  if (stats == "json") write_json_stats(stderr, sum, session.stats(), session.effective_window());
+  if (!ck.path.empty() && sum.stop != uocr::StopReason::cancelled) std::filesystem::remove(ck.path);
   if (sum.stop != uocr::StopReason::eos)
     std::fprintf(stderr, "uocr: stopped: %s after %lld tokens\n", uocr::stop_reason_name(sum.stop),
                  (long long)sum.generated_tokens);

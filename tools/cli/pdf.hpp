@@ -1,16 +1,20 @@
-// PDF pages as images, rendered by poppler's pdftoppm (Debian poppler-utils) into a private
-// temporary folder that is removed afterwards; the model never sees the PDF itself.
+// PDF pages as a page source: the page count from poppler's pdfinfo, each page rendered by
+// pdftoppm (Debian poppler-utils) only when the session pulls it, into a private temporary
+// folder that is removed afterwards. One page image exists at a time; the model never sees the
+// PDF itself.
 #pragma once
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <vector>
 
 #include <sys/wait.h>
 
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
+#include "uocr/session/page_source.hpp"
 
 namespace uocr_cli {
 
@@ -26,36 +30,70 @@ inline std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-inline std::vector<uocr::ImageU8> render_pdf(const std::string& path, int dpi) {
-  namespace fs = std::filesystem;
-  uocr::require(fs::is_regular_file(path), uocr::Status::io, [&] { return "cannot open " + path; });
-  uocr::require(dpi >= 36 && dpi <= 1200, uocr::Status::invalid_argument, "--dpi must be in 36..1200");
-  std::string tmpl = (fs::temp_directory_path() / "uocr-pdf-XXXXXX").string();
-  uocr::require(::mkdtemp(tmpl.data()) != nullptr, uocr::Status::io, "cannot create a temporary folder");
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } cleanup{tmpl};
-  const std::string cmd = "pdftoppm -r " + std::to_string(dpi) + " -png " + shell_quote(path) + " " +
-                          shell_quote(tmpl + "/page") + " 2>" + shell_quote(tmpl + "/err");
-  const int st = std::system(cmd.c_str());
+// Runs a poppler tool; a missing tool is Status::unsupported, a failure Status::invalid_image.
+inline std::string run_poppler(const std::string& tool, const std::string& args, const std::string& pdf) {
+  const std::string cmd = tool + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  uocr::require(p != nullptr, uocr::Status::io, [&] { return "cannot start " + tool; });
+  std::string out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = ::pclose(p);
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
     const bool missing = WIFEXITED(st) && WEXITSTATUS(st) == 127;
     throw uocr::Error(missing ? uocr::Status::unsupported : uocr::Status::invalid_image,
-                      missing ? "rendering a PDF needs pdftoppm (Debian package poppler-utils)"
-                              : path + ": pdftoppm could not render it (not a valid PDF?)");
+                      missing ? "reading a PDF needs " + tool + " (Debian package poppler-utils)"
+                              : pdf + ": " + tool + " could not read it (not a valid PDF?)");
   }
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(tmpl))
-    if (e.path().extension() == ".png") files.push_back(e.path().string());
-  std::sort(files.begin(), files.end());  // page-01.png ... (zero-padded by pdftoppm)
-  uocr::require(!files.empty(), uocr::Status::invalid_image, [&] { return path + " has no pages"; });
-  std::vector<uocr::ImageU8> pages;
-  for (const std::string& f : files) pages.push_back(uocr::load_image(f));
-  return pages;
+  return out;
 }
+
+class PdfPages final : public uocr::PageSource {
+ public:
+  PdfPages(std::string path, int dpi) : path_(std::move(path)), dpi_(dpi) {
+    namespace fs = std::filesystem;
+    uocr::require(fs::is_regular_file(path_), uocr::Status::io, [&] { return "cannot open " + path_; });
+    uocr::require(dpi_ >= 36 && dpi_ <= 1200, uocr::Status::invalid_argument, "--dpi must be in 36..1200");
+    const std::string info = run_poppler("pdfinfo", shell_quote(path_), path_);
+    const size_t at = info.find("\nPages:");
+    const size_t line = at == std::string::npos ? info.rfind("Pages:", 0) : at + 1;
+    if (line != std::string::npos) count_ = std::atoll(info.c_str() + line + 6);
+    uocr::require(count_ > 0, uocr::Status::invalid_image, [&] { return path_ + " has no pages"; });
+    std::string tmpl = (fs::temp_directory_path() / "uocr-pdf-XXXXXX").string();
+    uocr::require(::mkdtemp(tmpl.data()) != nullptr, uocr::Status::io, "cannot create a temporary folder");
+    dir_ = tmpl;
+  }
+  ~PdfPages() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  PdfPages(const PdfPages&) = delete;
+  PdfPages& operator=(const PdfPages&) = delete;
+
+  int64_t count() const override { return count_; }
+  bool next(uocr::ImageU8& page) override {
+    if (next_ >= count_) return false;
+    const std::string n = std::to_string(++next_);  // pdftoppm counts pages from 1
+    const std::string prefix = dir_ + "/page";
+    run_poppler("pdftoppm", "-f " + n + " -l " + n + " -singlefile -r " + std::to_string(dpi_) + " -png " +
+                                shell_quote(path_) + " " + shell_quote(prefix),
+                path_);
+    page = uocr::load_image(prefix + ".png");
+    std::filesystem::remove(prefix + ".png");
+    return true;
+  }
+  void skip(int64_t n) override { next_ = std::min(count_, next_ + n); }
+  std::string identity() const override {
+    uocr::Fnv64 h;
+    uocr::fingerprint_file(h, path_);
+    return "pdf:" + h.hex() + "@" + std::to_string(dpi_) + "dpi";
+  }
+
+ private:
+  std::string path_, dir_;
+  int dpi_;
+  int64_t count_ = 0, next_ = 0;
+};
 
 }  // namespace uocr_cli

@@ -25,23 +25,112 @@ struct RowSpan {
   int64_t end() const { return begin + rows; }
 };
 
-class KvCache {
+// The bookkeeping every KV cache shares (uocr::KvCache here, cuda::CudaKvCache and
+// vulkan::VulkanKvCache in device memory): the row size, the window, how many reference and
+// generated rows are held, which slot the next generated token takes, and the byte accounting
+// sessions report. A cache derives from KvRing<itself>, owns only the storage, and provides
+// grow_generated(rows): make room for `rows` generated rows, keeping the first generated_ rows
+// and setting capacity_ (full attention grows; an R-SWA ring is sized once, at construction).
+template <class Cache>
+class KvRing {
+ public:
+  int layers() const { return layer_count_; }
+  int64_t row_floats() const { return row_; }
+  int window() const { return window_; }  // 0 = full attention
+  int64_t reference_rows() const { return reference_rows_; }
+
+  // Claims the slot of the next generated token (the same slot in every layer) and returns it.
+  // Afterwards generated_rows() counts that token, which attends to itself.
+  int64_t claim_slot() {
+    require(reference_rows_ > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
+    if (window_ > 0) return generated_++ % window_;
+    if (generated_ == capacity_) static_cast<Cache&>(*this).grow_generated(std::max<int64_t>(64, 2 * capacity_));
+    return generated_++;
+  }
+
+  // Tokens decoded since the prefill (keeps counting after the ring wraps).
+  int64_t generated_tokens() const { return generated_; }
+  // Generated rows a decode step attends to: the last min(tokens, n) in R-SWA mode, all otherwise.
+  int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
+  // Rows the generated region can hold without reallocating.
+  int64_t generated_capacity() const { return capacity_; }
+
+  // Bytes of K and V held for one token across all layers.
+  size_t bytes_per_token() const { return size_t(2 * row_) * sizeof(float) * size_t(layer_count_); }
+  size_t reference_bytes() const { return size_t(reference_rows_) * bytes_per_token(); }
+  size_t window_bytes() const { return size_t(generated_rows()) * bytes_per_token(); }
+  size_t total_bytes() const { return reference_bytes() + window_bytes(); }
+
+ protected:
+  KvRing(const DecoderConfig& config, int window)
+      : row_(int64_t(config.kv_heads) * config.head_dim), window_(window), layer_count_(config.layers) {
+    require(window >= 0, Status::invalid_argument, [&] { return "KV cache window must be >= 0, got " + std::to_string(window); });
+  }
+  // For the caches' constructors, once their storage exists: R-SWA preallocates its ring, so
+  // memory is constant once P+window rows are held.
+  void size_ring() {
+    if (window_ > 0) static_cast<Cache&>(*this).grow_generated(window_);
+  }
+  // reset(rows) and resize_reference(rows) check their argument first (before any storage is sized).
+  static void require_prefill_rows(int64_t rows) {
+    require(rows > 0, Status::invalid_argument, "prefill must have at least one token");
+  }
+  static void require_reference_rows(int64_t rows) {
+    require(rows >= 0, Status::invalid_argument, "reference rows must be >= 0");
+  }
+
+  int64_t row_;
+  int window_;
+  int layer_count_;
+  int64_t reference_rows_ = 0;
+  int64_t generated_ = 0;
+  int64_t capacity_ = 0;
+};
+
+// A KvRing whose storage is reallocated explicitly (device memory): the reference grows to exactly
+// the rows asked for, keeping the rows held, and never shrinks; allocated bytes are the rows
+// reserved. Cache also provides grow_reference(rows, keep): new storage for `rows` reference
+// rows with the first `keep` copied over.
+template <class Cache>
+class ReservedKvRing : public KvRing<Cache> {
+ public:
+  // Starts a new sequence whose prefill has `rows` tokens; drops all generated rows.
+  void reset(int64_t rows) {
+    this->require_prefill_rows(rows);
+    if (rows > ref_capacity_) reserve_reference(rows, 0);
+    this->reference_rows_ = rows;
+    this->generated_ = 0;
+  }
+  // As KvCache::resize_reference: keeps the rows held (copied when the storage grows) and every
+  // generated row; storage never shrinks.
+  void resize_reference(int64_t rows) {
+    this->require_reference_rows(rows);
+    if (rows > ref_capacity_) reserve_reference(rows, std::min(this->reference_rows_, rows));
+    this->reference_rows_ = rows;
+  }
+  size_t allocated_bytes() const { return size_t(ref_capacity_ + this->capacity_) * this->bytes_per_token(); }
+
+ protected:
+  using KvRing<Cache>::KvRing;
+
+ private:
+  void reserve_reference(int64_t rows, int64_t keep) {
+    static_cast<Cache&>(*this).grow_reference(rows, keep);
+    ref_capacity_ = rows;
+  }
+
+  int64_t ref_capacity_ = 0;
+};
+
+class KvCache : public KvRing<KvCache> {
  public:
   // window > 0: R-SWA with `window` generated slots (preallocated now, so memory is constant once
   // P+window rows are held); window == 0: full attention, the generated part grows.
-  KvCache(const DecoderConfig& config, int window)
-      : row_(int64_t(config.kv_heads) * config.head_dim), window_(window), layers_(size_t(config.layers)) {
-    require(window >= 0, Status::invalid_argument, [&] { return "KV cache window must be >= 0, got " + std::to_string(window); });
-    if (window_ > 0) grow_generated(window_);
-  }
-
-  int layers() const { return int(layers_.size()); }
-  int64_t row_floats() const { return row_; }
-  int window() const { return window_; }  // 0 = full attention
+  KvCache(const DecoderConfig& config, int window) : KvRing(config, window), layers_(size_t(config.layers)) { size_ring(); }
 
   // Starts a new sequence whose prefill has `rows` tokens; drops all generated rows.
   void reset(int64_t rows) {
-    require(rows > 0, Status::invalid_argument, "prefill must have at least one token");
+    require_prefill_rows(rows);
     for (Layer& l : layers_) {
       l.ref_k.resize(size_t(rows * row_));
       l.ref_v.resize(size_t(rows * row_));
@@ -54,7 +143,7 @@ class KvCache {
   // groups extend and rewrite the reference between decode steps). Storage grows to exactly
   // `rows` when smaller and never shrinks, so a later reset() to at most `rows` does not reallocate.
   void resize_reference(int64_t rows) {
-    require(rows >= 0, Status::invalid_argument, "reference rows must be >= 0");
+    require_reference_rows(rows);
     for (Layer& l : layers_) {
       if (l.ref_k.capacity() < size_t(rows * row_)) {
         l.ref_k.reserve(size_t(rows * row_));
@@ -66,35 +155,13 @@ class KvCache {
     reference_rows_ = rows;
   }
 
-  int64_t reference_rows() const { return reference_rows_; }
   float* reference_k(int layer) { return layers_[size_t(layer)].ref_k.data(); }
   float* reference_v(int layer) { return layers_[size_t(layer)].ref_v.data(); }
   const float* reference_k(int layer) const { return layers_[size_t(layer)].ref_k.data(); }
   const float* reference_v(int layer) const { return layers_[size_t(layer)].ref_v.data(); }
-
-  // Claims the slot of the next generated token (the same slot in every layer) and returns it.
-  // Afterwards generated_rows() counts that token, which attends to itself.
-  int64_t claim_slot() {
-    require(reference_rows_ > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
-    if (window_ > 0) return generated_++ % window_;
-    if (generated_ == capacity_) grow_generated(std::max<int64_t>(64, 2 * capacity_));
-    return generated_++;
-  }
-
-  // Tokens decoded since the prefill (keeps counting after the ring wraps).
-  int64_t generated_tokens() const { return generated_; }
-  // Generated rows a decode step attends to: the last min(tokens, n) in R-SWA mode, all otherwise.
-  int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
-  // Rows the generated region can hold without reallocating.
-  int64_t generated_capacity() const { return capacity_; }
   float* generated_k(int layer) { return layers_[size_t(layer)].gen_k.data(); }
   float* generated_v(int layer) { return layers_[size_t(layer)].gen_v.data(); }
 
-  // Bytes of K and V held for one token across all layers.
-  size_t bytes_per_token() const { return size_t(2 * row_) * sizeof(float) * layers_.size(); }
-  size_t reference_bytes() const { return size_t(reference_rows_) * bytes_per_token(); }
-  size_t window_bytes() const { return size_t(generated_rows()) * bytes_per_token(); }
-  size_t total_bytes() const { return reference_bytes() + window_bytes(); }
   // Bytes actually reserved (includes ring slots not yet filled and full-mode growth headroom).
   size_t allocated_bytes() const {
     size_t n = 0;
@@ -103,6 +170,7 @@ class KvCache {
   }
 
  private:
+  friend class KvRing<KvCache>;
   struct Layer {
     std::vector<float> ref_k, ref_v, gen_k, gen_v;
   };
@@ -116,12 +184,7 @@ class KvCache {
     capacity_ = rows;
   }
 
-  int64_t row_;
-  int window_;
   std::vector<Layer> layers_;
-  int64_t reference_rows_ = 0;
-  int64_t generated_ = 0;
-  int64_t capacity_ = 0;
 };
 
 }  // namespace uocr

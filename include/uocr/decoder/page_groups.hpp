@@ -43,6 +43,11 @@
 // first page, so on a long book every step attends to pages hundreds of thousands of positions
 // back. Quality there is unmeasured (see the bench's deviation table for what is measurable).
 //
+// Backends: BasicPageGroupDecoder<Dec, Cache> runs this over any decoder + KV cache pair with
+// uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's reference API
+// (the Vulkan backend's VulkanDecoder + VulkanKvCache); PageGroupDecoder is the CPU one. SR-SWA
+// reads keys on the host, so it needs the CPU pair (Status::unsupported otherwise).
+//
 // Thread-safety: one PageGroupDecoder per document, used by one thread at a time.
 #pragma once
 #include <algorithm>
@@ -51,6 +56,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "uocr/core/error.hpp"
@@ -116,11 +122,25 @@ struct PageGroupParams {
 // Largest position allowed with allow_position_extrapolation (float32 integers are exact below).
 inline constexpr int64_t kMaxExtrapolatedPosition = int64_t(1) << 24;
 
-class PageGroupDecoder {
+// Where a document stands between two steps, besides the KV rows (see visit_kv()); the same
+// for every backend.
+struct PageGroupState {
+  std::vector<int64_t> slot_pages;
+  int64_t first = 0, current = 0, loaded = 0, generated = 0, slides = 0, extra_boundaries = 0;
+  uint64_t peak_total_bytes = 0;
+};
+
+template <class Dec, class Cache>
+class BasicPageGroupDecoder {
  public:
-  PageGroupDecoder(const DecoderConfig& config, const DecoderWeights& weights, int window, PageGroupParams params = {})
-      : dec_(config, weights), cache_(config, window), p_(params) {
+  // SR-SWA needs the keys in host memory (uocr::KvCache).
+  static constexpr bool kHostKv = std::is_same_v<Cache, KvCache>;
+
+  BasicPageGroupDecoder(Dec decoder, Cache cache, PageGroupParams params = {})
+      : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params) {
     validate(p_);
+    require(kHostKv || !p_.sparse, Status::unsupported,
+            "SR-SWA (sparse reference attention) runs on the CPU backend only; turn it off for this backend");
     if (p_.allow_position_extrapolation) dec_.set_position_limit(kMaxExtrapolatedPosition);
   }
 
@@ -187,21 +207,66 @@ class PageGroupDecoder {
     cache_.resize_reference(total_rows);
     if (!whole && tail_rows_ > 0) logits = prefill_tail();
     prefill_seconds_ += seconds_since(t0);
-
-    if (p_.sparse) {
-      ReferenceLayout rl;
-      if (head_rows_) rl.always.push_back({0, head_rows_});
-      for (int64_t s = 0; s < g_; ++s) rl.pages.push_back(slot_span(s));
-      if (tail_rows_) rl.always.push_back({tail_row(), tail_rows_});
-      sparse_ = std::make_unique<SparseReference>(c, std::move(rl), p_.sparse_params);
-      sparse_->rebuild(cache_);
-      dec_.set_decode_attention(sparse_.get());
-    } else {
-      sparse_.reset();
-      dec_.set_decode_attention(nullptr);
-    }
+    attach_sparse();
     track();
     return logits;
+  }
+
+  using State = PageGroupState;
+  State state() const {
+    return {slot_page_, first_, current_, loaded_, generated_, slides_, extra_boundaries_, uint64_t(peak_total_bytes_)};
+  }
+
+  // Calls f(data, floats) on every KV array the state depends on, in a fixed order: per layer
+  // the reference keys and values, then the filled window rows' keys and values. A checkpoint
+  // reads them with it; resume() writes them back with it. Host KV only (the CPU backend).
+  void visit_kv(const std::function<void(float* data, size_t floats)>& f) {
+    require(kHostKv, Status::unsupported, "checkpoints need the KV cache in host memory (the CPU backend)");
+    if constexpr (kHostKv) {
+      const int64_t kr = cache_.row_floats(), ref = cache_.reference_rows();
+      const int64_t gen = cache_.window() > 0 ? std::min<int64_t>(cache_.generated_tokens(), cache_.window())
+                                              : cache_.generated_tokens();
+      for (int l = 0; l < cache_.layers(); ++l) {
+        f(cache_.reference_k(l), size_t(ref * kr));
+        f(cache_.reference_v(l), size_t(ref * kr));
+        f(cache_.generated_k(l), size_t(gen * kr));
+        f(cache_.generated_v(l), size_t(gen * kr));
+      }
+    }
+  }
+
+  // Continues a document from a saved State instead of start(): `pages` must already be past
+  // the state's loaded pages; `fill_kv` receives visit_kv()'s arrays to write the saved rows.
+  void resume(const DocumentLayout& layout, PageEmbeddingSource& pages, const State& st,
+              const std::function<void(float* data, size_t floats)>& fill_kv) {
+    g_ = std::min<int64_t>(p_.group_pages, layout.pages);
+    require(layout.pages >= 1 && layout.page_tokens >= 1 && !layout.head.empty() && int64_t(st.slot_pages.size()) == g_ &&
+                st.loaded >= g_ && st.loaded <= layout.pages && st.first >= 0 && st.first + g_ <= layout.pages &&
+                st.current >= st.first && st.current < layout.pages && st.generated >= 0,
+            Status::invalid_argument, "page group state does not fit the document or the group size");
+    require(layout.prompt_length() + st.generated <= dec_.position_limit(), Status::invalid_argument,
+            "page group state is past the position limit");
+    layout_ = layout;
+    src_ = &pages;
+    head_rows_ = int64_t(layout.head.size());
+    tail_rows_ = int64_t(layout.tail.size());
+    slot_page_ = st.slot_pages;
+    first_ = st.first;
+    current_ = st.current;
+    loaded_ = st.loaded;
+    generated_ = st.generated;
+    slides_ = st.slides;
+    extra_boundaries_ = st.extra_boundaries;
+    peak_total_bytes_ = size_t(st.peak_total_bytes);
+    prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
+    const int64_t rows = head_rows_ + g_ * layout.page_tokens + tail_rows_;
+    cache_.resize_reference(rows);
+    cache_.reset(rows);
+    // The cache keeps its ring index and full-mode growth to itself: claiming the slots again
+    // replays that bookkeeping exactly (same slot order, same allocation).
+    for (int64_t i = 0; i < st.generated; ++i) cache_.claim_slot();
+    visit_kv(fill_kv);
+    attach_sparse();
   }
 
   // Feeds generated token `token` at the next position; returns the logits of the one after it.
@@ -239,7 +304,8 @@ class PageGroupDecoder {
       const auto t1 = std::chrono::steady_clock::now();
       dec_.prefill_segment(page_.data(), t, pos.data(), cache_, slot_span(s).begin, held_context());
       slot_page_[size_t(s)] = p;
-      if (sparse_) sparse_->update_page(cache_, size_t(s));
+      if constexpr (kHostKv)
+        if (sparse_) sparse_->update_page(cache_, size_t(s));
       prefill_seconds_ += seconds_since(t1);
       ++entered;
     }
@@ -283,8 +349,8 @@ class PageGroupDecoder {
   double source_seconds() const { return source_seconds_; }    // waiting for pages (vision, when the source encodes)
   double slide_seconds() const { return slide_seconds_; }      // next_page() calls that slid (source + prefill)
 
-  const KvCache& cache() const { return cache_; }
-  Decoder& decoder() { return dec_; }
+  const Cache& cache() const { return cache_; }
+  Dec& decoder() { return dec_; }
   SparseReference* sparse() { return sparse_.get(); }
 
  private:
@@ -326,8 +392,26 @@ class PageGroupDecoder {
 
   void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
 
-  Decoder dec_;
-  KvCache cache_;
+  // SR-SWA over the held slots, its key summaries computed from the cache as it is now.
+  void attach_sparse() {
+    if constexpr (kHostKv) {
+      if (p_.sparse) {
+        ReferenceLayout rl;
+        if (head_rows_) rl.always.push_back({0, head_rows_});
+        for (int64_t s = 0; s < g_; ++s) rl.pages.push_back(slot_span(s));
+        if (tail_rows_) rl.always.push_back({tail_row(), tail_rows_});
+        sparse_ = std::make_unique<SparseReference>(dec_.config(), std::move(rl), p_.sparse_params);
+        sparse_->rebuild(cache_);
+        dec_.set_decode_attention(sparse_.get());
+      } else {
+        sparse_.reset();
+        dec_.set_decode_attention(nullptr);
+      }
+    }
+  }
+
+  Dec dec_;
+  Cache cache_;
   PageGroupParams p_;
   DocumentLayout layout_;
   PageEmbeddingSource* src_ = nullptr;
@@ -338,6 +422,13 @@ class PageGroupDecoder {
   int64_t first_ = 0, current_ = 0, loaded_ = 0, generated_ = 0, slides_ = 0, extra_boundaries_ = 0;
   double prefill_seconds_ = 0, source_seconds_ = 0, slide_seconds_ = 0;
   size_t peak_total_bytes_ = 0;
+};
+
+// The CPU backend's page groups (uocr::Decoder over a host KvCache).
+class PageGroupDecoder final : public BasicPageGroupDecoder<Decoder, KvCache> {
+ public:
+  PageGroupDecoder(const DecoderConfig& config, const DecoderWeights& weights, int window, PageGroupParams params = {})
+      : BasicPageGroupDecoder(Decoder(config, weights), KvCache(config, window), params) {}
 };
 
 }  // namespace uocr

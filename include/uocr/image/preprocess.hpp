@@ -30,6 +30,7 @@
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/resample.hpp"
+#include "uocr/vision/token_layout.hpp"
 
 namespace uocr {
 
@@ -187,24 +188,10 @@ inline std::vector<PreparedImage> prepare_pages(const std::vector<ImageU8>& page
   return out;
 }
 
-// Tokens per side of a view of `view_size` pixels: 16-pixel patches, then two stride-2 convs
-// (upstream: ceil((view_size // patch) / downsample)).
-inline int view_token_side(int view_size, int patch = 16, int downsample = 4) {
-  return (view_size / patch + downsample - 1) / downsample;
-}
-
-// Number of visual embeddings (= <image> placeholders) for a prepared image: each row of the
-// global grid plus a newline, one view separator, and, when tiled, the stitched tile grid with
-// one newline per row: q*(q+1) + 1 + (t*tiles_x + 1) * t*tiles_y, e.g. 273 untiled at 1024 and
-// 273 + 10j(10i+1) for an i x j grid of 640 tiles.
+// Number of visual embeddings (= <image> placeholders) for a prepared image.
 inline size_t visual_token_count(const PreparedImage& p) {
-  const size_t q = size_t(view_token_side(p.global_size));
-  size_t n = q * (q + 1) + 1;
-  if (!p.tiles_chw.empty()) {
-    const size_t t = size_t(view_token_side(p.tile_size));
-    n += (t * size_t(p.tiles_x) + 1) * t * size_t(p.tiles_y);
-  }
-  return n;
+  return p.tiles_chw.empty() ? visual_token_count(p.global_size, 0, 0, 0)
+                             : visual_token_count(p.global_size, p.tile_size, p.tiles_x, p.tiles_y);
 }
 
 }  // namespace uocr

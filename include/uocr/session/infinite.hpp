@@ -1,14 +1,15 @@
 // uocr::InfiniteSession: a transcription of a document of any length (page groups, see
-// uocr/decoder/page_groups.hpp). Same events and summary as uocr::Session, so the CLI and the
-// C ABI drive both; pages come from a PageSource and are encoded just in time.
+// uocr/decoder/page_groups.hpp). This is the one generation loop of uocr: uocr::Session runs it
+// with every page in one group (one-shot R-SWA, or full attention with window 0), the CLI and
+// the C ABI run it on page sources. Pages come from a PageSource and are encoded just in time.
 //
 //   uocr::FilePages pages(paths);
 //   uocr::InfiniteSession s(model, session_params, {});          // G = 4 pages held, O = 3 kept per slide
 //   uocr::RunSummary sum = s.run(pages, on_event);
 //
-// The prompt, sampling, n-gram rule, loop guard, stop reasons, events and text are Session's:
-// with group_pages >= the page count it produces the same tokens and logits as Session (one-shot
-// R-SWA). With fewer, the group slides when the output passes a page boundary:
+// The prompt, sampling, n-gram rule, loop guard, stop reasons, events and text are the same for
+// every group size: with group_pages >= the page count it is exactly one-shot R-SWA. With fewer,
+// the group slides when the output passes a page boundary:
 //  - marker: the model writes "<PAGE>" at the start of every page (upstream multi-page format).
 //    Marker m (0-based; m = 0 opens page 0) moves the page clock to page m if it is ahead of it.
 //  - fallback, no marker: after `page_fallback_tokens` generated tokens without a marker the clock
@@ -19,13 +20,24 @@
 //    replaced, when force_page_on_early_eos, by the tokens of "<PAGE>": the clock advances one
 //    page and the model goes on. At most one replacement per page, so this ends. EOS with every
 //    remaining page in the group stops the run as usual.
-// Event page numbers come from the markers in the text, as in Session (forced boundaries do not
-// renumber them).
+// Event page numbers come from the markers in the text (forced boundaries do not renumber them).
+//
+// Crash-safe resume (CheckpointOptions): the state is constant-size, so it is saved after the
+// prefill, at every page boundary and every `every_tokens` tokens, to a checksummed file written
+// atomically (uocr/session/checkpoint.hpp): the KV of the held group and of the R-SWA window,
+// positions and page clock, the next token's logits, n-gram history, sampler RNG, loop guard,
+// output parser and UTF-8 stream state, the bytes of token text emitted, the caller's own state
+// (e.g. how much output it has written), and an identity of the model (config, tokenizer, weight
+// fingerprints), of the parameters and of the input pages. run() with `resume` reads it, refuses
+// a mismatch or a damaged file with a clear uocr::Error, skips the pages already encoded and
+// goes on: the tokens and events after the checkpoint are exactly those of an uninterrupted run.
+// After a resume, RunSummary::text and the timings cover only the part generated since the
+// checkpoint; generated_tokens and memory cover the whole document.
 //
 // Memory: bounded by the group (RunSummary::memory: reference KV of head + G pages + tail, the
 // R-SWA window), one page's image and embeddings at a time, SR-SWA summaries of G pages. Not
 // bounded: RunSummary::text (keep_text = false leaves it empty: stream the events instead) and
-// 8 bytes per page of page sizes. Positions grow with the page count: see
+// 8 bytes per page of page sizes (also in checkpoints). Positions grow with the page count: see
 // PageGroupParams::allow_position_extrapolation.
 //
 // Thread-safety: a session is used by one thread at a time; the Model may be shared.
@@ -34,6 +46,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -41,14 +54,17 @@
 #include <vector>
 
 #include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/open.hpp"
+#include "uocr/image/preprocess.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/session/checkpoint.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/ngram.hpp"
 #include "uocr/session/output_parser.hpp"
 #include "uocr/session/page_source.hpp"
+#include "uocr/session/params.hpp"
 #include "uocr/session/prompt.hpp"
 #include "uocr/session/sampler.hpp"
-#include "uocr/session/session.hpp"
 #include "uocr/tokenizer/utf8.hpp"
 #include "uocr/vision/encoder.hpp"
 
@@ -68,6 +84,8 @@ class PageClock {
       }
     };
   }
+  PageClock(const PageClock&) = delete;  // parser_'s callback points at this object
+  PageClock& operator=(const PageClock&) = delete;
 
   // Feeds one generated token's text; returns the page boundaries it passed (usually 0 or 1).
   int64_t feed(const std::string& text) {
@@ -92,6 +110,20 @@ class PageClock {
   int64_t marker_boundaries() const { return markers_; }
   int64_t forced_boundaries() const { return forced_; }
 
+  // Between two feed() calls (for checkpoints).
+  struct State {
+    OutputParser::State parser;
+    int64_t page = 0, since_marker = 0, markers = 0, forced = 0;
+  };
+  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_}; }
+  void restore(const State& s) {
+    parser_.restore(s.parser);
+    page_ = s.page;
+    since_marker_ = s.since_marker;
+    markers_ = s.markers;
+    forced_ = s.forced;
+  }
+
  private:
   OutputParser parser_;
   int64_t fallback_;
@@ -105,9 +137,21 @@ struct InfiniteParams {
   bool keep_text = true;                // accumulate RunSummary::text (grows with the output)
 };
 
+// Checkpointing of one run (see the top of this file). Empty path: none.
+struct CheckpointOptions {
+  std::string path;
+  int64_t every_tokens = 0;  // also every N generated tokens; 0: after the prefill and at page boundaries only
+  bool resume = false;       // continue from `path` instead of starting afresh
+  // Called right before each write; what it returns is stored in the checkpoint. Flush your
+  // output here, so that what the checkpoint says was written is on disk.
+  std::function<std::string()> save_caller_state;
+  // On resume, before any event: receives what save_caller_state returned for this checkpoint.
+  std::function<void(const std::string&)> restore_caller_state;
+};
+
 // What a run did beyond RunSummary.
 struct InfiniteStats {
-  int64_t pages_encoded = 0;       // pages pulled from the source and encoded
+  int64_t pages_encoded = 0;       // pages pulled from the source and encoded (a resumed run counts the checkpoint's)
   int64_t group_pages = 0;         // min(G, N)
   int64_t slides = 0;
   int64_t marker_boundaries = 0;   // boundaries from "<PAGE>" markers
@@ -118,43 +162,67 @@ struct InfiniteStats {
   size_t sparse_summary_bytes = 0;
   int64_t sparse_rows_attended = 0, sparse_rows_dense = 0;  // SR-SWA reference rows, summed over steps, layers, heads
   double slide_seconds = 0;        // sliding: encoding + prefilling entering pages
+  int64_t checkpoints_written = 0;
+  int64_t resumed_at_token = -1;   // generated tokens in the checkpoint resumed from; -1: not resumed
 };
+
+// Fingerprint of a model folder's files (config, tokenizer, sampled weights: checkpoint.hpp).
+inline std::string model_identity(const Model& model) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files = {model.dir() + "/config.json", model.dir() + "/tokenizer.json"};
+  std::vector<std::string> shards;
+  for (const auto& e : fs::directory_iterator(model.dir()))
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path().string());
+  std::sort(shards.begin(), shards.end());
+  files.insert(files.end(), shards.begin(), shards.end());
+  Fnv64 h;
+  for (const std::string& f : files) fingerprint_file(h, f);
+  return h.hex();
+}
 
 class InfiniteSession {
  public:
   InfiniteSession(std::shared_ptr<const Model> model, SessionParams params = {}, InfiniteParams infinite = {})
       : model_(std::move(model)), params_(std::move(params)), inf_(infinite) {
     require(model_ != nullptr, Status::invalid_argument, "session needs a model");
-    // The same checks as Session, up front.
-    Session check(model_, params_);
-    (void)check;
+    validate(*model_, params_);
     require(inf_.page_fallback_tokens >= 0, Status::invalid_argument, "page_fallback_tokens must be >= 0");
     PageGroupDecoder::validate(inf_.groups);
+    // Opened now, so a backend that is not built in or a missing device is reported here; the
+    // device and its copy of the weights are shared with the model's other sessions.
+    backend_ = open_engine(model_, params_.backend, params_.device_index);
   }
 
   const Model& model() const { return *model_; }
   const InfiniteStats& stats() const { return stats_; }
-
-  int effective_window() const {
-    if (params_.window >= 0) return params_.window;
-    return model_->config().decoder.sliding_window > 0 ? model_->config().decoder.sliding_window : 128;
-  }
+  int effective_window() const { return uocr::effective_window(*model_, params_); }
+  // KV memory of the run in progress as of the last token fed back (at the k-th token event,
+  // read from the callback, it counts k - 1 generated tokens), or of the last run.
+  const MemoryStats& memory() const { return memory_; }
 
   // Transcribes the pages of `pages` (count() >= 1 required). `on_event` returning false cancels.
-  RunSummary run(PageSource& pages, const std::function<bool(const Event&)>& on_event = {}) {
+  RunSummary run(PageSource& pages, const std::function<bool(const Event&)>& on_event = {},
+                 const CheckpointOptions& checkpoint = {}) {
     const int64_t n_pages = pages.count();
     require(n_pages >= 1, Status::invalid_argument,
             "an infinite session needs a page source with a known page count >= 1 (positions depend on it)");
+    require(!checkpoint.resume || !checkpoint.path.empty(), Status::invalid_argument, "resuming needs a checkpoint path");
+    require(checkpoint.every_tokens >= 0, Status::invalid_argument, "checkpoint every_tokens must be >= 0");
     const ModelConfig& cfg = model_->config();
     const bool multi = n_pages > 1;
     stats_ = InfiniteStats{};
+    memory_ = MemoryStats{};
     RunSummary sum;
     sum.pages = n_pages;
+    Identity id;
+    if (!checkpoint.path.empty()) id = {model_identity(*model_), describe_params(), pages.identity()};
 
-    VisionEncoder encoder(cfg, model_->weights());
+    // The engines: the vision encoder behind the page source, the decoder behind the page groups.
+    const std::unique_ptr<VisionEngine> encoder = backend_->vision();
     const int s = cfg.sam.image_size;
-    EncodedPages visual(pages, encoder, multi || params_.mode == ImageMode::base ? PreprocessConfig{s, s, false} : preset_gundam());
-    const int64_t page_tokens = visual.first_page_tokens();
+    EncodedPages visual(pages, *encoder, multi || params_.mode == ImageMode::base ? PreprocessConfig{s, s, false} : preset_gundam());
+    const std::unique_ptr<DecoderEngine> decoder = backend_->decoder(effective_window(), inf_.groups);
+    DecoderEngine& engine = *decoder;
 
     const std::string prompt_text = !params_.prompt.empty() ? params_.prompt : multi ? kMultiPagePrompt : kSinglePagePrompt;
     const Prompt one = build_prompt(*model_, prompt_text, 1);  // split around a single placeholder
@@ -162,37 +230,34 @@ class InfiniteSession {
     layout.head.assign(one.ids.begin(), one.ids.begin() + one.image_offset);
     layout.tail.assign(one.ids.begin() + one.image_offset + 1, one.ids.end());
     layout.pages = n_pages;
-    layout.page_tokens = page_tokens;
-    sum.visual_tokens = n_pages * page_tokens;
-    sum.prompt_tokens = layout.prompt_length();
-
-    PageGroupDecoder engine(cfg.decoder, model_->weights().decoder, effective_window(), inf_.groups);
-    std::vector<float> logits = engine.start(layout, visual);
 
     const int ngram_window = params_.ngram_window >= 0 ? params_.ngram_window : multi ? 1024 : 128;
-    NoRepeatNgram ngram(params_.ngram_size, params_.ngram_size ? ngram_window : 0);
-    ngram.push(layout.head.begin(), layout.head.end());
-    for (int64_t i = 0; i < sum.visual_tokens; ++i) ngram.push(model_->image_token_id());  // keeps only its window
-    ngram.push(layout.tail.begin(), layout.tail.end());
+    Loop L(params_, ngram_window, inf_.page_fallback_tokens);
+    if (checkpoint.resume) {
+      load(checkpoint, id, layout, visual, engine, L);
+    } else {
+      layout.page_tokens = visual.first_page_tokens();
+      L.logits = engine.start(layout, visual);
+      L.ngram.push(layout.head.begin(), layout.head.end());
+      for (int64_t i = 0; i < n_pages * layout.page_tokens; ++i) L.ngram.push(model_->image_token_id());  // keeps only its window
+      L.ngram.push(layout.tail.begin(), layout.tail.end());
+    }
+    sum.visual_tokens = n_pages * layout.page_tokens;
+    sum.prompt_tokens = layout.prompt_length();
 
-    Sampler sampler(params_.sampling);
-    LoopGuard guard(params_.loop_guard_params);
-    utf8::StreamDecoder stream;
-    OutputParser parser;
-    PageClock clock(inf_.page_fallback_tokens);
     const Tokenizer& tok = model_->tokenizer();
     const std::vector<int32_t> marker_ids = tok.encode("<PAGE>");
     bool cancelled = false;
     auto emit = [&](const Event& e) {
       if (!cancelled && on_event && !on_event(e)) cancelled = true;
     };
-    parser.on_page = [&](int page) {
+    L.parser.on_page = [&](int page) {
       Event e;
       e.type = Event::Type::page;
       e.page = page;
       emit(e);
     };
-    parser.on_block = [&](const LayoutBlock& b) {
+    L.parser.on_block = [&](const LayoutBlock& b) {
       Event e;
       e.type = Event::Type::block;
       e.page = b.page;
@@ -202,77 +267,89 @@ class InfiniteSession {
       emit(e);
     };
     auto track_memory = [&] {
-      sum.memory.reference_kv_bytes = engine.reference_bytes();
-      sum.memory.window_kv_bytes = engine.window_bytes();
-      sum.memory.kv_allocated_bytes = engine.kv_allocated_bytes();
-      sum.memory.peak_kv_bytes = engine.peak_kv_bytes();
+      memory_.reference_kv_bytes = engine.reference_bytes();
+      memory_.window_kv_bytes = engine.window_bytes();
+      memory_.kv_allocated_bytes = engine.kv_allocated_bytes();
+      memory_.peak_kv_bytes = engine.peak_kv_bytes();
     };
     track_memory();
+    if (!checkpoint.path.empty() && !checkpoint.resume) save(checkpoint, id, layout, visual, engine, L);
 
     const auto t_decode = std::chrono::steady_clock::now();
     const int32_t eos = int32_t(cfg.decoder.eos_id);
     const int64_t vocab = cfg.decoder.vocab;
-    std::deque<int32_t> forced;  // "<PAGE>" tokens written in place of an early EOS
-    int64_t boundaries = 0;      // passed since the last step: the group slides before the next one
+    constexpr float kBanned = -std::numeric_limits<float>::infinity();
+    int64_t boundaries = 0;  // passed since the last step: the group slides before the next one
     std::string text;
     for (;;) {
       int32_t token;
-      if (!forced.empty()) {
-        token = forced.front();
-        forced.pop_front();
+      if (!L.forced.empty()) {
+        token = L.forced.front();
+        L.forced.pop_front();
       } else {
-        for (int32_t b : ngram.banned()) logits[size_t(b)] = -std::numeric_limits<float>::infinity();
-        token = sampler.pick(logits.data(), vocab);
+        for (int32_t b : L.ngram.banned()) L.logits[size_t(b)] = kBanned;
+        if (L.generated < params_.min_new_tokens) L.logits[size_t(eos)] = kBanned;
+        token = L.sampler.pick(L.logits.data(), vocab);
         if (token < 0) { sum.stop = StopReason::no_token; break; }
         if (token == eos) {
           if (!(inf_.force_page_on_early_eos && engine.pages_pending() && !marker_ids.empty())) {
             sum.stop = StopReason::eos;
             break;
           }
-          ++stats_.early_eos_replaced;
-          boundaries += clock.force();
-          forced.assign(marker_ids.begin(), marker_ids.end());
-          token = forced.front();
-          forced.pop_front();
+          ++L.early_eos_replaced;
+          boundaries += L.clock.force();
+          L.forced.assign(marker_ids.begin(), marker_ids.end());
+          token = L.forced.front();
+          L.forced.pop_front();
         }
       }
-      ++sum.generated_tokens;
+      ++L.generated;
       Event e;
       e.token = token;
-      e.page = parser.current_page();
-      e.text = stream.feed(tok.token_bytes(token));
+      e.page = L.parser.current_page();
+      e.text = L.stream.feed(tok.generated_bytes(token));
+      L.emitted_bytes += e.text.size();
+      L.visible = L.visible || e.text.find_first_not_of(kWhitespace) != std::string::npos;
       if (inf_.keep_text) text += e.text;
       emit(e);
-      parser.feed(e.text);
-      boundaries += clock.feed(e.text);
+      L.parser.feed(e.text);
+      boundaries += L.clock.feed(e.text);
       if (cancelled) { sum.stop = StopReason::cancelled; break; }
-      if (params_.loop_guard && guard.push(e.text)) { sum.stop = StopReason::loop; break; }
-      if (params_.max_new_tokens && sum.generated_tokens >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
+      if (params_.loop_guard && L.guard.push(e.text)) { sum.stop = StopReason::loop; break; }
+      if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
       if (engine.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
+      const bool boundary = boundaries > 0;
       for (; boundaries > 0; --boundaries) engine.next_page();
       stats_.last_position = engine.next_position();
-      logits = engine.step(token);
-      ngram.push(token);
+      L.logits = engine.step(token);
+      L.ngram.push(token);
       track_memory();
+      if (!checkpoint.path.empty() && (boundary || (checkpoint.every_tokens && L.generated % checkpoint.every_tokens == 0)))
+        save(checkpoint, id, layout, visual, engine, L);
     }
+    // A character cut off by the last token still reaches the stream (as U+FFFD, like upstream's
+    // decode), in a final token event without an id, so the events always add up to the text.
     Event tail;
-    tail.text = stream.flush();
+    tail.text = L.stream.flush();
     if (!tail.text.empty()) {
-      tail.page = parser.current_page();
+      tail.page = L.parser.current_page();
       if (inf_.keep_text) text += tail.text;
       emit(tail);
     }
+    sum.generated_tokens = L.generated;
+    sum.memory = memory_;
     sum.decode_seconds = seconds_since(t_decode) - engine.slide_seconds();
-    sum.vision_seconds = visual.seconds();        // every page, at start and in slides
+    sum.vision_seconds = visual.seconds();           // every page, at start and in slides
     sum.prefill_seconds = engine.prefill_seconds();  // start and the pages prefilled in slides
     sum.text = trim(text);
-    sum.empty = sum.text.empty();
+    sum.empty = !(L.visible || tail.text.find_first_not_of(kWhitespace) != std::string::npos);
 
     stats_.pages_encoded = visual.encoded();
     stats_.group_pages = engine.group_size();
     stats_.slides = engine.slides();
-    stats_.marker_boundaries = clock.marker_boundaries();
-    stats_.forced_boundaries = clock.forced_boundaries();
+    stats_.marker_boundaries = L.clock.marker_boundaries();
+    stats_.forced_boundaries = L.clock.forced_boundaries();
+    stats_.early_eos_replaced = L.early_eos_replaced;
     stats_.page_buffer_bytes = engine.page_buffer_bytes();
     stats_.sparse_summary_bytes = engine.sparse_summary_bytes();
     if (engine.sparse()) {
@@ -284,21 +361,204 @@ class InfiniteSession {
   }
 
  private:
+  // Everything the generation loop carries from one token to the next, besides the decoder.
+  struct Loop {
+    Loop(const SessionParams& p, int ngram_window, int64_t fallback)
+        : ngram(p.ngram_size, p.ngram_size ? ngram_window : 0), sampler(p.sampling), guard(p.loop_guard_params), clock(fallback) {}
+    NoRepeatNgram ngram;
+    Sampler sampler;
+    LoopGuard guard;
+    utf8::StreamDecoder stream;
+    OutputParser parser;
+    PageClock clock;
+    std::deque<int32_t> forced;  // "<PAGE>" tokens written in place of an early EOS
+    std::vector<float> logits;   // of the next token
+    int64_t generated = 0, early_eos_replaced = 0;
+    uint64_t emitted_bytes = 0;  // token text streamed so far
+    bool visible = false;        // some of it is not whitespace (the transcript is not empty)
+  };
+
+  // What a checkpoint must match to be resumed: model files, parameters, input pages.
+  struct Identity {
+    std::string model, params, input;
+  };
+
+  // Every parameter that changes the tokens, in a stable text form.
+  std::string describe_params() const {
+    const SessionParams& p = params_;
+    const PageGroupParams& g = inf_.groups;
+    std::string d;
+    auto add = [&](const char* name, const std::string& v) { d += std::string(name) + "=" + v + " "; };
+    auto num = [](double v) { return std::to_string(v); };
+    add("mode", p.mode == ImageMode::gundam ? "gundam" : "base");
+    add("prompt", "'" + p.prompt + "'");
+    add("window", std::to_string(effective_window()));
+    add("max_new_tokens", std::to_string(p.max_new_tokens));
+    add("min_new_tokens", std::to_string(p.min_new_tokens));
+    add("temperature", num(p.sampling.temperature));
+    add("top_p", num(p.sampling.top_p));
+    add("seed", std::to_string(p.sampling.seed));
+    add("ngram", std::to_string(p.ngram_size) + "/" + std::to_string(p.ngram_window));
+    add("loop_guard", p.loop_guard ? std::to_string(p.loop_guard_params.min_repeats) + "/" + std::to_string(p.loop_guard_params.min_span) +
+                                         "/" + std::to_string(p.loop_guard_params.max_period) + "/" +
+                                         std::to_string(p.loop_guard_params.check_every)
+                                   : "off");
+    add("group", std::to_string(g.group_pages) + "/" + std::to_string(g.overlap_pages));
+    add("refresh_tail", std::to_string(g.refresh_tail));
+    add("extrapolate", std::to_string(g.allow_position_extrapolation));
+    add("sparse", g.sparse ? std::to_string(g.sparse_params.block_tokens) + "/" + std::to_string(g.sparse_params.page_budget) +
+                                 "/" + std::to_string(g.sparse_params.block_budget)
+                           : "off");
+    add("page_fallback", std::to_string(inf_.page_fallback_tokens));
+    add("early_eos", std::to_string(inf_.force_page_on_early_eos));
+    return d;
+  }
+
+  void save(const CheckpointOptions& ck, const Identity& id, const DocumentLayout& layout, const EncodedPages& visual,
+            DecoderEngine& engine, const Loop& L) {
+    const std::string caller = ck.save_caller_state ? ck.save_caller_state() : std::string();
+    StateWriter w;
+    w.put(id.model);
+    w.put(id.params);
+    w.put(id.input);
+    w.put(layout.pages);
+    w.put(layout.page_tokens);
+    w.put(layout.head);
+    w.put(layout.tail);
+    std::vector<int32_t> sizes;
+    for (const auto& wh : visual.sizes()) sizes.insert(sizes.end(), {wh.first, wh.second});
+    w.put(sizes);
+    const PageGroupState g = engine.state();
+    w.put(g.slot_pages);
+    for (int64_t v : {g.first, g.current, g.loaded, g.generated, g.slides, g.extra_boundaries}) w.put(v);
+    w.put(g.peak_total_bytes);
+    engine.visit_kv([&](float* data, size_t n) {
+      w.put(uint64_t(n));
+      w.put_array(data, n);
+    });
+    w.put(L.logits);
+    const NoRepeatNgram::State ng = L.ngram.state();
+    w.put(ng.tail);
+    w.put(ng.length);
+    w.put(L.sampler.rng_state());
+    const LoopGuard::State lg = L.guard.state();
+    w.put(lg.tail);
+    w.put(uint64_t(lg.pending));
+    w.put(uint8_t(lg.in_box));
+    const OutputParser::State op = L.parser.state();
+    w.put(op.pending);
+    w.put(int64_t(op.pages));
+    const PageClock::State pc = L.clock.state();
+    w.put(pc.parser.pending);
+    w.put(int64_t(pc.parser.pages));
+    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced}) w.put(v);
+    w.put(L.stream.pending());
+    w.put(std::vector<int32_t>(L.forced.begin(), L.forced.end()));
+    w.put(L.generated);
+    w.put(L.early_eos_replaced);
+    w.put(L.emitted_bytes);
+    w.put(uint8_t(L.visible));
+    w.put(caller);
+    write_checkpoint(ck.path, w.bytes());
+    ++stats_.checkpoints_written;
+  }
+
+  void load(const CheckpointOptions& ck, const Identity& id, DocumentLayout& layout, EncodedPages& visual,
+            DecoderEngine& engine, Loop& L) {
+    const std::string payload = read_checkpoint(ck.path);
+    StateReader r(payload, ck.path);
+    Identity saved;
+    r.get(saved.model);
+    r.get(saved.params);
+    r.get(saved.input);
+    auto mismatch = [&](const std::string& what, const std::string& detail) {
+      throw Error(Status::invalid_argument, "checkpoint " + ck.path + " was written for " + what + detail +
+                                                "; it cannot be resumed here (start afresh without resume)");
+    };
+    if (saved.model != id.model) mismatch("another model", " (its files' fingerprint differs)");
+    if (saved.params != id.params) mismatch("other parameters", ": [" + saved.params + "] vs now [" + id.params + "]");
+    if (saved.input != id.input) mismatch("other input pages", " (their fingerprint differs)");
+    int64_t pages = 0;
+    r.get(pages);
+    if (pages != layout.pages)
+      mismatch("a document of " + std::to_string(pages) + " pages", ", not " + std::to_string(layout.pages));
+    std::vector<int32_t> head, tail;
+    r.get(layout.page_tokens);
+    r.get(head);
+    r.get(tail);
+    if (head != layout.head || tail != layout.tail) mismatch("another prompt", "");
+    if (layout.page_tokens < 1) r.corrupt("page tokens < 1");
+    std::vector<int32_t> flat;
+    r.get(flat);
+    std::vector<std::pair<int, int>> sizes;
+    for (size_t i = 0; i + 1 < flat.size(); i += 2) sizes.emplace_back(flat[i], flat[i + 1]);
+    PageGroupState g;
+    r.get(g.slot_pages);
+    for (int64_t* v : {&g.first, &g.current, &g.loaded, &g.generated, &g.slides, &g.extra_boundaries}) r.get(*v);
+    r.get(g.peak_total_bytes);
+    if (int64_t(sizes.size()) != g.loaded) r.corrupt("page sizes do not match the pages loaded");
+    visual.skip_encoded(std::move(sizes));
+    engine.resume(layout, visual, g, [&](float* data, size_t n) {
+      if (r.get<uint64_t>() != n) r.corrupt("KV rows do not match the page group");
+      r.get_array(data, n);
+    });
+    r.get(L.logits);
+    if (int64_t(L.logits.size()) != model_->config().decoder.vocab) r.corrupt("logits do not match the vocabulary");
+    NoRepeatNgram::State ng;
+    r.get(ng.tail);
+    r.get(ng.length);
+    L.ngram.restore(ng);
+    L.sampler.restore_rng_state(r.get<uint64_t>());
+    LoopGuard::State lg;
+    r.get(lg.tail);
+    lg.pending = size_t(r.get<uint64_t>());
+    lg.in_box = r.get<uint8_t>() != 0;
+    L.guard.restore(lg);
+    OutputParser::State op;
+    r.get(op.pending);
+    op.pages = int(r.get<int64_t>());
+    L.parser.restore(op);
+    PageClock::State pc;
+    r.get(pc.parser.pending);
+    pc.parser.pages = int(r.get<int64_t>());
+    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced}) r.get(*v);
+    L.clock.restore(pc);
+    std::string stream_pending;
+    r.get(stream_pending);
+    if (!L.stream.feed(stream_pending).empty()) r.corrupt("the UTF-8 stream state is not an incomplete character");
+    std::vector<int32_t> forced;
+    r.get(forced);
+    L.forced.assign(forced.begin(), forced.end());
+    r.get(L.generated);
+    r.get(L.early_eos_replaced);
+    r.get(L.emitted_bytes);
+    L.visible = r.get<uint8_t>() != 0;
+    if (L.generated != g.generated) r.corrupt("token counts disagree");
+    std::string caller;
+    r.get(caller);
+    if (!r.at_end()) r.corrupt("unexpected bytes after the state");
+    stats_.resumed_at_token = L.generated;
+    if (ck.restore_caller_state) ck.restore_caller_state(caller);
+  }
+
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
+  // The ASCII whitespace the model emits, which Python's str.strip() removes.
+  static constexpr const char* kWhitespace = " \t\n\r\f\v";
   static std::string trim(const std::string& s) {
-    const char* ws = " \t\n\r\f\v";
-    const size_t b = s.find_first_not_of(ws);
+    const size_t b = s.find_first_not_of(kWhitespace);
     if (b == std::string::npos) return "";
-    return s.substr(b, s.find_last_not_of(ws) - b + 1);
+    return s.substr(b, s.find_last_not_of(kWhitespace) - b + 1);
   }
 
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<Engine> backend_;  // the compute backend (SessionParams::backend)
   SessionParams params_;
   InfiniteParams inf_;
   InfiniteStats stats_;
+  MemoryStats memory_;
 };
 
 }  // namespace uocr

@@ -33,6 +33,19 @@ class LoopGuard {
   // The repeating block found by the last positive check (normalised), for diagnostics.
   const std::string& block() const { return block_; }
 
+  // Everything push() depends on (for checkpoints).
+  struct State {
+    std::string tail;
+    size_t pending = 0;
+    bool in_box = false;
+  };
+  State state() const { return {tail_, pending_, in_box_}; }
+  void restore(const State& s) {
+    tail_ = s.tail;
+    pending_ = s.pending;
+    in_box_ = s.in_box;
+  }
+
  private:
   // Digits inside <|det|>...<|/det|> are normalised to '#' so varying coordinates still repeat.
   void append(char c) {

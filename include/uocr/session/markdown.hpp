@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace uocr {
 
@@ -15,6 +16,10 @@ class MarkdownFilter {
     return drain(false);
   }
   std::string flush() { return drain(true); }
+
+  // Text held back (a tag that may still be arriving), for checkpoints; restore() puts it back.
+  const std::string& pending() const { return buf_; }
+  void restore(std::string pending) { buf_ = std::move(pending); }
 
  private:
   static constexpr size_t kMaxTag = 256;  // a det block longer than this is treated as text

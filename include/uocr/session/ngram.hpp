@@ -58,6 +58,19 @@ class NoRepeatNgram {
   int n() const { return n_; }
   int window() const { return window_; }
 
+  // The kept tail and the sequence length: all a checkpoint needs to continue the rule exactly.
+  struct State {
+    std::vector<int32_t> tail;
+    int64_t length = 0;
+  };
+  State state() const { return {std::vector<int32_t>(tail_.begin(), tail_.end()), length_}; }
+  void restore(const State& s) {
+    require(s.length >= int64_t(s.tail.size()) && int64_t(s.tail.size()) <= std::max(window_, n_), Status::invalid_argument,
+            "n-gram state does not fit this rule's window");
+    tail_.assign(s.tail.begin(), s.tail.end());
+    length_ = s.length;
+  }
+
  private:
   int n_;
   int window_;

@@ -41,6 +41,17 @@ class OutputParser {
     buf_.erase(0, pos);
   }
 
+  // Text held back (a construct still arriving) and markers seen: the parser's whole state.
+  struct State {
+    std::string pending;
+    int pages = 0;
+  };
+  State state() const { return {buf_, pages_}; }
+  void restore(const State& s) {
+    buf_ = s.pending;
+    pages_ = s.pages;
+  }
+
   int pages_seen() const { return pages_; }
   // Page the text currently streaming belongs to (0 before any marker).
   int current_page() const { return pages_ > 0 ? pages_ - 1 : 0; }

@@ -2,27 +2,36 @@
 // session never needs every page at once (uocr/session/infinite.hpp pulls them just in time).
 //
 //   uocr::FilePages pages({"p1.png", "p2.png"});            // decoded when pulled
-//   uocr::ImagePages pages(std::move(images));              // already in memory (the caller's memory)
-//   uocr::CallbackPages pages(n, [](int64_t i, uocr::ImageU8& out) { ...; return true; });  // C ABI, PDF
+//   uocr::ImagePages pages(std::move(images));              // already in memory (handed over)
+//   uocr::ImageListPages pages(images);                     // already in memory (borrowed, copied per page)
+//   uocr::CallbackPages pages(n, [](int64_t i, uocr::ImageU8& out) { ...; return true; });  // C ABI
+//   uocr::ChainedPages pages(std::move(sources));          // several sources, one document
 //
 // The page count must be known up front (count() >= 0): the one-shot positions of the prompt
-// text and of every generated token depend on it. A PDF source would rasterise page i inside
-// next(); none ships here (no PDF dependency).
+// text and of every generated token depend on it. The CLI's PDF source (tools/cli/pdf.hpp)
+// renders page i inside next(), one page at a time.
+//
+// For crash-safe resume (uocr/session/infinite.hpp) a source also skips pages cheaply (skip())
+// and names its content (identity()), so that a checkpoint of other inputs is refused.
 //
 // EncodedPages turns a PageSource into the visual embeddings the decoder's page groups pull
 // (uocr/decoder/page_groups.hpp): preprocess + DeepEncoder, per page, when asked.
 //
 // Thread-safety: a source is used by one session at a time.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/engine.hpp"
+#include "uocr/session/checkpoint.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/preprocess.hpp"
 #include "uocr/vision/encoder.hpp"
@@ -36,7 +45,24 @@ class PageSource {
   virtual int64_t count() const = 0;
   // The next page into `page`; false when there are no more. Errors throw uocr::Error.
   virtual bool next(ImageU8& page) = 0;
+  // Passes over the next `n` pages (a resumed run has them in its checkpoint). The default
+  // pulls and drops them; sources that can seek override it.
+  virtual void skip(int64_t n) {
+    ImageU8 dropped;
+    for (int64_t i = 0; i < n; ++i)
+      require(next(dropped), Status::invalid_argument, "page source ended while skipping pages already transcribed");
+  }
+  // A fingerprint of every page this source will deliver (stored in checkpoints and compared on
+  // resume); "" when the source cannot know (then only the page count is compared).
+  virtual std::string identity() const = 0;
 };
+
+// Fingerprint of decoded pixels.
+inline void fingerprint_image(Fnv64& h, const ImageU8& img) {
+  const int64_t dims[2] = {img.width, img.height};
+  h.add(dims, sizeof dims);
+  h.add(img.rgb.data(), img.rgb.size());
+}
 
 // Pages already decoded, handed over (moved) at construction; each is released once pulled.
 class ImagePages final : public PageSource {
@@ -49,9 +75,36 @@ class ImagePages final : public PageSource {
     pages_[next_++] = ImageU8{};
     return true;
   }
+  std::string identity() const override {
+    Fnv64 h;
+    for (const ImageU8& img : pages_) fingerprint_image(h, img);
+    return "images:" + h.hex();
+  }
 
  private:
   std::vector<ImageU8> pages_;
+  size_t next_ = 0;
+};
+
+// Pages the caller keeps (uocr::Session's): each is copied when pulled, so one page at a time.
+class ImageListPages final : public PageSource {
+ public:
+  explicit ImageListPages(const std::vector<ImageU8>& pages) : pages_(pages) {}
+  int64_t count() const override { return int64_t(pages_.size()); }
+  bool next(ImageU8& page) override {
+    if (next_ >= pages_.size()) return false;
+    page = pages_[next_++];
+    return true;
+  }
+  void skip(int64_t n) override { next_ = std::min(pages_.size(), next_ + size_t(n)); }
+  std::string identity() const override {
+    Fnv64 h;
+    for (const ImageU8& img : pages_) fingerprint_image(h, img);
+    return "images:" + h.hex();
+  }
+
+ private:
+  const std::vector<ImageU8>& pages_;
   size_t next_ = 0;
 };
 
@@ -66,6 +119,12 @@ class FilePages final : public PageSource {
     page = load_image(paths_[next_++], limits_);
     return true;
   }
+  void skip(int64_t n) override { next_ = std::min(paths_.size(), next_ + size_t(n)); }
+  std::string identity() const override {
+    Fnv64 h;
+    for (const std::string& p : paths_) fingerprint_file(h, p);
+    return "files:" + h.hex();
+  }
 
  private:
   std::vector<std::string> paths_;
@@ -75,11 +134,13 @@ class FilePages final : public PageSource {
 
 // Pages handed over by a function of the page index (the C ABI's callback, a PDF rasteriser).
 // The function returns false to end the document early (the session then reports an error, as
-// the declared count fixed the positions).
+// the declared count fixed the positions). Skipping does not call it: pages are asked for by
+// index. `identity`: the caller's name for the document ("" if it has none).
 class CallbackPages final : public PageSource {
  public:
   using Fn = std::function<bool(int64_t index, ImageU8& page)>;
-  CallbackPages(int64_t count, Fn fn) : count_(count), fn_(std::move(fn)) {
+  CallbackPages(int64_t count, Fn fn, std::string identity = "")
+      : count_(count), fn_(std::move(fn)), identity_(std::move(identity)) {
     require(count_ >= 1 && fn_ != nullptr, Status::invalid_argument, "callback page source needs a page count >= 1 and a function");
   }
   int64_t count() const override { return count_; }
@@ -90,10 +151,52 @@ class CallbackPages final : public PageSource {
     ++next_;
     return true;
   }
+  void skip(int64_t n) override { next_ = std::min(count_, next_ + n); }
+  std::string identity() const override { return identity_; }
 
  private:
   int64_t count_, next_ = 0;
   Fn fn_;
+  std::string identity_;
+};
+
+// Several sources read one after the other as one document (e.g. `uocr run a.png b.pdf`).
+class ChainedPages final : public PageSource {
+ public:
+  explicit ChainedPages(std::vector<std::unique_ptr<PageSource>> parts) : parts_(std::move(parts)) {
+    for (const auto& p : parts_) {
+      require(p != nullptr && p->count() >= 0, Status::invalid_argument, "chained page sources need known page counts");
+      count_ += p->count();
+    }
+  }
+  int64_t count() const override { return count_; }
+  bool next(ImageU8& page) override {
+    for (; at_ < parts_.size(); ++at_, taken_ = 0)
+      if (taken_ < parts_[at_]->count() && parts_[at_]->next(page)) {
+        ++taken_;
+        return true;
+      }
+    return false;
+  }
+  void skip(int64_t n) override {
+    for (; n > 0 && at_ < parts_.size(); ++at_, taken_ = 0) {
+      const int64_t step = std::min(n, parts_[at_]->count() - taken_);
+      parts_[at_]->skip(step);
+      n -= step;
+      taken_ += step;
+      if (taken_ < parts_[at_]->count()) return;
+    }
+  }
+  std::string identity() const override {
+    std::string id;
+    for (const auto& p : parts_) id += p->identity() + ";";
+    return id;
+  }
+
+ private:
+  std::vector<std::unique_ptr<PageSource>> parts_;
+  size_t at_ = 0;
+  int64_t count_ = 0, taken_ = 0;
 };
 
 // Visual embeddings of the pages of a PageSource, encoded one page at a time when pulled. Keeps
@@ -101,7 +204,7 @@ class CallbackPages final : public PageSource {
 class EncodedPages final : public PageEmbeddingSource {
  public:
   // views: the preprocessing of every page (multi-page documents use base views: {S, S, false}).
-  EncodedPages(PageSource& pages, const VisionEncoder& encoder, PreprocessConfig views)
+  EncodedPages(PageSource& pages, VisionEngine& encoder, PreprocessConfig views)
       : pages_(pages), enc_(encoder), views_(views) {}
 
   int64_t count() const override { return pages_.count(); }
@@ -123,7 +226,16 @@ class EncodedPages final : public PageEmbeddingSource {
     return first_tokens_;
   }
 
+  // Resuming: the source skips the first `sizes.size()` pages, which the checkpoint holds (only
+  // their pixel sizes are needed again, for layout boxes).
+  void skip_encoded(std::vector<std::pair<int, int>> sizes) {
+    require(sizes_.empty() && !primed_, Status::internal, "pages were already encoded");
+    pages_.skip(int64_t(sizes.size()));
+    sizes_ = std::move(sizes);
+  }
+
   int64_t encoded() const { return int64_t(sizes_.size()); }
+  const std::vector<std::pair<int, int>>& sizes() const { return sizes_; }
   // Pixel size of page i (encoded pages only).
   std::pair<int, int> size_of(int64_t i) const { return sizes_[size_t(i)]; }
   double seconds() const { return seconds_; }
@@ -144,7 +256,7 @@ class EncodedPages final : public PageEmbeddingSource {
   }
 
   PageSource& pages_;
-  const VisionEncoder& enc_;
+  VisionEngine& enc_;
   PreprocessConfig views_;
   std::vector<float> first_;
   bool primed_ = false;

@@ -56,6 +56,10 @@ class Sampler {
     return order_[count - 1];
   }
 
+  // The generator's position, so that a checkpointed run draws the same numbers after resuming.
+  uint64_t rng_state() const { return state_; }
+  void restore_rng_state(uint64_t s) { state_ = s; }
+
   static int32_t argmax(const float* logits, int64_t n) {
     int32_t best = -1;
     float best_v = -std::numeric_limits<float>::infinity();

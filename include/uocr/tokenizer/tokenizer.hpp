@@ -85,6 +85,16 @@ class Tokenizer {
     return bytes_[size_t(id)];
   }
 
+  // Bytes of a token the model generated, for streaming: token_bytes(), or nothing for an id the
+  // model's vocabulary has and the tokenizer does not (the published vocab_size 129280 exceeds
+  // its ids, up to 128826; random or undertrained weights pick them). HF's decode drops such ids
+  // the same way; decode() and token_bytes() stay strict for ids a caller passes in.
+  const std::string& generated_bytes(int32_t id) const {
+    static const std::string none;
+    require(id >= 0, Status::tokenizer, [&] { return "token id " + std::to_string(id) + " is negative"; });
+    return known(id) ? bytes_[size_t(id)] : none;
+  }
+
   bool is_special(int32_t id) const {
     require(known(id), Status::tokenizer,
             [&] { return "token id " + std::to_string(id) + " is not in the vocabulary"; });

@@ -121,6 +121,8 @@ class StreamDecoder {
   }
   // Ends the stream: a held-back incomplete sequence becomes one U+FFFD.
   std::string flush() { return drain(true); }
+  // Bytes held back (an incomplete character); feeding them to a fresh decoder restores it.
+  const std::string& pending() const { return pending_; }
 
  private:
   std::string drain(bool at_end) {

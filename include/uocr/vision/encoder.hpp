@@ -32,6 +32,7 @@
 #include "uocr/vision/clip.hpp"
 #include "uocr/vision/conv.hpp"
 #include "uocr/vision/sam.hpp"
+#include "uocr/vision/token_layout.hpp"
 
 namespace uocr {
 
@@ -50,21 +51,9 @@ class VisionEncoder {
 
   int hidden() const { return cfg_.decoder.hidden; }
 
-  // Side of the visual-token grid of an S x S view (two stride-2 convs after 16 px patches).
-  int token_grid(int size) const {
-    const int down = [](int n) { return (n - 1) / 2 + 1; }(size / cfg_.sam.patch);
-    return (down - 1) / 2 + 1;
-  }
-
   // Number of embeddings visual_tokens() returns for these view sizes.
   int64_t token_count(int global_size, int tile_size, int tiles_x, int tiles_y) const {
-    const int64_t g = token_grid(global_size);
-    int64_t n = g * (g + 1) + 1;
-    if (tiles_x * tiles_y > 0) {
-      const int64_t t = token_grid(tile_size);
-      n += int64_t(tiles_y) * t * (int64_t(tiles_x) * t + 1);
-    }
-    return n;
+    return int64_t(visual_token_count(global_size, tile_size, tiles_x, tiles_y, cfg_.sam.patch));
   }
 
   // Projected features of one view: [g*g, hidden]. chw = [3, size, size].

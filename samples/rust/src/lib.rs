@@ -29,7 +29,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 1;
+pub const API_VERSION: i32 = 2;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -99,6 +99,20 @@ pub struct SessionParams {
     pub ngram_window: i32,
     pub loop_guard: i32,
     pub max_image_pixels: u64,
+    // API version 2: 0 is the default for each (see uocr.h).
+    pub backend: i32,
+    pub device_index: i32,
+    pub pages_per_group: i32,
+    pub overlap_pages: i32,
+    pub page_fallback_tokens: i32,
+    pub reference_mode: i32,
+    pub reference_pages: i32,
+    pub reference_blocks: i32,
+    pub reference_block_tokens: i32,
+    pub positions: i32,
+    checkpoint_path: *const c_char, // not exposed by this sample binding (NULL: no checkpoints)
+    pub checkpoint_every_tokens: i32,
+    pub resume: i32,
 }
 
 #[repr(C)]
@@ -155,7 +169,7 @@ pub struct RunSummary {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<SessionParams>() == 64);
+    assert!(std::mem::size_of::<SessionParams>() == 120);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
     assert!(std::mem::size_of::<RunSummary>() == 112);

@@ -23,7 +23,10 @@
 // VkPhysicalDevice, VkDevice and queue without owning them (the queue must support compute; the
 // application must not use that queue concurrently with the context).
 //
-// Thread-safety: a Context (and everything created from it) is used by one thread at a time.
+// Thread-safety: a Context may be shared by threads (sessions on one device share one). Its
+// entry points (buffers, transfers, pipelines) take an internal recursive lock, and a Recorder
+// holds it from construction to destruction, so concurrent users' work is serialised on the
+// queue. Objects built on a Context (decoders, caches) are still one thread's at a time.
 #pragma once
 #include <vulkan/vulkan.h>
 
@@ -352,6 +355,7 @@ class Context {
   void reset_profile() { profile_.clear(); }
   // One line per op: name, dispatches, total and mean milliseconds (device timestamps).
   std::string profile_report() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     std::string s;
     char line[160];
     for (const auto& kv : profile_) {
@@ -368,6 +372,7 @@ class Context {
   // Writes the cache file now (also done by the destructor). Failure to write is not an error
   // (the cache only saves compile time); the reason is kept in pipeline_cache_note().
   void save_pipeline_cache() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     if (!pipeline_cache_ || cache_path_.empty()) return;
     size_t size = 0;
     if (vkGetPipelineCacheData(device_, pipeline_cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
@@ -397,6 +402,7 @@ class Context {
   // A buffer of `bytes` (rounded up to 4) usable as storage buffer and copy source/target.
   // Status::out_of_memory when the device (heap or allocation limit) cannot hold it.
   Buffer buffer(size_t bytes, MemoryUse use, const std::string& what) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     bytes = std::max<size_t>(4, (bytes + 3) / 4 * 4);
     auto bi = vulkan_info<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
     bi.size = bytes;
@@ -434,6 +440,7 @@ class Context {
   void upload(Buffer& dst, const void* src, size_t bytes, size_t offset = 0) {
     require(offset + bytes <= dst.size(), Status::internal, "Vulkan: upload past the end of a buffer");
     if (bytes == 0) return;
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     if (dst.mapped()) {
       std::memcpy(static_cast<uint8_t*>(dst.mapped()) + offset, src, bytes);
       return;
@@ -451,6 +458,7 @@ class Context {
   void download(const Buffer& src, void* dst, size_t bytes, size_t offset = 0) {
     require(offset + bytes <= src.size(), Status::internal, "Vulkan: download past the end of a buffer");
     if (bytes == 0) return;
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     if (src.mapped()) {
       std::memcpy(dst, static_cast<const uint8_t*>(src.mapped()) + offset, bytes);
       return;
@@ -473,6 +481,7 @@ class Context {
 
   // Synchronous buffer-to-buffer copy.
   void copy_now(const Buffer& src, size_t src_off, Buffer& dst, size_t dst_off, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     VkCommandBuffer cb = begin_command_buffer(immediate_cb_);
     order_after_previous_submissions(cb);
     VkBufferCopy region{src_off, dst_off, bytes};
@@ -487,6 +496,7 @@ class Context {
 
   // Bytes of device memory blocks held by a pool (sub-allocated or free).
   size_t pool_bytes(MemoryUse use) const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     size_t n = 0;
     for (const auto& b : pools_[size_t(use)].blocks)
       if (b) n += size_t(b->size);
@@ -497,6 +507,7 @@ class Context {
   // The pipeline `name` built from SPIR-V `code` (created on first use, then cached by name).
   // Status::internal with the shader's name when the code is not SPIR-V or the driver rejects it.
   Pipeline& pipeline(const std::string& name, const uint32_t* code, size_t words, uint32_t bindings) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     auto it = pipelines_.find(name);
     if (it != pipelines_.end()) {
       require(it->second->bindings == bindings, Status::internal,
@@ -881,6 +892,7 @@ class Context {
   }
 
   void release(Buffer& b) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
     vkDestroyBuffer(device_, b.buf_, nullptr);
     Pool& pool = pools_[size_t(b.use_)];
     Block& blk = *pool.blocks[b.block_];
@@ -1054,6 +1066,7 @@ class Context {
   std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines_;
   std::map<std::string, ProfileEntry> profile_;
   bool recording_ = false;
+  mutable std::recursive_mutex mutex_;  // see "Thread-safety" above
 };
 
 inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
@@ -1095,10 +1108,11 @@ inline Binding out(const Buffer& b) { return Binding{&b, true}; }
 // Records compute dispatches and copies into the context's command buffer. A barrier is placed
 // before a command only when it reads or writes a buffer written since the last barrier, or
 // writes one read since then. submit() runs everything recorded and waits; the recorder can
-// then record the next batch. One Recorder per Context at a time.
+// then record the next batch. One Recorder per Context at a time: it holds the Context's lock for
+// its lifetime, so another thread's Recorder waits.
 class Recorder {
  public:
-  explicit Recorder(Context& c) : c_(c) {
+  explicit Recorder(Context& c) : lock_(c.mutex_), c_(c) {
     require(!c_.recording_, Status::internal, "Vulkan: only one Recorder per Context may be active");
     c_.recording_ = true;
     begin();
@@ -1257,6 +1271,7 @@ class Recorder {
     }
   }
 
+  std::unique_lock<std::recursive_mutex> lock_;  // first member: released after the buffers below
   Context& c_;
   bool open_ = false;
   std::vector<VkBuffer> written_, read_;

@@ -14,7 +14,11 @@
 // device over the rows routed to them (one GEMM per expert in a prefill, top-k mat-vecs in a
 // decode step). That costs one wait per MoE layer; device-side routing is a later optimisation.
 //
-// Thread-safety: one VulkanDecoder and its caches per thread, like the Context they use.
+// Page groups (uocr/decoder/page_groups.hpp) run over it as vulkan::VulkanPageGroups
+// (engine.hpp): prefill_segment and VulkanKvCache::resize_reference are the calls they need.
+//
+// Thread-safety: one VulkanDecoder and its caches per thread; the Context and the device weights
+// may be shared by several (the Context serialises their submissions).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -27,65 +31,46 @@
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/kv_cache.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
 
 namespace uocr::vulkan {
 
 // Keys and values of one sequence in device memory, laid out like uocr::KvCache (rows of
-// kv_heads*head_dim floats) with the same accounting, so sessions can report the same numbers.
-class VulkanKvCache {
+// kv_heads*head_dim floats) with the same accounting (ReservedKvRing's), so sessions can report the same numbers.
+class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
  public:
   VulkanKvCache(Context& ctx, const DecoderConfig& config, int window)
-      : ctx_(&ctx), row_(int64_t(config.kv_heads) * config.head_dim), window_(window), layers_(size_t(config.layers)) {
-    require(window >= 0, Status::invalid_argument, [&] { return "KV cache window must be >= 0, got " + std::to_string(window); });
-    if (window_ > 0) grow_generated(window_);
+      : ReservedKvRing(config, window), ctx_(&ctx), layers_(size_t(config.layers)) {
+    size_ring();
   }
 
-  int layers() const { return int(layers_.size()); }
-  int64_t row_floats() const { return row_; }
-  int window() const { return window_; }
-
-  void reset(int64_t rows) {
-    require(rows > 0, Status::invalid_argument, "prefill must have at least one token");
-    if (rows > ref_capacity_) {
-      for (size_t l = 0; l < layers_.size(); ++l) {
-        layers_[l].ref_k = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference keys");
-        layers_[l].ref_v = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference values");
-      }
-      ref_capacity_ = rows;
-    }
-    reference_rows_ = rows;
-    generated_ = 0;
-  }
-
-  int64_t reference_rows() const { return reference_rows_; }
   const Buffer& reference_k(int layer) const { return layers_[size_t(layer)].ref_k; }
   const Buffer& reference_v(int layer) const { return layers_[size_t(layer)].ref_v; }
-
-  int64_t claim_slot() {
-    require(reference_rows_ > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
-    if (window_ > 0) return generated_++ % window_;
-    if (generated_ == capacity_) grow_generated(std::max<int64_t>(64, 2 * capacity_));
-    return generated_++;
-  }
-
-  int64_t generated_tokens() const { return generated_; }
-  int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
-  int64_t generated_capacity() const { return capacity_; }
   const Buffer& generated_k(int layer) const { return layers_[size_t(layer)].gen_k; }
   const Buffer& generated_v(int layer) const { return layers_[size_t(layer)].gen_v; }
 
-  size_t bytes_per_token() const { return size_t(2 * row_) * sizeof(float) * layers_.size(); }
-  size_t reference_bytes() const { return size_t(reference_rows_) * bytes_per_token(); }
-  size_t window_bytes() const { return size_t(generated_rows()) * bytes_per_token(); }
-  size_t total_bytes() const { return reference_bytes() + window_bytes(); }
-  size_t allocated_bytes() const { return size_t(ref_capacity_ + capacity_) * bytes_per_token(); }
-
  private:
+  friend class KvRing<VulkanKvCache>;
+  friend class ReservedKvRing<VulkanKvCache>;
   struct Layer {
     Buffer ref_k, ref_v, gen_k, gen_v;
   };
+
+  // New reference storage for `rows` rows, the first `keep` rows copied over.
+  void grow_reference(int64_t rows, int64_t keep) {
+    for (Layer& l : layers_) {
+      Buffer k = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference keys");
+      Buffer v = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference values");
+      if (keep) {
+        ctx_->copy_now(l.ref_k, 0, k, 0, size_t(keep * row_) * 4);
+        ctx_->copy_now(l.ref_v, 0, v, 0, size_t(keep * row_) * 4);
+      }
+      l.ref_k = std::move(k);
+      l.ref_v = std::move(v);
+    }
+  }
 
   void grow_generated(int64_t rows) {
     for (Layer& l : layers_) {
@@ -102,11 +87,7 @@ class VulkanKvCache {
   }
 
   Context* ctx_;
-  int64_t row_;
-  int window_;
   std::vector<Layer> layers_;
-  int64_t reference_rows_ = 0, ref_capacity_ = 0;
-  int64_t generated_ = 0, capacity_ = 0;
 };
 
 // The decoder's weights on the device (uploaded once; shareable by several VulkanDecoders on the
@@ -182,6 +163,19 @@ class VulkanDecoder {
 
   const DecoderConfig& config() const { return c_; }
   Context& context() { return ctx_; }
+
+  // As uocr::Decoder::set_position_limit, up to max_position_embeddings: the RoPE table on the
+  // device covers those positions only, so extrapolating past them is not supported here.
+  void set_position_limit(int64_t limit) {
+    require(limit > 0, Status::invalid_argument, "position limit must be > 0");
+    require(limit <= c_.max_positions, Status::unsupported, [&] {
+      return "Vulkan backend: positions up to " + std::to_string(limit) + " requested, but it supports at most " +
+             std::to_string(c_.max_positions) + " (max_position_embeddings; position extrapolation is CPU-only)";
+    });
+    position_limit_ = limit;
+  }
+  int64_t position_limit() const { return position_limit_; }
+
   const DecoderDeviceWeights& device_weights() const { return *d_; }
 
   // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
@@ -236,6 +230,78 @@ class VulkanDecoder {
       ctx_.download(logits_buf_, logits.data() + size_t(r0 * c_.vocab), size_t(n * c_.vocab) * 4);
     }
     return logits;
+  }
+
+  // As uocr::Decoder::prefill_segment (page groups), with consecutive positions. Per layer the
+  // context rows and the segment's own keys/values are gathered into one buffer, context first,
+  // so the causal attention shader with causal_base = context rows gives each new token the
+  // context (unmasked) and the segment up to itself.
+  std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, VulkanKvCache& cache,
+                                     int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
+    for (int64_t i = 0; i < t; ++i)
+      require(positions[i] == positions[0] + i, Status::unsupported,
+              "Vulkan backend: a reference segment needs consecutive positions");
+    check_positions(positions[0], t);
+    check_cache(cache);
+    const int64_t rows = cache.reference_rows();
+    require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
+      return "segment rows " + std::to_string(dst) + ".." + std::to_string(dst + t - 1) + " are outside the reference (" +
+             std::to_string(rows) + " rows)";
+    });
+    int64_t ctx_rows = 0;
+    for (const RowSpan& c : context) {
+      require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
+              Status::invalid_argument, "segment context must be reference rows outside the segment");
+      ctx_rows += c.rows;
+    }
+    ensure_scratch(t);
+    ensure_logits(1);
+    if (ctx_rows + t > segment_rows_) {
+      seg_k_ = ctx_.buffer(size_t((ctx_rows + t) * kr) * 4, MemoryUse::activations, "segment keys");
+      seg_v_ = ctx_.buffer(size_t((ctx_rows + t) * kr) * 4, MemoryUse::activations, "segment values");
+      segment_rows_ = ctx_rows + t;
+    }
+    ctx_.upload(x_, embeddings, size_t(t * hidden) * 4);
+
+    Recorder rec(ctx_);
+    const size_t row_bytes = size_t(kr) * 4;
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
+      const Buffer& k = cache.reference_k(l);
+      const Buffer& v = cache.reference_v(l);
+      ops::rms_norm(rec, x_, 0, t, hidden, L.input_norm, c_.rms_eps, a_, 0);
+      ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
+      ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, dst * kr, kr);
+      ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, dst * kr, kr);
+      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, d_->rope, positions[0]);
+      ops::rope(rec, k, dst * kr, t, c_.kv_heads, c_.head_dim, kr, d_->rope, positions[0]);
+      int64_t at = 0;
+      for (const RowSpan& c : context) {
+        if (c.rows == 0) continue;
+        rec.copy(k, size_t(c.begin) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
+        rec.copy(v, size_t(c.begin) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
+        at += c.rows;
+      }
+      rec.copy(k, size_t(dst) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(t) * row_bytes);
+      rec.copy(v, size_t(dst) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(t) * row_bytes);
+      ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&seg_k_, &seg_v_, ctx_rows + t}, ops::KvSet{}, true, ctx_rows,
+                     attn_, 0, qr);
+      ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
+      ops::add(rec, x_, 0, f_, 0, t * hidden);
+      ops::rms_norm(rec, x_, 0, t, hidden, L.post_norm, c_.rms_eps, a_, 0);
+      feed_forward(rec, l, t);
+      ops::add(rec, x_, 0, f_, 0, t * hidden);
+    }
+    if (!want_logits) {
+      rec.submit();
+      return {};
+    }
+    ops::rms_norm(rec, x_, (t - 1) * hidden, 1, hidden, d_->final_norm, c_.rms_eps, a_, 0);
+    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
+    rec.submit();
+    return ctx_.download_vector<float>(logits_buf_, size_t(c_.vocab));
   }
 
   const std::vector<float>& decode_step(int32_t token, int64_t position, VulkanKvCache& cache) {
@@ -322,9 +388,10 @@ class VulkanDecoder {
 
  private:
   void check_positions(int64_t first, int64_t count) const {
-    require(first >= 0 && first + count <= c_.max_positions, Status::invalid_argument, [&] {
+    require(first >= 0 && first + count <= position_limit_, Status::invalid_argument, [&] {
       return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
-             " exceed the model's range [0, " + std::to_string(c_.max_positions) + ") (max_position_embeddings)";
+             " exceed the model's range [0, " + std::to_string(position_limit_) + ")" +
+             (position_limit_ == c_.max_positions ? " (max_position_embeddings)" : " (position limit)");
     });
   }
 
@@ -426,9 +493,11 @@ class VulkanDecoder {
   Decoder host_;  // embeddings of the prompt (host-side, like the CPU path)
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
+  int64_t position_limit_ = c_.max_positions;
   int64_t max_inter_ = 1;
-  int64_t rows_ = 0, logits_rows_ = 0;
+  int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
+  Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
   std::vector<float> probs_host_, weight_, logits_;
   std::vector<int32_t> choice_;
 };

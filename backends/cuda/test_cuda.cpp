@@ -1,0 +1,519 @@
+// CUDA backend tests. Without a usable GPU (this CI machine has the toolkit but no driver) the
+// first case (and the engine case) run for real: creating a Context must fail with
+// Status::unsupported and the message "no CUDA device: <cuda error string>"; the GPU cases are
+// skipped (doctest counts them as such), the last line says why, and the executable exits 77 so
+// `meson test` reports SKIP rather than a pass. With a GPU: each op
+// against a float64 reference (and against the CPU backend), the golden tiny-a decoder checks
+// (prefill logits at every prefix position, teacher-forced decode with full attention and R-SWA
+// n=8) through CudaDecoder, batched decoding bit-identical to single-stream steps, page groups
+// against the CPU's, and the error paths (bad inputs, bad device index, out of memory).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "golden_decoder.hpp"
+#include "op_reference.hpp"
+#include "test_support.hpp"
+#include "uocr/backends/cpu/linear.hpp"
+#include "uocr/backends/cuda/decoder.hpp"
+#include "uocr/decoder/attention.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/moe.hpp"
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/decoder/rope.hpp"
+#include "uocr/engine/open.hpp"
+#include "uocr/model/checkpoint.hpp"
+
+namespace cu = uocr::cuda;
+using uocr::Status;
+using uocr_test::HostTensor;
+using uocr_test::randn;
+using uocr_test::ref_attention_row;
+using uocr_test::ref_linear;
+using uocr_test::rel_err;
+
+namespace {
+
+// The device (or why there is none) and the tiny-a model, built once. The Context is the first
+// member, so it is destroyed last.
+struct Env {
+  std::unique_ptr<cu::Context> ctx;
+  std::string no_device;  // the Context error when there is no usable GPU
+  Status no_device_status = Status::ok;
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(uocr_test::tiny_a("config.json"));
+  uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
+  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
+  std::vector<int32_t> input_ids = uocr_test::tiny_a_ids("input_ids.npy");
+  std::vector<int32_t> gen_ids = uocr_test::tiny_a_ids("gen_ids.npy");
+  std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
+  std::shared_ptr<cu::DecoderDeviceWeights> dev_weights;
+
+  Env() {
+    try {
+      ctx = std::make_unique<cu::Context>();
+    } catch (const uocr::Error& e) {
+      no_device = e.what();
+      no_device_status = e.status();
+    }
+  }
+  ~Env() {
+    dev_weights.reset();
+    ctx.reset();
+  }
+  static Env& get() {
+    static Env e;
+    return e;
+  }
+  const std::shared_ptr<cu::DecoderDeviceWeights>& device_weights() {
+    if (!dev_weights) dev_weights = cu::DecoderDeviceWeights::upload(*ctx, cfg.decoder, w.decoder);
+    return dev_weights;
+  }
+};
+
+// Whether CUDA lists a device; evaluated once, as the cases register: the GPU cases carry
+// doctest::skip(no_gpu()), so a machine without one counts them as skipped.
+bool no_gpu() {
+  static const bool none = [] {
+    try {
+      return cu::list_devices().empty();
+    } catch (const uocr::Error&) {
+      return true;
+    }
+  }();
+  return none;
+}
+
+// In a GPU case: the device must also open (a listed but unusable GPU fails the case).
+void require_gpu() {
+  Env& e = Env::get();
+  REQUIRE_MESSAGE(e.ctx != nullptr, e.no_device);
+}
+
+// Device round trips for the op cases.
+cu::Buffer up(const std::vector<float>& v) {
+  cu::Context& c = *Env::get().ctx;
+  return cu::upload_f32(c, v.data(), v.size(), "test input");
+}
+template <class T = float>
+std::vector<T> down(const cu::Buffer& b, size_t n) {
+  std::vector<T> v(n);
+  Env::get().ctx->download(b, 0, v.data(), n * sizeof(T));
+  return v;
+}
+cu::Buffer zeros(size_t floats) { return Env::get().ctx->alloc(floats * sizeof(float), "test output"); }
+
+}  // namespace
+
+// ================================================================================================
+
+TEST_CASE("a CUDA context: the device, or Status::unsupported naming why there is none") {
+  Env& e = Env::get();
+  if (!e.ctx) {
+    // This part runs on machines without a GPU or driver (CI): a clear error, no crash.
+    MESSAGE("no GPU here: " << e.no_device);
+    CHECK(e.no_device_status == Status::unsupported);
+    CHECK(e.no_device.rfind("no CUDA device: ", 0) == 0);
+    CHECK(uocr_test::status_of([] { cu::list_devices(); }) == Status::unsupported);
+    CHECK(uocr_test::message_of([] { cu::Context c(3); }).rfind("no CUDA device: ", 0) == 0);
+    return;
+  }
+  const cu::DeviceInfo& d = e.ctx->info();
+  MESSAGE("device " << d.index << ": " << d.name << ", sm_" << d.major << d.minor << ", " << d.multiprocessors << " SMs, "
+                    << (d.total_bytes >> 20) << " MiB");
+  CHECK(!cu::list_devices().empty());
+  CHECK(uocr_test::status_of([] { cu::Context c(1000); }) == Status::invalid_argument);
+  CHECK(uocr_test::status_of([] { cu::Context c(-1); }) == Status::invalid_argument);
+}
+
+TEST_CASE("caching allocator: blocks are reused; an impossible allocation is Status::out_of_memory" * doctest::skip(no_gpu())) {
+  require_gpu();
+  cu::Context& c = *Env::get().ctx;
+  void* first = nullptr;
+  {
+    cu::Buffer b = c.alloc(3000, "a");
+    first = b.data();
+  }
+  const cu::MemoryStats before = c.memory();
+  cu::Buffer again = c.alloc(2900, "b");  // the same 512-byte size class
+  CHECK(again.data() == first);
+  CHECK(c.memory().reserved == before.reserved);
+  std::string msg;
+  CHECK(uocr_test::status_of([&] { c.alloc(size_t(1) << 50, "a petabyte"); }) == Status::out_of_memory);
+  CHECK(uocr_test::message_of([&] { c.alloc(size_t(1) << 50, "a petabyte"); }).find("a petabyte") != std::string::npos);
+  c.synchronize();  // the failed allocation left no sticky error behind
+}
+
+TEST_CASE("op conformance: linear (bf16, f16, f32 weights; mat-vec and cuBLAS paths; bf16 tensor-core mode)" * doctest::skip(no_gpu())) {
+  require_gpu();
+  cu::Context& c = *Env::get().ctx;
+  struct Shape {
+    int64_t m, n, k;
+    bool bias;
+  };
+  // m <= 16: the mat-vec kernel (k % 8 == 0 takes the 16-byte loads); m > 16: cuBLAS (the last
+  // shape has more than 2^24 weights: widened in two chunks).
+  const Shape shapes[] = {{1, 37, 64, false},   {3, 130, 33, true},     {4, 64, 1280, false},
+                          {16, 65, 40, true},   {17, 129, 95, false},   {130, 200, 256, true},
+                          {300, 2051, 64, false}, {17, 16500, 1024, false}};
+  uint32_t seed = 10;
+  for (uocr::DType t : {uocr::DType::bf16, uocr::DType::f16, uocr::DType::f32})
+    for (const Shape& s : shapes) {
+      const std::vector<float> x = randn(size_t(s.m * s.k), seed++);
+      HostTensor w(t, {s.n, s.k}, randn(size_t(s.n * s.k), seed++, 1.0f / std::sqrt(float(s.k))));
+      HostTensor b(uocr::DType::bf16, {s.n}, randn(size_t(s.n), seed++, 0.1f));
+      const std::vector<double> ref = ref_linear(x, s.m, w, s.bias ? &b : nullptr);
+      const cu::DeviceMatrix dw = cu::upload_matrix(c, w.view);
+      const cu::Buffer dx = up(x), db = cu::upload_f32(c, b.view), dy = zeros(size_t(s.m * s.n));
+      cu::ops::linear(c, dx.f32(), s.m, dw, s.bias ? db.f32() : nullptr, dy.f32());
+      const double err = rel_err(down(dy, size_t(s.m * s.n)), ref);
+      std::vector<float> cpu(size_t(s.m * s.n));
+      uocr::cpu::linear(x.data(), s.m, w.view, s.bias ? &b.view : nullptr, cpu.data());
+      INFO("linear " << uocr::dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k << ": rel " << err);
+      CHECK(err <= 2e-6);
+      CHECK(rel_err(down(dy, size_t(s.m * s.n)), cpu) <= 2e-6);
+      if (t == uocr::DType::bf16 && s.m > cu::ops::kMatvecMaxRows) {
+        c.set_gemm_precision(cu::GemmPrecision::bf16);
+        cu::ops::linear(c, dx.f32(), s.m, dw, s.bias ? db.f32() : nullptr, dy.f32());
+        c.set_gemm_precision(cu::GemmPrecision::f32);
+        const double e16 = rel_err(down(dy, size_t(s.m * s.n)), ref);
+        INFO("bf16 tensor-core mode: rel " << e16);
+        CHECK(e16 <= 1e-2);  // activations rounded to bf16 (8 bits of mantissa)
+      }
+    }
+}
+
+TEST_CASE("op conformance: RMSNorm, RoPE at large positions, SiLU*mul, embedding rows, argmax" * doctest::skip(no_gpu())) {
+  require_gpu();
+  cu::Context& c = *Env::get().ctx;
+  {
+    const int64_t rows = 7, n = 1300;
+    const std::vector<float> x = randn(size_t(rows * n), 1, 2.0f), w = randn(size_t(n), 2);
+    std::vector<double> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
+      const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
+      for (int64_t i = 0; i < n; ++i) ref[size_t(r * n + i)] = w[size_t(i)] * x[size_t(r * n + i)] * inv;
+    }
+    const cu::Buffer dx = up(x), dw = up(w), dy = zeros(x.size());
+    cu::ops::rms_norm(c, dx.f32(), rows, n, dw.f32(), 1e-6f, dy.f32());
+    CHECK(rel_err(down(dy, x.size()), ref) <= 1e-6);
+  }
+  {
+    // Positions around 8k and 30k (large angles); the reference uses the same float32 angles.
+    for (int64_t pos0 : {int64_t(8180), int64_t(30000)}) {
+      const int64_t rows = 5;
+      const int heads = 3, d = 16;
+      const std::vector<float> x = randn(size_t(rows * heads * d), 6);
+      std::vector<double> ref(x.size());
+      std::vector<float> cpu(x);
+      uocr::Rope rope(d, 10000.f);
+      for (int64_t r = 0; r < rows; ++r) {
+        rope.apply(cpu.data() + r * heads * d, heads, pos0 + r);
+        for (int i = 0; i < d / 2; ++i) {
+          const float angle = float(pos0 + r) * (1.0f / std::pow(10000.f, float(2 * i) / float(d)));
+          const double cs = std::cos(double(angle)), sn = std::sin(double(angle));
+          for (int h = 0; h < heads; ++h) {
+            const size_t base = size_t((r * heads + h) * d);
+            const double x1 = x[base + size_t(i)], x2 = x[base + size_t(i + d / 2)];
+            ref[base + size_t(i)] = x1 * cs - x2 * sn;
+            ref[base + size_t(i + d / 2)] = x2 * cs + x1 * sn;
+          }
+        }
+      }
+      const std::vector<float> inv = cu::rope_inv_freq(d, 10000.f);
+      const cu::Buffer dx = up(x), dinv = up(inv);
+      cu::ops::rope(c, dx.f32(), rows, heads, d, heads * d, dinv.f32(), pos0, nullptr);
+      CHECK(rel_err(down(dx, x.size()), ref) <= 1e-6);
+      CHECK(rel_err(down(dx, x.size()), cpu) <= 1e-6);
+    }
+  }
+  {
+    const std::vector<float> g = randn(1000, 7, 3.0f), u = randn(1000, 8);
+    std::vector<double> ref(g.size());
+    for (size_t i = 0; i < g.size(); ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+    const cu::Buffer dg = up(g), du = up(u);
+    cu::ops::silu_mul(c, dg.f32(), du.f32(), int64_t(g.size()));
+    CHECK(rel_err(down(dg, g.size()), ref) <= 1e-6);
+  }
+  {
+    Env& e = Env::get();
+    const uocr::DecoderConfig& d = e.cfg.decoder;
+    const std::vector<int32_t> ids = {0, 1, 5, 128815, d.vocab - 1, 4242};
+    const std::vector<float> cpu = uocr::Decoder(d, e.w.decoder).embed(ids);
+    cu::Buffer dids = c.alloc(ids.size() * 4, "ids"), out = zeros(cpu.size());
+    c.upload(dids, 0, ids.data(), ids.size() * 4);
+    cu::ops::embed(c, dids.as<int32_t>(), int64_t(ids.size()), e.device_weights()->embed, out.f32());
+    CHECK(down(out, cpu.size()) == cpu);  // exact: widening only
+  }
+  {
+    std::vector<float> x = randn(3 * 5000, 9);
+    x[1234] = x[4321] = 50.f;              // row 0: a tie, the first index wins
+    x[5000 + 4999] = 60.f;                 // row 1: the last column
+    x[10000 + 0] = x[10000 + 256] = 70.f;  // row 2: a tie across thread strides
+    const cu::Buffer dx = up(x);
+    cu::Buffer out = c.alloc(3 * 4, "argmax");
+    cu::ops::argmax(c, dx.f32(), 3, 5000, out.as<int32_t>());
+    CHECK(down<int32_t>(out, 3) == std::vector<int32_t>{1234, 4999, 0});
+  }
+}
+
+TEST_CASE("op conformance: causal prefill attention (all rows in one launch), decode over reference + ring" * doctest::skip(no_gpu())) {
+  require_gpu();
+  cu::Context& c = *Env::get().ctx;
+  struct Case {
+    int heads, kv_heads, head_dim;
+    int64_t t, split;  // split 0: causal over t rows; else one query over split reference rows + t - split ring rows
+  };
+  const Case cases[] = {{4, 4, 8, 150, 0},     {4, 2, 16, 70, 0},   {2, 1, 128, 66, 0}, {10, 10, 128, 300, 0},
+                        {4, 4, 8, 286, 278},   {4, 2, 16, 200, 192}, {3, 3, 256, 65, 64}, {2, 2, 8, 5, 5},
+                        {10, 10, 128, 401, 273}};
+  uint32_t seed = 100;
+  for (const Case& cs : cases) {
+    const uocr::AttentionShape s{cs.heads, cs.kv_heads, cs.head_dim};
+    const int64_t qrows = cs.split ? 1 : cs.t, qr = s.q_row(), kr = s.kv_row();
+    const std::vector<float> q = randn(size_t(qrows * qr), seed += 3), k = randn(size_t(cs.t * kr), seed + 1),
+                             v = randn(size_t(cs.t * kr), seed + 2);
+    const cu::Buffer dq = up(q), dk = up(k), dv = up(v), dout = zeros(q.size());
+    std::vector<cu::ops::AttentionRow> rows;
+    std::vector<double> ref;
+    std::vector<float> cpu(q.size());
+    if (cs.split == 0) {
+      for (int64_t i = 0; i < cs.t; ++i) {
+        rows.push_back({dq.f32() + i * qr, dout.f32() + i * qr, {}, {dk.f32(), dv.f32(), i + 1}});
+        const std::vector<double> r = ref_attention_row(q.data() + i * qr, k, v, i + 1, s);
+        ref.insert(ref.end(), r.begin(), r.end());
+      }
+      uocr::causal_attention(q.data(), k.data(), v.data(), cs.t, s, cpu.data());
+    } else {
+      rows.push_back({dq.f32(), dout.f32(), {dk.f32(), dv.f32(), cs.split},
+                      {dk.f32() + cs.split * kr, dv.f32() + cs.split * kr, cs.t - cs.split}});
+      ref = ref_attention_row(q.data(), k, v, cs.t, s);
+      std::vector<float> scores(size_t(s.heads * cs.t));
+      uocr::decode_attention(q.data(), {k.data(), v.data(), cs.split},
+                             {k.data() + cs.split * kr, v.data() + cs.split * kr, cs.t - cs.split}, s, scores.data(), cpu.data());
+    }
+    cu::Buffer table = c.alloc(rows.size() * sizeof(rows[0]), "rows");
+    c.upload(table, 0, rows.data(), rows.size() * sizeof(rows[0]));
+    cu::ops::attention(c, table.as<cu::ops::AttentionRow>(), int64_t(rows.size()), {s.heads, s.kv_heads, s.head_dim}, cs.t);
+    const std::vector<float> got = down(dout, q.size());
+    INFO("heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " t " << cs.t << " split " << cs.split);
+    CHECK(rel_err(got, ref) <= 2e-6);
+    CHECK(rel_err(got, cpu) <= 2e-6);
+  }
+}
+
+TEST_CASE("op conformance: MoE routing ties and the tiny-a dense MLP / MoE layers (device and per-expert paths)" * doctest::skip(no_gpu())) {
+  require_gpu();
+  Env& e = Env::get();
+  cu::Context& c = *e.ctx;
+  const uocr::DecoderConfig& d = e.cfg.decoder;
+  {
+    // Equal router logits: the lower expert index must win, as on the CPU.
+    const int experts = 8, k = 3;
+    const std::vector<float> logits = {1, 2, 2, 0, 2, 1, 0, 0, /* row 1 */ 5, 5, 5, 5, 5, 5, 5, 5};
+    const cu::Buffer dl = up(logits), dw = zeros(2 * k);
+    cu::Buffer ch = c.alloc(2 * k * 4, "choice");
+    cu::ops::moe_route(c, dl.f32(), 2, experts, k, false, 1.0f, ch.as<int32_t>(), dw.f32());
+    CHECK(down<int32_t>(ch, 2 * k) == std::vector<int32_t>{1, 2, 4, 0, 1, 2});
+    const std::vector<float> w = down(dw, 2 * k);
+    CHECK(w[3] == doctest::Approx(0.125f).epsilon(1e-6));
+  }
+  cu::CudaDecoder dec(c, d, e.w.decoder, e.device_weights());
+  // 1 and 37 rows route on the device with grouped mat-vecs; 600 rows (1200 assignments) read the
+  // per-expert counts back and run one GEMM per expert.
+  for (int layer = 0; layer < d.layers; ++layer)
+    for (int64_t m : {int64_t(1), int64_t(37), int64_t(600)}) {
+      const std::vector<float> x = randn(size_t(m * d.hidden), uint32_t(500 + layer * 10 + m));
+      const uocr::DecoderLayerWeights& lw = e.w.decoder.layers[size_t(layer)];
+      std::vector<float> cpu(x.size());
+      uocr::MoeScratch moe;
+      if (lw.moe)
+        uocr::moe_forward(d, lw, x.data(), m, cpu.data(), moe);
+      else
+        uocr::mlp_forward(lw.dense, x.data(), m, cpu.data(), moe.mlp);
+      const double err = rel_err(dec.feed_forward(layer, x), cpu);
+      INFO("layer " << layer << " rows " << m << ": rel " << err);
+      CHECK(err <= 2e-6);
+    }
+}
+
+namespace {
+
+cu::CudaDecoder make_decoder() {
+  Env& e = Env::get();
+  return cu::CudaDecoder(*e.ctx, e.cfg.decoder, e.w.decoder, e.device_weights());
+}
+
+struct CudaRunner {
+  static constexpr const char* name = "cuda";
+  cu::CudaDecoder dec = make_decoder();
+  cu::CudaKvCache cache(int window) { return cu::CudaKvCache(*Env::get().ctx, Env::get().cfg.decoder, window); }
+};
+
+}  // namespace
+
+TEST_CASE("golden tiny-a on CUDA: prefill logits at every prefix position" * doctest::skip(no_gpu())) {
+  require_gpu();
+  uocr_test::golden_prefill<CudaRunner>(Env::get());
+}
+
+TEST_CASE("golden tiny-a on CUDA: teacher-forced decode, full attention" * doctest::skip(no_gpu())) {
+  require_gpu();
+  uocr_test::golden_decode<CudaRunner>(Env::get(), "full_attention", 0);
+}
+
+TEST_CASE("golden tiny-a on CUDA: teacher-forced decode, R-SWA n=8" * doctest::skip(no_gpu())) {
+  require_gpu();
+  uocr_test::golden_decode<CudaRunner>(Env::get(), "rswa_n8", 8);
+}
+
+TEST_CASE("batched decoding: several sequences per step give exactly the single-stream logits" * doctest::skip(no_gpu())) {
+  require_gpu();
+  Env& e = Env::get();
+  const uocr::DecoderConfig& d = e.cfg.decoder;
+  cu::CudaDecoder single = make_decoder(), batched = make_decoder();
+  const int64_t p = int64_t(e.input_ids.size());
+  const std::vector<float> input = single.embed_prompt(e.input_ids, e.vision);
+  // Three sequences with different windows and lengths: the same prompt, shifted token streams.
+  const int windows[3] = {8, 0, 3};
+  std::vector<cu::CudaKvCache> solo, group;
+  for (int w : windows) {
+    solo.emplace_back(*e.ctx, d, w);
+    group.emplace_back(*e.ctx, d, w);
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    single.prefill(input, 0, solo[i]);
+    batched.prefill(input, 0, group[i]);
+  }
+  for (int s = 0; s < 20; ++s) {
+    // Sequence 2 joins at step 5 (continuous batching: any set of caches per step).
+    const size_t n = s < 5 ? 2 : 3;
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> positions;
+    std::vector<cu::CudaKvCache*> caches;
+    std::vector<float> expected;
+    for (size_t i = 0; i < n; ++i) {
+      const int step = int(i) == 2 ? s - 5 : s;
+      tokens.push_back(e.gen_ids[size_t(step) + i]);
+      positions.push_back(p + step);
+      caches.push_back(&group[i]);
+      const std::vector<float>& l = single.decode_step(tokens.back(), positions.back(), solo[i]);
+      expected.insert(expected.end(), l.begin(), l.end());
+    }
+    if (s % 2) {
+      CHECK(batched.decode_batch(tokens, positions, caches) == expected);
+    } else {
+      const std::vector<int32_t> next = batched.decode_batch_greedy(tokens, positions, caches);
+      for (size_t i = 0; i < n; ++i) {
+        const float* row = expected.data() + i * size_t(d.vocab);
+        CHECK(next[i] == int32_t(std::max_element(row, row + d.vocab) - row));
+      }
+    }
+  }
+  cu::CudaKvCache* dup = &group[0];
+  CHECK(uocr_test::status_of([&] { batched.decode_batch({5, 6}, {p + 30, p + 30}, {dup, dup}); }) == Status::invalid_argument);
+}
+
+TEST_CASE("page groups over CudaDecoder match the CPU's" * doctest::skip(no_gpu())) {
+  require_gpu();
+  Env& e = Env::get();
+  const uocr::DecoderConfig& d = e.cfg.decoder;
+  // Three synthetic 20-token pages of visual-like rows, groups of 2 with overlap 1.
+  uocr::DocumentLayout layout;
+  layout.head = {0};
+  layout.page_tokens = 20;
+  layout.pages = 3;
+  layout.tail = {e.input_ids.end()[-3], e.input_ids.end()[-2], e.input_ids.end()[-1]};
+  uocr::PageGroupParams params;
+  params.group_pages = 2;
+  params.overlap_pages = 1;
+  auto page = [&](int64_t i, std::vector<float>& out) { out = randn(size_t(20 * d.hidden), uint32_t(900 + i), 0.5f); };
+  uocr::FunctionPageEmbeddings cpu_pages(3, page), cuda_pages(3, page);
+  uocr::PageGroupDecoder cpu(d, e.w.decoder, 8, params);
+  uocr::BasicPageGroupDecoder<cu::CudaDecoder, cu::CudaKvCache> gpu(make_decoder(), cu::CudaKvCache(*e.ctx, d, 8), params);
+  double worst = rel_err(gpu.start(layout, cuda_pages), cpu.start(layout, cpu_pages));
+  for (int s = 0; s < 40; ++s) {
+    if (s % 12 == 11 && cpu.pages_pending()) {
+      CHECK(gpu.next_page() == cpu.next_page());
+    }
+    const int32_t t = e.gen_ids[size_t(s)];
+    worst = std::max(worst, rel_err(gpu.step(t), cpu.step(t)));
+  }
+  MESSAGE("page groups, cuda vs cpu: worst logits rel err " << worst);
+  CHECK(worst <= 1e-5);
+  CHECK(gpu.slides() == cpu.slides());
+}
+
+TEST_CASE("CUDA decoder input errors match the CPU decoder's" * doctest::skip(no_gpu())) {
+  require_gpu();
+  Env& e = Env::get();
+  cu::CudaDecoder dec = make_decoder();
+  cu::CudaKvCache cache(*e.ctx, e.cfg.decoder, 8);
+  const std::vector<float> input = dec.embed_prompt(e.input_ids, e.vision);
+  CHECK(uocr_test::status_of([&] { dec.decode_step(5, 0, cache); }) == Status::invalid_argument);  // before prefill
+  CHECK(uocr_test::status_of([&] { dec.prefill(input, -1, cache); }) == Status::invalid_argument);
+  dec.prefill(input, 0, cache);
+  CHECK(uocr_test::status_of([&] { dec.decode_step(5, e.cfg.decoder.max_positions, cache); }) == Status::invalid_argument);
+  CHECK(uocr_test::status_of([&] { dec.decode_step(e.cfg.decoder.vocab, 300, cache); }) == Status::invalid_argument);
+  CHECK(cache.generated_tokens() == 0);
+  CHECK(uocr_test::status_of([&] { dec.decode_step(5, 300, cache); }) == Status::ok);
+  CHECK(cache.generated_tokens() == 1);
+  uocr::DecoderConfig other = e.cfg.decoder;
+  other.layers = 1;
+  cu::CudaKvCache wrong(*e.ctx, other, 8);
+  CHECK(uocr_test::status_of([&] { dec.prefill(input, 0, wrong); }) == Status::invalid_argument);
+}
+
+TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with one, a CUDA decoder and no vision yet") {
+  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  CHECK(uocr::compiled_backends().find("cuda") != std::string::npos);
+  Env& e = Env::get();
+  if (!e.ctx) {
+    CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda, 0); }) == Status::unsupported);
+    CHECK(uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::cuda, 0); }).rfind("no CUDA device: ", 0) == 0);
+    return;
+  }
+  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(model, uocr::Backend::cuda, 0);
+  CHECK(engine->backend() == uocr::Backend::cuda);
+  MESSAGE(engine->device());
+  CHECK(uocr_test::status_of([&] { engine->vision(); }) == Status::unsupported);
+  uocr::PageGroupParams params;
+  params.sparse = true;
+  CHECK(uocr_test::status_of([&] { engine->decoder(8, params); }) == Status::unsupported);  // SR-SWA is CPU-only
+  // One page (the golden prompt's visual tokens) through the engine's decoder vs the CPU engine.
+  const uocr::DecoderConfig& d = e.cfg.decoder;
+  const auto image = std::find(e.input_ids.begin(), e.input_ids.end(), uocr::kImageTokenId);
+  const int64_t page_tokens = int64_t(e.vision.size()) / d.hidden;
+  uocr::DocumentLayout layout;
+  layout.head.assign(e.input_ids.begin(), image);
+  layout.tail.assign(image + page_tokens, e.input_ids.end());
+  layout.pages = 1;
+  layout.page_tokens = page_tokens;
+  auto page = [&](int64_t, std::vector<float>& out) { out = e.vision; };
+  uocr::FunctionPageEmbeddings gpu_pages(1, page), cpu_pages(1, page);
+  const std::unique_ptr<uocr::DecoderEngine> gpu = engine->decoder(8, {});
+  const std::unique_ptr<uocr::DecoderEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu, 0)->decoder(8, {});
+  double worst = rel_err(gpu->start(layout, gpu_pages), cpu->start(layout, cpu_pages));
+  for (int s = 0; s < 10; ++s) worst = std::max(worst, rel_err(gpu->step(e.gen_ids[size_t(s)]), cpu->step(e.gen_ids[size_t(s)])));
+  MESSAGE("cuda engine vs cpu engine: worst logits rel err " << worst);
+  CHECK(worst <= 1e-5);
+}
+
+// Without a GPU the suite exits 77 (meson: SKIP) once everything that could run has passed.
+int main(int argc, char** argv) {
+  doctest::Context context(argc, argv);
+  const int failed = context.run();
+  if (context.shouldExit() || failed) return failed;
+  if (no_gpu()) {
+    std::cout << "GPU cases skipped: " << Env::get().no_device << "\n";
+    return 77;
+  }
+  return 0;
+}

@@ -1,0 +1,95 @@
+// The Vulkan engine (uocr/engine/engine.hpp): VulkanVisionEncoder and page groups over
+// VulkanDecoder + VulkanKvCache on one device.
+//
+// The device (Context) and the model's weights on it are created once per model and device index
+// (Model::backend_state "vulkan:<index>") and shared by every session on that device; each
+// session's decoder has its own KV cache and scratch buffers. The Context serialises concurrent
+// users; the shared vision encoder (it caches size-dependent tables) is used under its own lock.
+//
+// Not supported on Vulkan (Status::unsupported when asked for): SR-SWA, positions past
+// max_position_embeddings (allow_position_extrapolation).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/decoder.hpp"
+#include "uocr/backends/vulkan/vision.hpp"
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/engine.hpp"
+#include "uocr/model/model.hpp"
+
+namespace uocr::vulkan {
+
+// One model's weights on one device. Members are destroyed in reverse order: the Context last.
+struct DeviceModel {
+  DeviceModel(const Model& model, int device_index)
+      : ctx(options(device_index)),
+        decoder(DecoderDeviceWeights::upload(ctx, model.config().decoder, model.weights().decoder)),
+        vision(ctx, model.config(), model.weights()) {}
+
+  Context ctx;
+  std::shared_ptr<const DecoderDeviceWeights> decoder;
+  std::mutex vision_mutex;
+  VulkanVisionEncoder vision;
+
+  static ContextOptions options(int device_index) {
+    ContextOptions o;
+    o.device_index = device_index;
+    return o;
+  }
+
+  static std::shared_ptr<DeviceModel> of(const Model& model, int device_index) {
+    return model.backend_state<DeviceModel>("vulkan:" + std::to_string(device_index),
+                                            [&] { return std::make_shared<DeviceModel>(model, device_index); });
+  }
+};
+
+using VulkanPageGroups = BasicPageGroupDecoder<VulkanDecoder, VulkanKvCache>;
+
+class VulkanVisionEngine final : public VisionEngine {
+ public:
+  VulkanVisionEngine(std::shared_ptr<const Model> model, std::shared_ptr<DeviceModel> dev)
+      : model_(std::move(model)), dev_(std::move(dev)) {}
+  int hidden() const override { return dev_->vision.hidden(); }
+  std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
+                                   int tiles_x, int tiles_y) override {
+    std::lock_guard<std::mutex> lock(dev_->vision_mutex);
+    return dev_->vision.visual_tokens(global_view, tiles, tiles_x, tiles_y);
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;  // owns dev_ (backend_state) and the weights its encoder reads
+  std::shared_ptr<DeviceModel> dev_;
+};
+
+class VulkanEngine final : public Engine {
+ public:
+  // Opens device `device_index` (Context::list_devices() order) for `model`, uploading the
+  // weights unless another session already did. Status::unsupported without a driver or with
+  // an index out of range (the message lists the devices found).
+  VulkanEngine(std::shared_ptr<const Model> model, int device_index)
+      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)) {}
+
+  Backend backend() const override { return Backend::vulkan; }
+  std::string device() const override {
+    return "Vulkan device " + std::to_string(dev_->ctx.device_index()) + ": " + dev_->ctx.device_name();
+  }
+  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<VulkanVisionEngine>(model_, dev_); }
+  std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
+    const DecoderConfig& c = model_->config().decoder;
+    // The model owns dev_ (backend_state), so keeping the model alive keeps the device too.
+    return std::make_unique<PageGroupEngine<VulkanPageGroups>>(
+        model_, VulkanDecoder(dev_->ctx, c, model_->weights().decoder, dev_->decoder), VulkanKvCache(dev_->ctx, c, window),
+        groups);
+  }
+  Context& context() { return dev_->ctx; }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  std::shared_ptr<DeviceModel> dev_;
+};
+
+}  // namespace uocr::vulkan

@@ -1,0 +1,46 @@
+// The CPU engine: uocr::VisionEncoder and uocr::PageGroupDecoder over the model's mapped weights.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/engine.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/vision/encoder.hpp"
+
+namespace uocr {
+
+class CpuVisionEngine final : public VisionEngine {
+ public:
+  explicit CpuVisionEngine(std::shared_ptr<const Model> model)
+      : model_(std::move(model)), enc_(model_->config(), model_->weights()) {}
+  int hidden() const override { return enc_.hidden(); }
+  std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
+                                   int tiles_x, int tiles_y) override {
+    return enc_.visual_tokens(global_view, tiles, tiles_x, tiles_y);
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;  // the encoder reads its weights
+  VisionEncoder enc_;
+};
+
+class CpuEngine final : public Engine {
+ public:
+  explicit CpuEngine(std::shared_ptr<const Model> model) : model_(std::move(model)) {
+    require(model_ != nullptr, Status::invalid_argument, "engine needs a model");
+  }
+  Backend backend() const override { return Backend::cpu; }
+  std::string device() const override { return "CPU"; }
+  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model_); }
+  std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
+    const ModelConfig& cfg = model_->config();
+    return std::make_unique<PageGroupEngine<PageGroupDecoder>>(model_, cfg.decoder, model_->weights().decoder, window, groups);
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;
+};
+
+}  // namespace uocr

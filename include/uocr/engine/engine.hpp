@@ -1,0 +1,162 @@
+// Compute engines: what the generation loop needs from a backend (CPU, Vulkan, CUDA), so that
+// sessions pick one at run time (SessionParams::backend) and stay backend-agnostic.
+//
+//   std::shared_ptr<Engine> e = open_engine(model, Backend::vulkan, 0);  // uocr/engine/open.hpp
+//   std::unique_ptr<VisionEngine> vision = e->vision();                  // page views -> visual tokens
+//   std::unique_ptr<DecoderEngine> dec = e->decoder(window, groups);     // one document's decoder
+//   std::vector<float> logits = dec->start(layout, pages);               // prefill the reference
+//   for (;;) { ...; if (page boundary) dec->next_page(); logits = dec->step(token); }
+//
+// A backend provides an Engine (opened once per model and device, sharing the device's copy of
+// the weights between sessions), a VisionEngine and a DecoderEngine. The decoder side is page
+// groups (uocr/decoder/page_groups.hpp) over the backend's decoder + KV cache pair: a backend
+// implements uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's
+// reference API and wraps BasicPageGroupDecoder<ItsDecoder, ItsCache> in PageGroupEngine below.
+// A feature a backend lacks (SR-SWA off the CPU, say) is Status::unsupported, never a silent
+// fallback to another backend.
+//
+// Thread-safety: an Engine may be shared by threads; each VisionEngine / DecoderEngine is used by
+// one thread at a time.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "uocr/core/error.hpp"
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
+
+namespace uocr {
+
+enum class Backend { cpu, vulkan, cuda };
+
+inline const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::cpu: return "cpu";
+    case Backend::vulkan: return "vulkan";
+    case Backend::cuda: return "cuda";
+  }
+  return "?";
+}
+
+// "cpu" / "vulkan" / "cuda" -> Backend; Status::invalid_argument for anything else.
+inline Backend parse_backend(const std::string& name) {
+  for (Backend b : {Backend::cpu, Backend::vulkan, Backend::cuda})
+    if (name == backend_name(b)) return b;
+  throw Error(Status::invalid_argument, "unknown backend '" + name + "' (expected cpu, vulkan or cuda)");
+}
+
+// The DeepEncoder on some device: one page's prepared views -> visual tokens [n, hidden], laid
+// out as uocr::VisionEncoder::visual_tokens.
+class VisionEngine {
+ public:
+  virtual ~VisionEngine() = default;
+  virtual int hidden() const = 0;
+  virtual std::vector<float> visual_tokens(const std::vector<float>& global_view,
+                                           const std::vector<std::vector<float>>& tiles, int tiles_x, int tiles_y) = 0;
+};
+
+// One document's decoder on some device: the surface of uocr::PageGroupDecoder (see
+// uocr/decoder/page_groups.hpp for the meaning of every call and number).
+class DecoderEngine {
+ public:
+  virtual ~DecoderEngine() = default;
+
+  // Prefills the reference (head, the first pages, tail); returns the first token's logits.
+  // `pages` must outlive the run (later pages are pulled by next_page()).
+  virtual std::vector<float> start(const DocumentLayout& layout, PageEmbeddingSource& pages) = 0;
+  // Feeds a generated token at next_position(); returns the logits of the one after it.
+  virtual const std::vector<float>& step(int32_t token) = 0;
+  // The output moved on to the next page (slides the group when needed); pages that entered.
+  virtual int64_t next_page() = 0;
+
+  // Checkpoints (uocr/session/infinite.hpp): the state besides the KV rows, every KV array in a
+  // fixed order, and continuing from them instead of start(). A backend whose KV cache is not in
+  // host memory may refuse visit_kv / resume with Status::unsupported.
+  using KvVisitor = std::function<void(float* data, size_t floats)>;
+  virtual PageGroupState state() const = 0;
+  virtual void visit_kv(const KvVisitor& f) = 0;
+  virtual void resume(const DocumentLayout& layout, PageEmbeddingSource& pages, const PageGroupState& state,
+                      const KvVisitor& fill_kv) = 0;
+
+  virtual bool pages_pending() const = 0;
+  virtual int64_t next_position() const = 0;
+  virtual int64_t position_limit() const = 0;
+  virtual int64_t group_size() const = 0;
+  virtual int64_t slides() const = 0;
+
+  // KV bytes: reference held, generated window held, reserved, largest reference + window seen.
+  virtual size_t reference_bytes() const = 0;
+  virtual size_t window_bytes() const = 0;
+  virtual size_t kv_allocated_bytes() const = 0;
+  virtual size_t peak_kv_bytes() const = 0;
+  virtual size_t page_buffer_bytes() const = 0;
+  virtual size_t sparse_summary_bytes() const = 0;
+  virtual SparseReference* sparse() = 0;  // SR-SWA state, nullptr when off
+
+  virtual double prefill_seconds() const = 0;
+  virtual double slide_seconds() const = 0;
+};
+
+// DecoderEngine over page groups PG (a BasicPageGroupDecoder). `owner` keeps alive what PG
+// refers to (the model's weights; a device and its uploaded weights).
+template <class PG>
+class PageGroupEngine final : public DecoderEngine {
+ public:
+  template <class... Args>
+  explicit PageGroupEngine(std::shared_ptr<const void> owner, Args&&... args)
+      : owner_(std::move(owner)), pg_(std::forward<Args>(args)...) {}
+
+  std::vector<float> start(const DocumentLayout& layout, PageEmbeddingSource& pages) override {
+    return pg_.start(layout, pages);
+  }
+  const std::vector<float>& step(int32_t token) override { return pg_.step(token); }
+  int64_t next_page() override { return pg_.next_page(); }
+
+  PageGroupState state() const override { return pg_.state(); }
+  void visit_kv(const KvVisitor& f) override { pg_.visit_kv(f); }
+  void resume(const DocumentLayout& layout, PageEmbeddingSource& pages, const PageGroupState& state,
+              const KvVisitor& fill_kv) override {
+    pg_.resume(layout, pages, state, fill_kv);
+  }
+
+  bool pages_pending() const override { return pg_.pages_pending(); }
+  int64_t next_position() const override { return pg_.next_position(); }
+  int64_t position_limit() const override { return pg_.position_limit(); }
+  int64_t group_size() const override { return pg_.group_size(); }
+  int64_t slides() const override { return pg_.slides(); }
+
+  size_t reference_bytes() const override { return pg_.reference_bytes(); }
+  size_t window_bytes() const override { return pg_.window_bytes(); }
+  size_t kv_allocated_bytes() const override { return pg_.kv_allocated_bytes(); }
+  size_t peak_kv_bytes() const override { return pg_.peak_kv_bytes(); }
+  size_t page_buffer_bytes() const override { return pg_.page_buffer_bytes(); }
+  size_t sparse_summary_bytes() const override { return pg_.sparse_summary_bytes(); }
+  SparseReference* sparse() override { return pg_.sparse(); }
+
+  double prefill_seconds() const override { return pg_.prefill_seconds(); }
+  double slide_seconds() const override { return pg_.slide_seconds(); }
+
+  PG& page_groups() { return pg_; }
+
+ private:
+  std::shared_ptr<const void> owner_;  // declared first: outlives pg_
+  PG pg_;
+};
+
+// A backend opened for one model on one device (see uocr/engine/open.hpp).
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual Backend backend() const = 0;
+  // The device in words ("CPU", the Vulkan device's name and index).
+  virtual std::string device() const = 0;
+  virtual std::unique_ptr<VisionEngine> vision() = 0;
+  // A decoder for one document: R-SWA window (0: full attention) and page-group parameters.
+  virtual std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) = 0;
+};
+
+}  // namespace uocr

@@ -1,0 +1,98 @@
+// What a transcription is asked to do and what it reports: SessionParams in; Event (streamed)
+// and RunSummary out. Shared by uocr::Session (session.hpp) and uocr::InfiniteSession
+// (infinite.hpp), which run the same generation loop.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "uocr/core/error.hpp"
+#include "uocr/engine/engine.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/session/loop_guard.hpp"
+#include "uocr/session/output_parser.hpp"
+#include "uocr/session/sampler.hpp"
+
+namespace uocr {
+
+enum class ImageMode { base, gundam };
+
+enum class StopReason { eos, max_tokens, context_limit, loop, cancelled, no_token };
+
+inline const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::eos: return "eos";
+    case StopReason::max_tokens: return "max_tokens";
+    case StopReason::context_limit: return "context_limit";
+    case StopReason::loop: return "loop";
+    case StopReason::cancelled: return "cancelled";
+    case StopReason::no_token: return "no_token";
+  }
+  return "?";
+}
+
+struct SessionParams {
+  ImageMode mode = ImageMode::base;  // single page; several pages always use base views
+  std::string prompt;                // empty: upstream's prompt for one page / several pages
+  int window = -1;                   // R-SWA window n; -1: the config's (128 if it has none); 0: full attention
+  int64_t max_new_tokens = 0;        // 0: until EOS or the context limit
+  int64_t min_new_tokens = 0;        // EOS is suppressed until this many tokens (as Hugging Face generate's)
+  SamplingParams sampling;
+  int ngram_size = 35;               // upstream README; 0 disables the rule
+  int ngram_window = -1;             // -1: 128 for one page, 1024 for several (upstream README)
+  bool loop_guard = true;
+  LoopGuardParams loop_guard_params;
+  Backend backend = Backend::cpu;    // where vision and decoder run (uocr/engine/open.hpp)
+  int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
+};
+
+// Checks everything up front, not seconds later after the vision encoder has run.
+inline void validate(const Model& model, const SessionParams& p) {
+  require(p.window >= -1, Status::invalid_argument, "window must be -1, 0 or positive");
+  require(p.max_new_tokens >= 0, Status::invalid_argument, "max_new_tokens must be >= 0");
+  require(p.min_new_tokens >= 0 && (p.max_new_tokens == 0 || p.min_new_tokens <= p.max_new_tokens), Status::invalid_argument,
+          "min_new_tokens must be >= 0 and not above max_new_tokens");
+  require(p.ngram_size >= 0, Status::invalid_argument, "ngram_size must be >= 0");
+  require(p.ngram_window == -1 || p.ngram_window > 0 || p.ngram_size == 0, Status::invalid_argument,
+          "ngram_window must be -1 (upstream default) or positive when the n-gram rule is on");
+  require(p.loop_guard_params.check_every > 0 && p.loop_guard_params.min_repeats > 1 && p.loop_guard_params.max_period > 0,
+          Status::invalid_argument, "loop guard needs check_every > 0, min_repeats > 1 and max_period > 0");
+  require(p.mode == ImageMode::base || model.config().sam.image_size == 1024, Status::unsupported,
+          "gundam mode needs a model whose page size is 1024");
+  Sampler check(p.sampling);  // throws on bad sampling parameters
+  (void)check;
+}
+
+// R-SWA window a run uses: the params' override, else the config's sliding window, else upstream's 128.
+inline int effective_window(const Model& model, const SessionParams& p) {
+  if (p.window >= 0) return p.window;
+  return model.config().decoder.sliding_window > 0 ? model.config().decoder.sliding_window : 128;
+}
+
+struct Event {
+  enum class Type { token, page, block };
+  Type type = Type::token;
+  int32_t token = -1;   // token: the id (-1 for the final flush of an incomplete character)
+  std::string text;     // token: the UTF-8 text it completes (may be empty mid-character)
+  int page = 0;         // page and block: page index
+  LayoutBlock block;    // block: label and 0..999 box
+  int box_px[4] = {0, 0, 0, 0};  // block: box in the page image's pixels
+};
+
+struct MemoryStats {
+  size_t reference_kv_bytes = 0;  // the prompt's keys/values (visual tokens included)
+  size_t window_kv_bytes = 0;     // generated tokens' keys/values held now
+  size_t kv_allocated_bytes = 0;  // storage reserved for both
+  size_t peak_kv_bytes = 0;       // largest reference + window seen during the run
+};
+
+struct RunSummary {
+  StopReason stop = StopReason::eos;
+  std::string text;  // the transcript, whitespace-trimmed as upstream does
+  bool empty = true;
+  int64_t pages = 0, visual_tokens = 0, prompt_tokens = 0, generated_tokens = 0;
+  double vision_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
+  MemoryStats memory;
+};
+
+}  // namespace uocr

@@ -1,0 +1,78 @@
+// The golden tiny-a decoder checks every decoder backend runs (tests/test_vulkan.cpp for the CPU
+// and Vulkan decoders, backends/cuda/test_cuda.cpp for CUDA): prefill logits at every prefix
+// position, and teacher-forced decode through the backend's KV cache with its memory accounting.
+// A Runner is default-constructible and has `static constexpr const char* name`, a decoder `dec`
+// and `cache(window)` making that decoder's KV cache; the fixture has the tiny-a config, prompt
+// ids, generated ids and vision tokens.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "logit_agreement.hpp"
+#include "test_support.hpp"
+#include "uocr/decoder/decoder.hpp"
+
+namespace uocr_test {
+
+constexpr double kGoldenRowRel = 1e-4;  // full logits rows against the upstream float32 run
+// Top-16 logits and logsumexp: AgreementLimits' defaults (1e-4 relative to max(1, |ref|)).
+
+template <class Runner, class Fixture>
+void golden_prefill(const Fixture& e) {
+  Runner run;
+  auto cache = run.cache(0);
+  const std::vector<float> input = run.dec.embed_prompt(e.input_ids, e.vision);
+  const std::vector<float> all = run.dec.prefill(input, 0, cache, uocr::PrefillLogits::all);
+  const int64_t p = int64_t(e.input_ids.size()), vocab = e.cfg.decoder.vocab;
+  REQUIRE(all.size() == size_t(p * vocab));
+  const std::vector<float> ref_last = tiny_a_f32("prefill_logits.npy");
+  const RowError err = row_error(std::vector<float>(all.end() - vocab, all.end()), ref_last);
+  const RowError err_last = row_error(run.dec.prefill(input, 0, cache), ref_last);
+  const std::vector<int32_t> ids = tiny_a_ids("prefix_logits_top16_ids.npy");
+  const std::vector<float> vals = tiny_a_f32("prefix_logits_top16_vals.npy"), lse = tiny_a_f32("prefix_logits_lse.npy");
+  Agreement top;
+  for (int64_t i = 0; i < p; ++i) top.add(&all[size_t(i * vocab)], vocab, &ids[size_t(i * 16)], &vals[size_t(i * 16)], lse[size_t(i)]);
+  MESSAGE(std::string(Runner::name) << " prefill: last-position logits rel err " << err.rel << " (max abs " << err.max_abs
+                       << "), last-only path rel " << err_last.rel);
+  CHECK(err.rel <= kGoldenRowRel);
+  CHECK(err_last.rel <= kGoldenRowRel);
+  top.check(std::string(Runner::name) + " prefill, every prefix position");
+}
+
+template <class Runner, class Fixture>
+void golden_decode(const Fixture& e, const std::string& variant, int window) {
+  const std::vector<int32_t> ids = tiny_a_ids(variant + "_logits_top16_ids.npy");
+  const std::vector<float> vals = tiny_a_f32(variant + "_logits_top16_vals.npy");
+  const std::vector<float> lse = tiny_a_f32(variant + "_logits_lse.npy");
+  const std::vector<float> rows = tiny_a_f32(variant + "_logits_rows.npy");
+  const std::vector<int32_t> row_index = tiny_a_ids("logits_rows_gen_index.npy");
+  const int steps = int(lse.size());
+  const int64_t vocab = e.cfg.decoder.vocab, p = int64_t(e.input_ids.size());
+  Runner run;
+  auto cache = run.cache(window);
+  run.dec.prefill(run.dec.embed_prompt(e.input_ids, e.vision), 0, cache);
+  Agreement top;
+  double worst_row = 0;
+  size_t rows_seen = 0;
+  for (int s = 0; s < steps; ++s) {
+    const std::vector<float>& logits = run.dec.decode_step(e.gen_ids[size_t(s)], p + s, cache);
+    top.add(logits.data(), vocab, &ids[size_t(s) * 16], &vals[size_t(s) * 16], lse[size_t(s)]);
+    for (size_t r = 0; r < row_index.size(); ++r) {
+      if (row_index[r] != s) continue;
+      worst_row = std::max(worst_row, row_error(logits.data(), &rows[r * size_t(vocab)], vocab).rel);
+      ++rows_seen;
+    }
+    const int64_t held = window > 0 ? std::min<int64_t>(s + 1, window) : s + 1;
+    REQUIRE(cache.total_bytes() == size_t(p + held) * cache.bytes_per_token());
+  }
+  MESSAGE(std::string(Runner::name) << " " << variant << ": " << steps << " teacher-forced steps, full logits rows max rel err "
+                       << worst_row << " (" << rows_seen << " rows)");
+  CHECK(rows_seen == row_index.size());
+  CHECK(worst_row <= kGoldenRowRel);
+  top.check(std::string(Runner::name) + " " + variant);
+}
+
+}  // namespace uocr_test

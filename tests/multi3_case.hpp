@@ -1,0 +1,52 @@
+// The upstream multi_3 reference case on tiny-b (GQA 4/2 heads, 3 layers, R-SWA n = 8): 3 pages of
+// 273 visual tokens, "<image>Multi page parsing.", 40 reference generated tokens. Shared by the
+// page-group tests on the CPU (test_infinite.cpp) and on Vulkan (test_vulkan_session.cpp).
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/model/checkpoint.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
+
+namespace uocr_test {
+
+struct Multi3 {
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(reference_dir() + "/tiny-b/config.json");
+  uocr::Checkpoint ck = uocr::Checkpoint::open(reference_dir() + "/tiny-b");
+  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
+  std::vector<int32_t> ids = npy_ids(reference_dir() + "/cases/multi_3/input_ids.npy");
+  std::vector<int32_t> gen = npy_ids(reference_dir() + "/cases/multi_3/gen_ids.npy");
+  std::vector<float> vision = uocr::read_npy(reference_dir() + "/cases/multi_3/vision_tokens.npy").to_f32();
+  uocr::DocumentLayout layout;  // head, 3 pages of visual tokens, tail, as in `ids`
+
+  Multi3() {
+    const auto first = std::find(ids.begin(), ids.end(), uocr::kImageTokenId);
+    const auto last = std::find_if(first, ids.end(), [](int32_t t) { return t != uocr::kImageTokenId; });
+    layout.head.assign(ids.begin(), first);
+    layout.tail.assign(last, ids.end());
+    layout.pages = 3;
+    layout.page_tokens = int64_t(last - first) / 3;
+  }
+  const uocr::DecoderConfig& dc() const { return cfg.decoder; }
+  int window() const { return cfg.decoder.sliding_window; }
+  int64_t hidden() const { return cfg.decoder.hidden; }
+  // Page p's reference visual tokens.
+  void page(int64_t p, std::vector<float>& out) const {
+    const size_t n = size_t(layout.page_tokens * hidden());
+    out.assign(vision.begin() + std::ptrdiff_t(size_t(p) * n), vision.begin() + std::ptrdiff_t(size_t(p + 1) * n));
+  }
+  uocr::FunctionPageEmbeddings source() const {
+    return uocr::FunctionPageEmbeddings(layout.pages, [this](int64_t p, std::vector<float>& out) { page(p, out); });
+  }
+  static Multi3& get() {
+    static Multi3 f;
+    return f;
+  }
+};
+
+}  // namespace uocr_test

@@ -1,0 +1,289 @@
+// Crash-safe resume (uocr/session/infinite.hpp, checkpoint.hpp):
+//  - in process: a sampled 3-page run with sliding page groups is cancelled mid-document, resumed
+//    from its last checkpoint, and the tokens after the checkpoint are those of an uninterrupted
+//    run (KV, positions, page clock, n-gram history, sampler RNG, parser and UTF-8 state restored);
+//  - damaged checkpoints (flipped byte, truncated, not a checkpoint, missing) and mismatched ones
+//    (other parameters, other pages) are refused with a clear error;
+//  - for real: `uocr run --checkpoint` is SIGKILLed mid-document, `--resume` finishes it, and the
+//    output file is byte-identical to an uninterrupted run's.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test_support.hpp"
+#include "uocr/session/checkpoint.hpp"
+#include "uocr/session/infinite.hpp"
+#include "uocr/session/page_source.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<const uocr::Model> tiny_model() {
+  static auto model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  return model;
+}
+
+std::vector<std::string> page_files() {
+  const std::string imgs = uocr_test::source_dir() + "/tests/data/reference/images/";
+  return {uocr_test::golden_dir("tiny-a") + "/page.png", imgs + "page_a_800x1000.png", imgs + "page_b_1100x700.png"};
+}
+
+std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_resume_" + name)).string(); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// Sampled (so the RNG state matters), three pages, two held, the fallback sliding every 8 tokens.
+uocr::SessionParams sampled() {
+  uocr::SessionParams p;
+  p.max_new_tokens = 40;
+  p.sampling.temperature = 0.8f;
+  p.sampling.seed = 7;
+  return p;
+}
+uocr::InfiniteParams groups() {
+  uocr::InfiniteParams ip;
+  ip.groups.group_pages = 2;
+  ip.groups.overlap_pages = 1;
+  ip.page_fallback_tokens = 8;
+  return ip;
+}
+
+struct Recorded {
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+
+}  // namespace
+
+TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as if never stopped") {
+  Recorded full;
+  uocr::InfiniteSession ref(tiny_model(), sampled(), groups());
+  uocr::FilePages ref_pages(page_files());
+  const uocr::RunSummary a = ref.run(ref_pages, [&](const uocr::Event& e) {
+    if (e.type == uocr::Event::Type::token) full.tokens.push_back(e.token), full.text += e.text;
+    return true;
+  });
+  REQUIRE(a.generated_tokens == 40);
+  REQUIRE(ref.stats().slides == 1);
+
+  const std::string ck = tmp("inproc.ckpt");
+  fs::remove(ck);
+  uocr::CheckpointOptions opt;
+  opt.path = ck;
+  opt.every_tokens = 5;
+  int saves = 0;
+  opt.save_caller_state = [&] { return "caller state " + std::to_string(++saves); };
+
+  // Stopped at token 23: the last checkpoint is the one of token 20 (after the slide at 16).
+  uocr::InfiniteSession first(tiny_model(), sampled(), groups());
+  uocr::FilePages first_pages(page_files());
+  int64_t seen = 0;
+  const uocr::RunSummary b = first.run(
+      first_pages, [&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++seen < 23; }, opt);
+  CHECK(b.stop == uocr::StopReason::cancelled);
+  CHECK(first.stats().checkpoints_written == 1 + 4 + 2);  // prefill, tokens 5..20, boundaries at 8 and 16
+  REQUIRE(fs::exists(ck));
+
+  opt.resume = true;
+  std::string caller;
+  opt.restore_caller_state = [&](const std::string& s) { caller = s; };
+  Recorded rest;
+  uocr::InfiniteSession second(tiny_model(), sampled(), groups());
+  uocr::FilePages second_pages(page_files());
+  const uocr::RunSummary c = second.run(second_pages, [&](const uocr::Event& e) {
+    if (e.type == uocr::Event::Type::token) rest.tokens.push_back(e.token), rest.text += e.text;
+    return true;
+  }, opt);
+  CHECK(caller == "caller state 7");  // the token-20 checkpoint's (written after the one of boundary 16)
+  CHECK(second.stats().resumed_at_token == 20);
+  CHECK(second.stats().pages_encoded == 3);
+  CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + 20, full.tokens.end()));
+  CHECK(c.stop == a.stop);
+  CHECK(c.generated_tokens == a.generated_tokens);
+  CHECK(c.memory.reference_kv_bytes == a.memory.reference_kv_bytes);
+  CHECK(c.memory.peak_kv_bytes == a.memory.peak_kv_bytes);
+  CHECK(c.memory.kv_allocated_bytes == a.memory.kv_allocated_bytes);
+  CHECK(second.stats().slides == 1);
+  CHECK(second.stats().forced_boundaries == ref.stats().forced_boundaries);
+  CHECK(full.text.size() > rest.text.size());
+  CHECK(full.text.compare(full.text.size() - rest.text.size(), rest.text.size(), rest.text) == 0);
+
+  {  // a checkpoint of other parameters or other pages is refused, saying which
+    auto mismatch = [&](uocr::SessionParams sp, uocr::InfiniteParams ip, std::vector<std::string> files) {
+      uocr::InfiniteSession s(tiny_model(), sp, ip);
+      uocr::FilePages p(files);
+      uocr::CheckpointOptions o;
+      o.path = ck;
+      o.resume = true;
+      CHECK(uocr_test::status_of([&] { s.run(p, {}, o); }) == uocr::Status::invalid_argument);
+      return uocr_test::message_of([&] { s.run(p, {}, o); });
+    };
+    uocr::SessionParams other = sampled();
+    other.sampling.seed = 8;
+    const std::string m1 = mismatch(other, groups(), page_files());
+    CHECK(m1.find("other parameters") != std::string::npos);
+    CHECK(m1.find("seed=7") != std::string::npos);
+    uocr::InfiniteParams bigger = groups();
+    bigger.groups.group_pages = 3;
+    CHECK(mismatch(sampled(), bigger, page_files()).find("other parameters") != std::string::npos);
+    std::vector<std::string> swapped = page_files();
+    std::swap(swapped[1], swapped[2]);
+    CHECK(mismatch(sampled(), groups(), swapped).find("other input pages") != std::string::npos);
+  }
+  {  // damaged checkpoints are refused, saying why
+    const std::string good = read_file(ck);
+    auto resume_error = [&](const std::string& bytes) {
+      write_file(ck, bytes);
+      uocr::InfiniteSession s(tiny_model(), sampled(), groups());
+      uocr::FilePages p(page_files());
+      uocr::CheckpointOptions o;
+      o.path = ck;
+      o.resume = true;
+      CHECK(uocr_test::status_of([&] { s.run(p, {}, o); }) == uocr::Status::io);
+      return uocr_test::message_of([&] { s.run(p, {}, o); });
+    };
+    std::string flipped = good;
+    flipped[flipped.size() / 2] ^= 0x10;
+    CHECK(resume_error(flipped).find("checksum") != std::string::npos);
+    CHECK(resume_error(good.substr(0, good.size() - 100)).find("truncated") != std::string::npos);
+    CHECK(resume_error("not a checkpoint at all, just some text that is long enough").find("not a uocr checkpoint") !=
+          std::string::npos);
+    std::string future = good;
+    future[8] = 99;  // format version
+    CHECK(resume_error(future).find("version 99") != std::string::npos);
+    fs::remove(ck);
+    CHECK(resume_error("").find("not a uocr checkpoint") != std::string::npos);
+    fs::remove(ck);
+    uocr::InfiniteSession s(tiny_model(), sampled(), groups());
+    uocr::FilePages p(page_files());
+    uocr::CheckpointOptions o;
+    o.path = ck;
+    o.resume = true;
+    CHECK(uocr_test::message_of([&] { s.run(p, {}, o); }).find("cannot open checkpoint") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Runs the CLI with `args` (no shell), stdout/stderr to `log`; returns its pid.
+pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> argv_s = {uocr_test::cli_path()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+}
+
+int run_cli(const std::vector<std::string>& args, std::string* output = nullptr) {
+  const std::string log = tmp("cli.log");
+  const int rc = wait_exit(spawn_cli(args, log));
+  if (output) *output = read_file(log);
+  return rc;
+}
+
+}  // namespace
+
+TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical output") {
+  const std::string ref_out = tmp("ref.md"), out = tmp("killed.md"), ck = tmp("cli.ckpt");
+  for (const std::string& f : {ref_out, out, ck}) fs::remove(f);
+  // Three pages, two held; random weights write no <PAGE>, so the fallback slides at token 80.
+  std::vector<std::string> common = {"run", "--model", uocr_test::golden_dir("tiny-a"), "--max-tokens", "300",
+                                     "--loop-guard", "off", "--pages-per-group", "2", "--overlap", "1",
+                                     "--page-fallback-tokens", "80", "--quiet"};
+  const std::vector<std::string> pages = page_files();
+  common.insert(common.end(), pages.begin(), pages.end());
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+
+  std::string log;
+  REQUIRE(run_cli(with({"-o", ref_out}), &log) == 3);  // --max-tokens reached
+  const std::string expected = read_file(ref_out);
+  REQUIRE(expected.size() > 1500);
+
+  // Killed once the output has passed the slide (~8 bytes a token) and a checkpoint exists.
+  const auto ckpt = with({"-o", out, "--checkpoint", ck, "--checkpoint-every", "30"});
+  const pid_t pid = spawn_cli(ckpt, tmp("killed.log"));
+  const auto t0 = std::chrono::steady_clock::now();
+  bool killed = false;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    std::error_code ec;
+    if (fs::exists(ck) && fs::file_size(out, ec) >= 900 && !ec) {
+      killed = ::kill(pid, SIGKILL) == 0;
+      break;
+    }
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) FAIL("uocr run finished before it could be killed: " << read_file(tmp("killed.log")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(killed);
+  CHECK(wait_exit(pid) == 128 + SIGKILL);
+  const std::string partial = read_file(out);
+  INFO("killed after " << partial.size() << " of " << expected.size() << " bytes");
+  REQUIRE(partial.size() < expected.size());
+
+  // Refused: other parameters (exit 2, says which), a damaged copy (exit 1), no checkpoint.
+  std::vector<std::string> other = with({"-o", out, "--checkpoint", ck, "--resume", "--window", "8"});
+  CHECK(run_cli(other, &log) == 2);
+  CHECK(log.find("other parameters") != std::string::npos);
+  const std::string damaged = tmp("damaged.ckpt");
+  std::string bytes = read_file(ck);
+  bytes[bytes.size() - 3] ^= 0x01;
+  write_file(damaged, bytes);
+  CHECK(run_cli(with({"-o", out, "--checkpoint", damaged, "--resume"}), &log) == 1);
+  CHECK(log.find("checksum") != std::string::npos);
+  fs::remove(damaged);
+  CHECK(run_cli(with({"-o", out, "--checkpoint", tmp("none.ckpt"), "--resume"}), &log) == 2);
+  CHECK(log.find("no checkpoint") != std::string::npos);
+  CHECK(read_file(out) == partial);  // refused resumes leave the output alone
+
+  std::vector<std::string> resume = ckpt;
+  resume.push_back("--resume");
+  resume.insert(resume.end(), {"--stats", "json"});
+  CHECK(run_cli(resume, &log) == 3);
+  INFO(log);
+  CHECK(log.find("\"resumed_at_token\": -1") == std::string::npos);
+  CHECK(read_file(out) == expected);
+  CHECK_FALSE(fs::exists(ck));  // a finished run removes its checkpoint
+  for (const std::string& f : {ref_out, out, tmp("killed.log"), tmp("cli.log")}) fs::remove(f);
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Accuracy of uocr's decoding modes on held-out rendered documents (docs/ACCURACY.md).
+
+Documents of 1, 10, 100, 300 ... pages are rendered with the training renderer
+(tools/train/data.py) from seeds the training run never uses, transcribed with the `uocr run`
+CLI in each decoding mode, and scored against their markdown:
+
+  CER         edit distance / reference length, on the whole document's text (the "<PAGE>"
+              markers removed and runs of whitespace made one space on both sides, so that the
+              score is about the characters read, not line breaks)
+  Distinct-n  distinct word n-grams / all word n-grams of the output (n = 20): a model caught in
+              a loop repeats n-grams and scores low; rendered text scores ~100%
+  pages/s     pages / (vision + prefill + decode seconds) from `--stats json`
+
+Modes (the `uocr run` options each one adds):
+  oneshot     --pages-per-group N (every page in one group: exactly one-shot R-SWA)
+  infinite    page groups with the CLI defaults (G = 4, O = 3)
+  sparse-A/B  page groups + SR-SWA at two reference budgets (--reference-budget PAGES,BLOCKS[,BLOCK])
+
+Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what tools/train needs
+(Pillow, numpy; fonts-dejavu, fonts-liberation, wamerican).
+
+    python3 tools/eval/eval.py --uocr build/tools/uocr --model models/uocr-demo \
+        --pages 1,10,100,300 --single-docs 16 --json /tmp/accuracy.json
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from rapidfuzz.distance import Levenshtein
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "train"))
+from data import Renderer, LEVELS  # noqa: E402
+from tokenizer import PAGE_MARK  # noqa: E402
+from train import join_pages  # noqa: E402
+
+# Far from every seed the training run derives (tools/train/train.py: 1234 + 7919*step + 100003*worker,
+# evaluation 999 + ...), so these pages are held out.
+HELD_OUT_SEED = 20_261_130
+
+MODES = {
+    "oneshot": lambda n: ["--pages-per-group", str(max(2, n))],
+    "infinite": lambda n: [],
+    "sparse-A": lambda n: ["--reference-budget", "2,8"],
+    "sparse-B": lambda n: ["--reference-budget", "1,4"],
+}
+
+
+def normalise(text):
+    return " ".join(text.replace(PAGE_MARK, " ").split())
+
+
+def distinct_n(text, n=20):
+    words = text.split()
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def render_document(out_dir, n_pages, level, seed):
+    """Writes page PNGs; returns (paths, reference text of the document)."""
+    r = Renderer(size=512, seed=seed, level=level)
+    paths, mds = [], []
+    for i in range(n_pages):
+        img, md, _ = r.page()
+        p = os.path.join(out_dir, f"page{i:04d}.png")
+        img.save(p)
+        paths.append(p)
+        mds.append(md)
+    return paths, join_pages(mds)[0]
+
+
+def transcribe(a, paths, mode_args):
+    cmd = [a.uocr, "run", "--model", a.model, "--format", "raw", "--stats", "json", "--quiet",
+           "--positions", "extrapolate", *mode_args, *paths]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    stats = None
+    for line in reversed(p.stderr.splitlines()):
+        if line.startswith("{"):
+            stats = json.loads(line)
+            break
+    if stats is None:
+        raise RuntimeError(f"{' '.join(cmd[:12])} ... exited {p.returncode}: {p.stderr.strip()[-400:]}")
+    return p.stdout, stats
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--uocr", default="build/tools/uocr")
+    ap.add_argument("--model", default="models/uocr-demo")
+    ap.add_argument("--pages", default="1,10,100,300", help="document lengths")
+    ap.add_argument("--modes", default=",".join(MODES), help="any of " + ", ".join(MODES))
+    ap.add_argument("--single-docs", type=int, default=16, help="documents averaged for 1-page rows")
+    ap.add_argument("--level", type=int, default=len(LEVELS) - 1, help="renderer level (0 = large type .. 4)")
+    ap.add_argument("--oneshot-max-pages", type=int, default=10, help="longer documents skip one-shot (its KV grows)")
+    ap.add_argument("--seed", type=int, default=HELD_OUT_SEED)
+    ap.add_argument("--json", help="also write the rows here")
+    a = ap.parse_args()
+    modes = a.modes.split(",")
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m}")
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in [int(x) for x in a.pages.split(",")]:
+            docs = a.single_docs if n == 1 else 1
+            rendered = []
+            for d in range(docs):
+                folder = os.path.join(tmp, f"n{n}-d{d}")
+                os.makedirs(folder)
+                rendered.append(render_document(folder, n, a.level, a.seed + 1000 * n + d))
+            for m in modes:
+                if m == "oneshot" and n > a.oneshot_max_pages:
+                    continue
+                if m != "oneshot" and n == 1:
+                    continue  # one page: every mode is the same computation
+                errors = ref_chars = 0
+                distinct, pages, seconds, tokens, peak = [], 0, 0.0, 0, 0
+                t0 = time.time()
+                for paths, ref in rendered:
+                    hyp, st = transcribe(a, paths, MODES[m](n))
+                    h, r = normalise(hyp), normalise(ref)
+                    errors += Levenshtein.distance(h, r)
+                    ref_chars += len(r)
+                    distinct.append(distinct_n(h))
+                    pages += n
+                    seconds += st["vision_seconds"] + st["prefill_seconds"] + st["decode_seconds"]
+                    tokens += st["generated_tokens"]
+                    peak = max(peak, st["peak_kv_bytes"])
+                row = dict(pages=n, docs=docs, mode=m, level=a.level, cer=errors / max(1, ref_chars),
+                           distinct20=min(distinct), pages_per_second=pages / seconds if seconds else 0.0,
+                           tokens=tokens, peak_kv_bytes=peak, wall_seconds=time.time() - t0)
+                rows.append(row)
+                print(f"{n:5d} pages x {docs:2d}  {m:9s}  CER {row['cer']:.3f}  Distinct-20 {row['distinct20']:.3f}  "
+                      f"{row['pages_per_second']:.2f} pages/s  peak KV {peak / 2**20:.2f} MiB", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
