@@ -137,6 +137,7 @@ class StateReader {
   void get_array(T* data, size_t n) {
     static_assert(std::is_trivially_copyable<T>::value, "get_array() takes plain values");
     need(uint64_t(n) * sizeof(T));
+    if (n == 0) return;  // data may be null (an empty vector): memcpy must not see it
     std::memcpy(static_cast<void*>(data), bytes_.data() + at_, n * sizeof(T));
     at_ += n * sizeof(T);
   }

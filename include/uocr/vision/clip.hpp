@@ -13,6 +13,7 @@
 
 #include <Eigen/Core>
 
+#include "uocr/backends/cpu/elementwise.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
@@ -42,8 +43,7 @@ inline void quick_gelu(float* x, int64_t n) {
   const int64_t chunk = 1 << 14;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += chunk) {
-    Eigen::Map<Eigen::ArrayXf> a(x + i, std::min(chunk, n - i));
-    a = a / (1.f + (-1.702f * a).exp());
+    cpu::apply_packets(x + i, std::min(chunk, n - i), [](auto& a) { a = a / (1.f + (-1.702f * a).exp()); });
   }
 }
 

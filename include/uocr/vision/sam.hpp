@@ -22,6 +22,7 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "uocr/backends/cpu/elementwise.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
@@ -161,8 +162,8 @@ inline void gelu_erf(float* x, int64_t n) {
   const int64_t chunk = 1 << 14;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += chunk) {
-    Eigen::Map<Eigen::ArrayXf> a(x + i, std::min(chunk, n - i));
-    a = 0.5f * a * (1.f + (a * 0.70710678118654752f).erf());
+    cpu::apply_packets(x + i, std::min(chunk, n - i),
+                       [](auto& a) { a = 0.5f * a * (1.f + (a * 0.70710678118654752f).erf()); });
   }
 }
 
