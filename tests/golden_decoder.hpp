@@ -14,8 +14,21 @@
 #include "logit_agreement.hpp"
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
+#include "uocr/model/checkpoint.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
 
 namespace uocr_test {
+
+// The golden tiny-a model and the inputs of its reference run, the fixture every decoder test uses.
+struct TinyAGolden {
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(tiny_a("config.json"));
+  uocr::Checkpoint ck = uocr::Checkpoint::open(golden_dir("tiny-a"));
+  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
+  std::vector<int32_t> input_ids = tiny_a_ids("input_ids.npy");
+  std::vector<int32_t> gen_ids = tiny_a_ids("gen_ids.npy");
+  std::vector<float> vision = tiny_a_f32("vision_tokens.npy");
+};
 
 constexpr double kGoldenRowRel = 1e-4;  // full logits rows against the upstream float32 run
 // Top-16 logits and logsumexp: AgreementLimits' defaults (1e-4 relative to max(1, |ref|)).

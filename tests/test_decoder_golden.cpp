@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include "golden_decoder.hpp"
 #include "logit_agreement.hpp"
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
@@ -31,13 +32,7 @@ constexpr double kRowRelTol = 1e-4;    // ‖ours − ref‖ / ‖ref‖ over a 
 // Top-16 logits and logsumexp: uocr_test::AgreementLimits' defaults (1e-4 relative).
 
 // The model and its inputs, loaded once for all test cases.
-struct Fixture {
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(uocr_test::tiny_a("config.json"));
-  uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
-  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
-  std::vector<int32_t> input_ids = uocr_test::tiny_a_ids("input_ids.npy");
-  std::vector<int32_t> gen_ids = uocr_test::tiny_a_ids("gen_ids.npy");
-  std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
+struct Fixture : uocr_test::TinyAGolden {
   int64_t vocab() const { return cfg.decoder.vocab; }
   int64_t prompt_len() const { return int64_t(input_ids.size()); }
 

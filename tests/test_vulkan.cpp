@@ -50,15 +50,9 @@ namespace {
 
 // Everything shared by the cases, built once. The Context is the first member, so it is
 // destroyed last (buffers must not outlive it).
-struct Env {
+struct Env : uocr_test::TinyAGolden {
   std::unique_ptr<vk::Context> ctx;
   std::string ctx_error;
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(uocr_test::tiny_a("config.json"));
-  uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
-  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
-  std::vector<int32_t> input_ids = uocr_test::tiny_a_ids("input_ids.npy");
-  std::vector<int32_t> gen_ids = uocr_test::tiny_a_ids("gen_ids.npy");
-  std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
   std::shared_ptr<vk::DecoderDeviceWeights> dev_weights;
 
   Env() {

@@ -42,16 +42,10 @@ namespace {
 
 // The device (or why there is none) and the tiny-a model, built once. The Context is the first
 // member, so it is destroyed last.
-struct Env {
+struct Env : uocr_test::TinyAGolden {
   std::unique_ptr<cu::Context> ctx;
   std::string no_device;  // the Context error when there is no usable GPU
   Status no_device_status = Status::ok;
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(uocr_test::tiny_a("config.json"));
-  uocr::Checkpoint ck = uocr::Checkpoint::open(uocr_test::golden_dir("tiny-a"));
-  uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
-  std::vector<int32_t> input_ids = uocr_test::tiny_a_ids("input_ids.npy");
-  std::vector<int32_t> gen_ids = uocr_test::tiny_a_ids("gen_ids.npy");
-  std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
   std::shared_ptr<cu::DecoderDeviceWeights> dev_weights;
 
   Env() {
