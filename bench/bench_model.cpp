@@ -304,12 +304,12 @@ void BM_EncoderStages(benchmark::State& st) {
   const uocr::ModelWeights& w = f.model->weights();
   const uocr_bench::EncoderFlops fl = uocr_bench::encoder_flops(cfg, f.view_size);
   Times sam_t, clip_t;
+  uocr::vision::Workspace ws;  // kept across iterations, as a session's encoder keeps it
   for (auto _ : st) {
-    uocr::vision::SamResult sam;
-    sam_t.time([&] { sam = uocr::vision::sam_forward(cfg.sam, w.sam, f.view.data(), f.view_size); });
+    sam_t.time([&] { uocr::vision::sam_forward(cfg.sam, w.sam, f.view.data(), f.view_size, ws); });
     clip_t.time([&] {
-      std::vector<float> clip = uocr::vision::clip_forward(cfg.clip, w.clip, sam.features);
-      benchmark::DoNotOptimize(clip.data());
+      const float* clip = uocr::vision::clip_forward(cfg.clip, w.clip, ws.sam_out, ws);
+      benchmark::DoNotOptimize(clip);
     });
   }
   const uocr_bench::Rate peak = gemm_peak();

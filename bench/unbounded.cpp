@@ -16,7 +16,11 @@
 //       accounting formula instead, marked "formula", never measured.
 //   unbounded case MODE PAGES [--tokens-per-page 64] [--max-steps N]
 //       one configuration, one JSON line on stdout; --max-steps stops the stream early
-//   unbounded step      [--pages 10,100,1000] [--cap-gb 4] [--out step.json]
+//   unbounded step      [--pages 10,100,1000,3600] [--dims tiny-a,real] [--gate FAN_OUT,BEAM] [--cap-gb 4] [--cold 1]
+//                       [--out step.json]
+//       SR-SWA (default budgets and gate tree) against dense R-SWA over the same reference; at the
+//       real width 3,600 pages hold 10 GB of K+V (one layer, cycled) + 0.7 GB of summaries;
+//       --cold 0 keeps the caches between calls (see CacheEvictor)
 //   unbounded deviation [--pages 12] [--out deviation.json]
 //
 // Modes: full (full causal attention over the one-shot prompt: the generated KV grows), oneshot
@@ -416,24 +420,50 @@ struct CallTime {
   double wall_ms = 0, cpu_ms = 0;
 };
 
+// Streams a buffer of twice the last-level cache before each timed call (untimed): in a real
+// decode step the layer's weights (hundreds of MB at the real width) pass through the caches
+// between two layers' attention, so a layer's K/V and summaries are never cache-hot. Without it
+// a small reference would stay partly in this machine's 260 MB L3 and a large one would not.
+class CacheEvictor {
+ public:
+  explicit CacheEvictor(bool on) {
+    if (on) buf_.assign(size_t(std::max(sysconf(_SC_LEVEL3_CACHE_SIZE), 32L << 20)) * 2 / sizeof(int64_t), 1);
+  }
+  void run() {
+    int64_t sum = 0;
+    for (size_t i = 0; i < buf_.size(); i += 64 / sizeof(int64_t)) sum += buf_[i];
+    sink_ = sum;
+  }
+  size_t bytes() const { return buf_.size() * sizeof(int64_t); }
+  bool on() const { return !buf_.empty(); }
+
+ private:
+  std::vector<int64_t> buf_;
+  volatile int64_t sink_ = 0;
+};
+
 // Medians over `rounds` of the time per call (wall and process CPU), each round at least `min_s`
-// long and `min_calls` calls (every layer held at least once).
-CallTime time_calls(const std::function<void(int64_t)>& call, int64_t min_calls, double min_s, int rounds) {
+// of timed calls and `min_calls` calls (every layer held at least once); the evictor runs
+// between calls, outside the timed spans, and then a round stops at 50 calls (the eviction costs
+// ~50 ms a call: tiny-a's 0.1 ms calls would take minutes).
+CallTime time_calls(const std::function<void(int64_t)>& call, CacheEvictor& evict, int64_t min_calls, double min_s, int rounds) {
   call(0);
   std::vector<double> wall, cpu;
   int64_t i = 0;
   for (int r = 0; r < rounds; ++r) {
-    const auto t0 = Clock::now();
-    const double c0 = process_cpu_seconds();
     int64_t n = 0;
-    double el = 0;
+    double el = 0, el_cpu = 0;
     do {
+      evict.run();
+      const auto t0 = Clock::now();
+      const double c0 = process_cpu_seconds();
       call(i++);
+      el_cpu += process_cpu_seconds() - c0;
+      el += seconds_since(t0);
       ++n;
-      el = seconds_since(t0);
-    } while (n < min_calls || el < min_s);
+    } while (n < min_calls || (el < min_s && (!evict.on() || n < 50)));
     wall.push_back(el / double(n) * 1e3);
-    cpu.push_back((process_cpu_seconds() - c0) / double(n) * 1e3);
+    cpu.push_back(el_cpu / double(n) * 1e3);
   }
   std::sort(wall.begin(), wall.end());
   std::sort(cpu.begin(), cpu.end());
@@ -441,28 +471,42 @@ CallTime time_calls(const std::function<void(int64_t)>& call, int64_t min_calls,
 }
 
 int step_main(const Options& o) {
-  const std::vector<int64_t> page_counts = parse_list(o.get("pages", "10,100,1000"));
+  const std::vector<int64_t> page_counts = parse_list(o.get("pages", "10,100,1000,3600"));
+  const std::vector<std::string> dim_names = parse_words(o.get("dims", "tiny-a,real"));
   const double cap = std::stod(o.get("cap-gb", "4")) * 1e9;
+  CacheEvictor evict(o.get("cold", "1") != "0");
   const TinyModel m;
   struct Dims {
     std::string name;
     uocr::DecoderConfig c;
   };
-  const std::vector<Dims> dims = {{"tiny-a", m.dc()},
-                                  {"real", uocr::ModelConfig::load(shared_dir() + "/unlimited-ocr/config.json").decoder}};
-  const uocr::SparseParams sp;  // the defaults: gate 4 pages, 64 blocks of 16
+  std::vector<Dims> dims;
+  for (const std::string& name : dim_names) {
+    uocr::require(name == "tiny-a" || name == "real", uocr::Status::invalid_argument, [&] { return "unknown dims " + name + " (tiny-a, real)"; });
+    dims.push_back({name, name == "tiny-a" ? m.dc() : uocr::ModelConfig::load(shared_dir() + "/unlimited-ocr/config.json").decoder});
+  }
+  uocr::SparseParams sp;  // the defaults: gate 4 pages (tree of fan-out 4, beam 8), 64 blocks of 16
+  if (const std::vector<int64_t> gate = parse_list(o.get("gate", "")); !gate.empty()) {
+    uocr::require(gate.size() == 2, uocr::Status::invalid_argument, "--gate takes FAN_OUT,BEAM");
+    sp.gate_fan_out = int(gate[0]);
+    sp.gate_beam = int(gate[1]);
+  }
   json all = {{"window", kWindow},
               {"page_tokens", m.layout.page_tokens},
               {"block_tokens", sp.block_tokens},
               {"page_budget", sp.page_budget},
               {"block_budget", sp.block_budget},
+              {"gate_fan_out", sp.gate_fan_out},
+              {"gate_beam", sp.gate_beam},
+              {"cache_evicted_bytes", evict.bytes()},
               {"load_average_start", load_average()},
               {"cases", json::array()}};
-  std::printf("reference attention per decode step (all layers), SR-SWA (gate %d pages, %d blocks of %d) vs dense R-SWA over the "
-              "same reference + window %d; load %s\n",
-              sp.page_budget, sp.block_budget, sp.block_tokens, kWindow, load_average().c_str());
-  std::printf("%-7s %6s %9s %7s %19s %19s %14s %10s %11s\n", "dims", "pages", "ref rows", "layers*", "dense ms wall/cpu",
-              "SR-SWA ms wall/cpu", "speed-up w/cpu", "rows used", "summary MB");
+  std::printf("reference attention per decode step (all layers), SR-SWA (gate %d pages: tree fan-out %d, beam %d; %d blocks of %d) vs "
+              "dense R-SWA over the same reference + window %d; caches evicted between calls: %.0f MB; load %s\n",
+              sp.page_budget, sp.gate_fan_out, sp.gate_beam ? sp.gate_beam : 2 * sp.page_budget, sp.block_budget, sp.block_tokens,
+              kWindow, mb(double(evict.bytes())), load_average().c_str());
+  std::printf("%-7s %6s %9s %7s %19s %19s %14s %10s %6s %7s %11s\n", "dims", "pages", "ref rows", "layers*", "dense ms wall/cpu",
+              "SR-SWA ms wall/cpu", "speed-up w/cpu", "rows used", "levels", "bounds+", "summary MB");
   for (const Dims& d : dims)
     for (int64_t pages : page_counts) {
       const uocr::ReferenceLayout layout =
@@ -503,7 +547,7 @@ int step_main(const Options& o) {
             uocr::decode_attention(qi, {k[size_t(l)].data(), v[size_t(l)].data(), rows}, {gk[size_t(l)].data(), gv[size_t(l)].data(), kWindow},
                                    s, scores.data(), out.data());
           },
-          held, 0.3, 3);
+          evict, held, 0.3, 3);
       sr.reset_counters();
       const CallTime sparse = time_calls(
           [&](int64_t i) {
@@ -513,8 +557,10 @@ int step_main(const Options& o) {
             sr.attend(l, qi, {k[size_t(l)].data(), v[size_t(l)].data(), rows}, {gk[size_t(l)].data(), gv[size_t(l)].data(), kWindow}, s,
                       out.data());
           },
-          held, 0.3, 3);
+          evict, held, 0.3, 3);
       const double used = double(sr.rows_attended()) / double(sr.rows_dense());
+      // Quest bounds (gate nodes + blocks) per head and layer: rows_dense counts heads x rows per call.
+      const double bounds = double(sr.bounds_evaluated()) / (double(sr.rows_dense()) / double(rows));
       const int L = d.c.layers;
       json r = {{"dims", d.name},
                 {"pages", pages},
@@ -531,16 +577,31 @@ int step_main(const Options& o) {
                 {"speedup", dense.wall_ms / sparse.wall_ms},
                 {"speedup_cpu", dense.cpu_ms / sparse.cpu_ms},
                 {"reference_rows_used", used},
+                {"gate_levels", sr.gate_levels()},
+                {"bounds_per_head_layer", bounds},
                 {"summary_bytes_per_layer", double(sr.summary_bytes()) / held},
                 {"load_average", load_average()}};
-      std::printf("%-7s %6lld %9lld %3d/%-3d %9.2f/%-9.2f %9.2f/%-9.2f %6.1fx/%5.1fx %9.2f%% %11.2f\n", d.name.c_str(),
+      std::printf("%-7s %6lld %9lld %3d/%-3d %9.2f/%-9.2f %9.2f/%-9.2f %6.1fx/%5.1fx %9.2f%% %6d %7.0f %11.2f\n", d.name.c_str(),
                   (long long)pages, (long long)rows, held, L, dense.wall_ms * L, dense.cpu_ms * L, sparse.wall_ms * L,
-                  sparse.cpu_ms * L, dense.wall_ms / sparse.wall_ms, dense.cpu_ms / sparse.cpu_ms, used * 100,
+                  sparse.cpu_ms * L, dense.wall_ms / sparse.wall_ms, dense.cpu_ms / sparse.cpu_ms, used * 100, sr.gate_levels(), bounds,
                   mb(double(sr.summary_bytes()) / held * L));
       std::fflush(stdout);
       all["cases"].push_back(r);
     }
-  std::printf("* layers with their own K/V in memory (the rest cycle over them); times are per layer x all layers\n");
+  std::printf("* layers with their own K/V in memory (the rest cycle over them); times are per layer x all layers\n"
+              "+ Quest bounds evaluated (gate tree nodes + blocks of the gated pages) per head and layer\n");
+  // Flatness: SR-SWA's step at each page count over its step at the fewest pages, per dims.
+  for (const Dims& d : dims) {
+    const json* base = nullptr;
+    for (const json& c : all["cases"]) {
+      if (c["dims"] != d.name) continue;
+      if (!base) base = &c;
+      std::printf("%s: SR-SWA step at %lld pages / at %lld pages = %.2f wall, %.2f cpu (target <= 1.2 at 1,000)\n", d.name.c_str(),
+                  (long long)c["pages"].get<int64_t>(), (long long)(*base)["pages"].get<int64_t>(),
+                  c["sparse_ms_per_step"].get<double>() / (*base)["sparse_ms_per_step"].get<double>(),
+                  c["sparse_cpu_ms_per_step"].get<double>() / (*base)["sparse_cpu_ms_per_step"].get<double>());
+    }
+  }
   all["load_average_end"] = load_average();
   write_json(all, o.get("out", ""));
   return 0;
@@ -630,8 +691,13 @@ int deviation_main(const Options& o) {
     for (int bb : {0, 64, 32, 16, 8, 4}) grid.push_back({16, pb, bb, true});
   for (int rows : {1024, 256})
     for (int bt : {8, 32, 64}) grid.push_back({bt, 4, rows / bt, true});
-  std::printf("\nSR-SWA (0 = no limit)\n%-12s %-12s %-12s %-10s %-12s %-12s %-12s %s\n", "block tokens", "page budget", "block budget",
-              "rows used", "max |dlogit|", "max rel err", "mean rel err", "top-1 agree");
+  // The default gate tree over 12 pages is 12 -> 3 nodes: a beam of 2 x page budget covers the 3
+  // for page budgets >= 2 (exactly the flat gate's pages); page budget 1 descends with a beam of 2.
+  // Narrower trees (fan-out 2: 12 -> 6 -> 3 -> 2 nodes) with beams that do not cover every level:
+  // the gate may miss pages that scoring every page would pass.
+  for (const auto& [pb, beam] : {std::pair{4, 4}, std::pair{4, 0}, std::pair{2, 2}, std::pair{1, 1}}) grid.push_back({16, pb, 64, true, 2, beam});
+  std::printf("\nSR-SWA (0 = no limit; gate tree fan-out/beam, beam 0 = 2 x page budget)\n%-12s %-12s %-12s %-10s %-10s %-12s %-12s %-12s %s\n",
+              "block tokens", "page budget", "block budget", "fan/beam", "rows used", "max |dlogit|", "max rel err", "mean rel err", "top-1 agree");
   for (const uocr::SparseParams& sp : grid) {
     uocr::SparseReference sr(m.dc(), layout, sp);
     uocr::KvCache cache = prefilled;
@@ -643,9 +709,16 @@ int deviation_main(const Options& o) {
     dec.set_decode_attention(nullptr);
     const double used = double(sr.rows_attended()) / double(sr.rows_dense());
     json r = dv.to_json();
-    r.update({{"block_tokens", sp.block_tokens}, {"page_budget", sp.page_budget}, {"block_budget", sp.block_budget}, {"rows_used", used}});
-    std::printf("%-12d %-12d %-12d %8.1f%%  %-12.3g %-12.3g %-12.3g %lld/%lld\n", sp.block_tokens, sp.page_budget, sp.block_budget,
-                used * 100, dv.max_abs, dv.max_rel, dv.mean_rel / double(dv.rows), (long long)dv.agree, (long long)dv.rows);
+    r.update({{"block_tokens", sp.block_tokens},
+              {"page_budget", sp.page_budget},
+              {"block_budget", sp.block_budget},
+              {"gate_fan_out", sp.gate_fan_out},
+              {"gate_beam", sp.gate_beam},
+              {"gate_levels", sr.gate_levels()},
+              {"rows_used", used}});
+    const std::string tree = std::to_string(sp.gate_fan_out) + "/" + std::to_string(sp.gate_beam);
+    std::printf("%-12d %-12d %-12d %-10s %8.1f%%  %-12.3g %-12.3g %-12.3g %lld/%lld\n", sp.block_tokens, sp.page_budget, sp.block_budget,
+                tree.c_str(), used * 100, dv.max_abs, dv.max_rel, dv.mean_rel / double(dv.rows), (long long)dv.agree, (long long)dv.rows);
     std::fflush(stdout);
     all["sparse"].push_back(r);
   }
@@ -699,7 +772,7 @@ int usage() {
                "usage: unbounded memory [--pages 1,10,100,1000,3600] [--modes full,oneshot,infinite,sparse] "
                "[--tokens-per-page 64] [--max-oneshot-pages 100] [--out FILE]\n"
                "       unbounded case MODE PAGES [--tokens-per-page 64] [--max-steps N]\n"
-               "       unbounded step [--pages 10,100,1000] [--cap-gb 4] [--out FILE]\n"
+               "       unbounded step [--pages 10,100,1000,3600] [--dims tiny-a,real] [--gate FAN_OUT,BEAM] [--cap-gb 4] [--cold 1] [--out FILE]\n"
                "       unbounded deviation [--pages 12] [--out FILE]\n");
   return 2;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of `unbounded memory` and `unbounded step` results (bench/unbounded.cpp).
 
-    python3 bench/unbounded_plot.py --memory memory.json --step step.json --out docs/img \
+    python3 bench/unbounded_plot.py --memory memory.json --step step.json [step2.json] --out docs/img \
         [--extra case.json ...]   # lines printed by `unbounded case`: replace formula points
 
 Writes unbounded_memory.png (peak KV by the session's accounting and the process's max RSS
@@ -51,8 +51,10 @@ def plot_memory(path, extra, out):
     fig.savefig(os.path.join(out, "unbounded_memory.png"))
 
 
-def plot_step(path, out):
-    data = json.load(open(path))
+def plot_step(paths, out):
+    runs = [json.load(open(p)) for p in paths]
+    data = runs[0]  # the SR-SWA parameters of the title (the same in every run merged)
+    data["cases"] = [c for run in runs for c in run["cases"]]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=80)
     for dims, style in (("real", "-"), ("tiny-a", ":")):
         cases = sorted((c for c in data["cases"] if c["dims"] == dims), key=lambda c: c["pages"])
@@ -63,7 +65,9 @@ def plot_step(path, out):
         ax.plot(xs, [c["sparse_cpu_ms_per_step"] for c in cases], "s" + style, color="tab:green", label=f"SR-SWA, {dims} dims")
     ax.set(xscale="log", yscale="log", xlabel="pages of reference (273 visual tokens each)",
            ylabel="reference attention per decode step, CPU ms",
-           title=f"SR-SWA (gate {data['page_budget']} pages, {data['block_budget']} blocks of {data['block_tokens']}) vs dense")
+           title=f"SR-SWA (gate {data['page_budget']} pages, tree fan-out {data.get('gate_fan_out', '-')}; "
+                 f"{data['block_budget']} blocks of {data['block_tokens']}) vs dense")
+    ax.title.set_fontsize(10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -73,7 +77,7 @@ def plot_step(path, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--memory", help="JSON from `unbounded memory --out`")
-    ap.add_argument("--step", help="JSON from `unbounded step --out`")
+    ap.add_argument("--step", nargs="*", default=[], help="JSON files from `unbounded step --out` (cases merged)")
     ap.add_argument("--extra", nargs="*", default=[], help="files of `unbounded case` lines (measured points added)")
     ap.add_argument("--out", default="docs/img", help="folder for the PNG files")
     a = ap.parse_args()

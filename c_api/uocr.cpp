@@ -83,7 +83,11 @@ UOCR_PIN(uocr_run_summary, decode_seconds, 64);
 UOCR_PIN(uocr_run_summary, reference_kv_bytes, 72);
 UOCR_PIN(uocr_run_summary, peak_kv_bytes, 96);
 UOCR_PIN(uocr_run_summary, text_len, 104);
-static_assert(sizeof(uocr_run_summary) == 112, "uocr_run_summary size changed");
+UOCR_PIN(uocr_run_summary, scratch_bytes, 112);
+UOCR_PIN(uocr_run_summary, peak_scratch_bytes, 120);
+UOCR_PIN(uocr_run_summary, peak_bytes, 128);
+static_assert(sizeof(uocr_run_summary) == 136, "uocr_run_summary size changed");
+static_assert(UOCR_RUN_SUMMARY_MIN_SIZE == 112, "min size changed: API 2 callers pass 112 bytes");
 
 #define UOCR_PIN_STATUS(c, core) static_assert((c) == int(uocr::Status::core), #c " must equal uocr::Status::" #core)
 UOCR_PIN_STATUS(UOCR_OK, ok);
@@ -330,6 +334,27 @@ void write_output(T* out, T value) {
   std::memcpy(out, &value, std::min<size_t>(out->struct_size, sizeof(T)));
 }
 
+// The _init_sized functions: min(caller_size, sizeof) bytes of `defaults` with struct_size set to
+// that count, so an older caller's smaller struct is never overrun.
+template <class T>
+void write_defaults(T* out, T defaults, uint32_t caller_size) {
+  if (out == nullptr) return;
+  const uint32_t size = uint32_t(std::min<size_t>(caller_size, sizeof(T)));
+  defaults.struct_size = size;
+  std::memcpy(out, &defaults, size);
+}
+
+// Struct sizes of API version 2, written by the unsized _init symbols that binaries built against
+// API 1-2 headers call (API 3 headers call the _sized functions). Only the run summary has grown
+// since (the size pins at the top of this file catch any other struct growing: its API-2 size
+// then belongs here). An API-1 caller's uocr_session_params was smaller still: API 2 itself wrote
+// its full size into it, as this does.
+struct Api2Sizes {
+  uint32_t model_params, model_info, session_params, run_summary;
+};
+constexpr Api2Sizes kApi2Size{sizeof(uocr_model_params), sizeof(uocr_model_info), sizeof(uocr_session_params),
+                              UOCR_RUN_SUMMARY_MIN_SIZE};
+
 uocr_session_params default_session_params() {
   uocr_session_params p;
   std::memset(&p, 0, sizeof p);
@@ -435,6 +460,9 @@ uocr_run_summary to_c(const uocr::RunSummary& s) {
   o.kv_allocated_bytes = s.memory.kv_allocated_bytes;
   o.peak_kv_bytes = s.memory.peak_kv_bytes;
   o.text_len = s.text.size();
+  o.scratch_bytes = s.memory.scratch_bytes;
+  o.peak_scratch_bytes = s.memory.peak_scratch_bytes;
+  o.peak_bytes = s.memory.peak_bytes;
   return o;
 }
 
@@ -626,12 +654,14 @@ UOCR_API const char* uocr_stop_reason_string(int32_t stop_reason) {
 
 // ---- model ----------------------------------------------------------------------------------
 
-UOCR_API void uocr_model_params_init(uocr_model_params* p) {
-  if (p == nullptr) return;
-  std::memset(p, 0, sizeof *p);
-  p->struct_size = sizeof *p;
-  p->api_version = UOCR_API_VERSION;
+UOCR_API void uocr_model_params_init_sized(uocr_model_params* p, uint32_t struct_size) {
+  uocr_model_params d;
+  std::memset(&d, 0, sizeof d);
+  d.api_version = UOCR_API_VERSION;
+  write_defaults(p, d, struct_size);
 }
+
+UOCR_API void(uocr_model_params_init)(uocr_model_params* p) { uocr_model_params_init_sized(p, kApi2Size.model_params); }
 
 UOCR_API uocr_status uocr_model_load(const char* dir, const uocr_model_params* params, uocr_model** out_model) {
   UOCR_C_BEGIN
@@ -671,11 +701,13 @@ UOCR_API void uocr_model_free(uocr_model* model) {
   }
 }
 
-UOCR_API void uocr_model_info_init(uocr_model_info* info) {
-  if (info == nullptr) return;
-  std::memset(info, 0, sizeof *info);
-  info->struct_size = sizeof *info;
+UOCR_API void uocr_model_info_init_sized(uocr_model_info* info, uint32_t struct_size) {
+  uocr_model_info d;
+  std::memset(&d, 0, sizeof d);
+  write_defaults(info, d, struct_size);
 }
+
+UOCR_API void(uocr_model_info_init)(uocr_model_info* info) { uocr_model_info_init_sized(info, kApi2Size.model_info); }
 
 UOCR_API uocr_status uocr_model_get_info(const uocr_model* model, uocr_model_info* info) {
   UOCR_C_BEGIN
@@ -700,14 +732,18 @@ UOCR_API uocr_status uocr_model_get_info(const uocr_model* model, uocr_model_inf
 
 // ---- session --------------------------------------------------------------------------------
 
-UOCR_API void uocr_session_params_init(uocr_session_params* p) {
-  if (p == nullptr) return;
+UOCR_API void uocr_session_params_init_sized(uocr_session_params* p, uint32_t struct_size) {
+  uocr_session_params d;
   try {
-    *p = default_session_params();
+    d = default_session_params();
   } catch (...) {  // SessionParams' std::string default cannot throw, but stay sealed
-    std::memset(p, 0, sizeof *p);
-    p->struct_size = sizeof *p;
+    std::memset(&d, 0, sizeof d);
   }
+  write_defaults(p, d, struct_size);
+}
+
+UOCR_API void(uocr_session_params_init)(uocr_session_params* p) {
+  uocr_session_params_init_sized(p, kApi2Size.session_params);
 }
 
 UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_session_params* params,
@@ -812,10 +848,14 @@ UOCR_API uocr_status uocr_session_page_count(const uocr_session* session, int32_
   UOCR_C_END
 }
 
-UOCR_API void uocr_run_summary_init(uocr_run_summary* summary) {
-  if (summary == nullptr) return;
-  std::memset(summary, 0, sizeof *summary);
-  summary->struct_size = sizeof *summary;
+UOCR_API void uocr_run_summary_init_sized(uocr_run_summary* summary, uint32_t struct_size) {
+  uocr_run_summary d;
+  std::memset(&d, 0, sizeof d);
+  write_defaults(summary, d, struct_size);
+}
+
+UOCR_API void(uocr_run_summary_init)(uocr_run_summary* summary) {
+  uocr_run_summary_init_sized(summary, kApi2Size.run_summary);
 }
 
 UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback callback, void* user_data,

@@ -35,7 +35,10 @@
  * added; nothing is ever removed, reordered or renumbered within one soname. Structs passed in
  * carry struct_size, so a program built against an older header (smaller structs) keeps
  * working with a newer library; uocr_model_params.api_version lets an older library refuse a
- * newer header with UOCR_E_VERSION_MISMATCH instead of misreading it.
+ * newer header with UOCR_E_VERSION_MISMATCH instead of misreading it. The uocr_*_init(p) of
+ * this header are macros over uocr_*_init_sized(p, sizeof *p): the library writes no more than
+ * the caller's struct holds, however new the library is (FFI bindings call the _sized functions
+ * with their own struct size).
  *
  * Strings are UTF-8. Paths are UTF-8 on every platform.
  */
@@ -69,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 2
+#define UOCR_API_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -129,8 +132,17 @@ typedef struct uocr_model_params {
 /* Smallest struct_size any library accepts for uocr_model_params. */
 #define UOCR_MODEL_PARAMS_MIN_SIZE ((uint32_t)sizeof(uocr_model_params))
 
-/* Fills defaults (thread-safe; NULL is ignored). */
-UOCR_API void uocr_model_params_init(uocr_model_params * p);
+/* Fills defaults into min(struct_size, sizeof(uocr_model_params)) bytes of `p` and sets its
+ * struct_size to that count; api_version is the library's UOCR_API_VERSION, which the
+ * header's uocr_model_params_init replaces by its own (thread-safe; NULL is ignored). */
+UOCR_API void uocr_model_params_init_sized(uocr_model_params * p, uint32_t struct_size);
+static inline void uocr_model_params_init_here_(uocr_model_params * p) {
+    uocr_model_params_init_sized(p, (uint32_t)sizeof(*p));
+    if (p) p->api_version = UOCR_API_VERSION; /* the caller's header, not the library's */
+}
+#define uocr_model_params_init(p) uocr_model_params_init_here_(p)
+/* API 1-2 entry point kept for binaries built against those headers: fills the API-2 layout. */
+UOCR_API void (uocr_model_params_init)(uocr_model_params * p);
 
 /* Loads a model folder (config.json, tokenizer.json, *.safetensors). `params` may be NULL for
  * defaults. On success *out_model is a new handle owned by the caller (uocr_model_free); on
@@ -161,7 +173,12 @@ typedef struct uocr_model_info {
 
 #define UOCR_MODEL_INFO_MIN_SIZE ((uint32_t)sizeof(uocr_model_info))
 
-UOCR_API void uocr_model_info_init(uocr_model_info * info);
+/* Fills defaults into min(struct_size, sizeof(uocr_model_info)) bytes of `info` and sets its
+ * struct_size to that count (thread-safe; NULL is ignored). */
+UOCR_API void uocr_model_info_init_sized(uocr_model_info * info, uint32_t struct_size);
+#define uocr_model_info_init(info) uocr_model_info_init_sized((info), (uint32_t)sizeof(*(info)))
+/* API 1-2 entry point kept for binaries built against those headers: fills the API-2 layout. */
+UOCR_API void (uocr_model_info_init)(uocr_model_info * info);
 
 /* Writes min(info->struct_size, sizeof(uocr_model_info)) bytes of information (struct_size
  * itself is kept). Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL info, struct_size below
@@ -222,8 +239,12 @@ typedef struct uocr_session_params {
 
 #define UOCR_SESSION_PARAMS_MIN_SIZE ((uint32_t)offsetof(uocr_session_params, max_image_pixels))
 
-/* Fills defaults (thread-safe; NULL is ignored). */
-UOCR_API void uocr_session_params_init(uocr_session_params * p);
+/* Fills defaults into min(struct_size, sizeof(uocr_session_params)) bytes of `p` and sets its
+ * struct_size to that count (thread-safe; NULL is ignored). */
+UOCR_API void uocr_session_params_init_sized(uocr_session_params * p, uint32_t struct_size);
+#define uocr_session_params_init(p) uocr_session_params_init_sized((p), (uint32_t)sizeof(*(p)))
+/* API 1-2 entry point kept for binaries built against those headers: fills the API-2 layout. */
+UOCR_API void (uocr_session_params_init)(uocr_session_params * p);
 
 /* Creates an empty session on `model` (which it keeps alive). `params` may be NULL for defaults;
  * otherwise min(struct_size, sizeof) bytes are read over the defaults. A struct_size below
@@ -321,12 +342,23 @@ typedef struct uocr_run_summary {
     uint64_t kv_allocated_bytes; /* storage reserved for both */
     uint64_t peak_kv_bytes;      /* largest reference + window seen during the run */
     uint64_t text_len;           /* bytes of the transcript (uocr_session_text) */
+    /* ---- UOCR_RUN_SUMMARY_MIN_SIZE ends here; a caller with a shorter struct gets the fields above ----
+     * API 3: working memory besides the KV cache (vision and decoder workspaces; on Vulkan/CUDA
+     * the device buffers allocated for activations), as the engines count their own buffers. */
+    uint64_t scratch_bytes;      /* held at the end of the run */
+    uint64_t peak_scratch_bytes; /* largest held during the run */
+    uint64_t peak_bytes;         /* largest kv_allocated_bytes + scratch_bytes at one moment of the run */
     /* append-only below this line */
 } uocr_run_summary;
 
-#define UOCR_RUN_SUMMARY_MIN_SIZE ((uint32_t)sizeof(uocr_run_summary))
+#define UOCR_RUN_SUMMARY_MIN_SIZE ((uint32_t)offsetof(uocr_run_summary, scratch_bytes))
 
-UOCR_API void uocr_run_summary_init(uocr_run_summary * summary);
+/* Fills defaults into min(struct_size, sizeof(uocr_run_summary)) bytes of `summary` and sets its
+ * struct_size to that count (thread-safe; NULL is ignored). */
+UOCR_API void uocr_run_summary_init_sized(uocr_run_summary * summary, uint32_t struct_size);
+#define uocr_run_summary_init(summary) uocr_run_summary_init_sized((summary), (uint32_t)sizeof(*(summary)))
+/* API 1-2 entry point kept for binaries built against those headers: fills the API-2 layout. */
+UOCR_API void (uocr_run_summary_init)(uocr_run_summary * summary);
 
 /* Transcribes the pages added so far (each run starts afresh; pages stay for the next run).
  * `callback` may be NULL; `summary` may be NULL, else min(struct_size, sizeof) bytes are written

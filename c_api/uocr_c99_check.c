@@ -10,8 +10,10 @@
 
 UOCR_C99_ASSERT(model_params_size, sizeof(uocr_model_params) == 16);
 UOCR_C99_ASSERT(model_info_size, sizeof(uocr_model_info) == 40);
-UOCR_C99_ASSERT(summary_size, sizeof(uocr_run_summary) == 112);
+UOCR_C99_ASSERT(summary_size, sizeof(uocr_run_summary) == 136);
 UOCR_C99_ASSERT(summary_text_len, offsetof(uocr_run_summary, text_len) == 104);
+UOCR_C99_ASSERT(summary_peak_bytes, offsetof(uocr_run_summary, peak_bytes) == 128);
+UOCR_C99_ASSERT(summary_min, UOCR_RUN_SUMMARY_MIN_SIZE == 112);
 UOCR_C99_ASSERT(session_params_max_new_tokens, offsetof(uocr_session_params, max_new_tokens) == 8);
 UOCR_C99_ASSERT(session_params_size, sizeof(void *) != 8 || sizeof(uocr_session_params) == 120);
 UOCR_C99_ASSERT(session_params_pages_per_group, sizeof(void *) != 8 || offsetof(uocr_session_params, pages_per_group) == 72);

@@ -4,6 +4,7 @@
 // random-weight model. Includes only the C header: nothing here may depend on the C++ core.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -622,6 +623,11 @@ TEST_CASE("c_api: a run streams token events that make the transcript; re-entry 
   CHECK(sum.reference_kv_bytes > 0);
   CHECK(sum.kv_allocated_bytes >= sum.reference_kv_bytes);
   CHECK(sum.peak_kv_bytes >= sum.reference_kv_bytes);
+  // API 3: the engines' working memory (vision + decoder workspaces, kept for the whole run).
+  CHECK(sum.scratch_bytes > 0);
+  CHECK(sum.peak_scratch_bytes == sum.scratch_bytes);
+  CHECK(sum.peak_bytes >= sum.peak_kv_bytes + sum.peak_scratch_bytes);
+  CHECK(sum.peak_bytes == sum.kv_allocated_bytes + sum.scratch_bytes);  // nothing held was released
 
   // The transcript.
   const std::string text = session_text(s);
@@ -663,7 +669,86 @@ TEST_CASE("c_api: a run streams token events that make the transcript; re-entry 
   // The session stays usable after a cancelled run.
   CHECK(uocr_session_clear_pages(s) == UOCR_OK);
   CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+
+  // A caller built against API 2 passes the summary without the API 3 fields: it gets exactly
+  // that prefix, and the bytes after it stay the caller's.
+  struct {
+    uocr_run_summary sum;
+    unsigned char guard[8];
+  } older;
+  std::memset(&older, 0xAB, sizeof older);
+  older.sum.struct_size = UOCR_RUN_SUMMARY_MIN_SIZE;
+  REQUIRE(uocr_session_run(s, nullptr, nullptr, &older.sum) == UOCR_OK);
+  CHECK(older.sum.struct_size == UOCR_RUN_SUMMARY_MIN_SIZE);
+  CHECK(older.sum.generated_tokens == sum.generated_tokens);
+  CHECK(older.sum.peak_kv_bytes == sum.peak_kv_bytes);
+  CHECK(older.sum.text_len == sum.text_len);
+  const unsigned char* after = reinterpret_cast<const unsigned char*>(&older.sum) + UOCR_RUN_SUMMARY_MIN_SIZE;
+  CHECK(std::count(after, after + (sizeof older - UOCR_RUN_SUMMARY_MIN_SIZE), 0xAB) ==
+        std::ptrdiff_t(sizeof older - UOCR_RUN_SUMMARY_MIN_SIZE));
   uocr_session_free(s);
+}
+
+// A struct followed by guard bytes, to see how many bytes an _init wrote.
+template <class T>
+struct Guarded {
+  T value;
+  unsigned char guard[64];
+  size_t untouched_after(size_t offset) const {
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(this);
+    return size_t(std::count(b + offset, b + sizeof *this, 0xAB));
+  }
+};
+
+TEST_CASE("c_api: _init never writes past the caller's struct") {
+  SUBCASE("sized init with an older caller's smaller size writes only that prefix") {
+    Guarded<uocr_run_summary> g;
+    std::memset(&g, 0xAB, sizeof g);
+    uocr_run_summary_init_sized(&g.value, UOCR_RUN_SUMMARY_MIN_SIZE);
+    CHECK(g.value.struct_size == UOCR_RUN_SUMMARY_MIN_SIZE);
+    CHECK(g.value.text_len == 0);
+    CHECK(g.untouched_after(UOCR_RUN_SUMMARY_MIN_SIZE) == sizeof g - UOCR_RUN_SUMMARY_MIN_SIZE);
+
+    Guarded<uocr_session_params> p;
+    std::memset(&p, 0xAB, sizeof p);
+    uocr_session_params_init_sized(&p.value, UOCR_SESSION_PARAMS_MIN_SIZE);
+    CHECK(p.value.struct_size == UOCR_SESSION_PARAMS_MIN_SIZE);
+    CHECK(p.value.top_p == 1.0f);  // a default, not zero fill
+    CHECK(p.value.ngram_size > 0);
+    CHECK(p.untouched_after(UOCR_SESSION_PARAMS_MIN_SIZE) == sizeof p - UOCR_SESSION_PARAMS_MIN_SIZE);
+  }
+  SUBCASE("a size larger than the library's struct is capped at the library's") {
+    Guarded<uocr_model_info> g;
+    std::memset(&g, 0xAB, sizeof g);
+    uocr_model_info_init_sized(&g.value, uint32_t(sizeof g));
+    CHECK(g.value.struct_size == sizeof(uocr_model_info));
+    CHECK(g.untouched_after(sizeof(uocr_model_info)) == sizeof g.guard);
+  }
+  SUBCASE("the header's init fills the whole current struct; model params carry the header's version") {
+    Guarded<uocr_run_summary> g;
+    std::memset(&g, 0xAB, sizeof g);
+    uocr_run_summary_init(&g.value);
+    CHECK(g.value.struct_size == sizeof(uocr_run_summary));
+    CHECK(g.value.peak_bytes == 0);
+    CHECK(g.untouched_after(sizeof(uocr_run_summary)) == sizeof g.guard);
+    uocr_model_params mp;
+    uocr_model_params_init(&mp);
+    CHECK(mp.struct_size == sizeof mp);
+    CHECK(mp.api_version == UOCR_API_VERSION);
+    uocr_run_summary_init_sized(nullptr, 8);  // ignored
+  }
+  SUBCASE("the API 1-2 symbols fill the API-2 layout only") {
+    Guarded<uocr_run_summary> g;
+    std::memset(&g, 0xAB, sizeof g);
+    (uocr_run_summary_init)(&g.value);  // the exported symbol an API-2 binary calls
+    CHECK(g.value.struct_size == UOCR_RUN_SUMMARY_MIN_SIZE);
+    CHECK(g.untouched_after(UOCR_RUN_SUMMARY_MIN_SIZE) == sizeof g - UOCR_RUN_SUMMARY_MIN_SIZE);
+    uocr_session_params sp;
+    (uocr_session_params_init)(&sp);
+    uocr_session_params current;
+    uocr_session_params_init(&current);
+    CHECK(std::memcmp(&sp, &current, sizeof sp) == 0);
+  }
 }
 
 TEST_CASE("c_api: raw RGB pages equal the same pixels encoded; sessions outlive a freed model") {

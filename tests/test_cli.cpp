@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -157,6 +158,11 @@ TEST_CASE("uocr run streams text, reports statistics and exits with a meaningful
   CHECK(r.output.find("\"generated_tokens\": 12") != std::string::npos);
   CHECK(r.output.find("\"stop\": \"max_tokens\"") != std::string::npos);
   CHECK(r.output.find("\"visual_tokens\": 273") != std::string::npos);
+  for (const char* key : {"\"scratch_bytes\": ", "\"peak_scratch_bytes\": ", "\"peak_bytes\": "}) {
+    const size_t at = r.output.find(key);
+    REQUIRE_MESSAGE(at != std::string::npos, key);
+    CHECK(std::stoull(r.output.substr(at + std::strlen(key))) > 0);
+  }
   std::ifstream f(out);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   CHECK(text.size() > 1);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -75,6 +76,62 @@ TEST_CASE("greedy picks the lowest index among ties and skips banned tokens") {
   CHECK(greedy.pick(l.data(), 4) == 2);
   std::vector<float> all_banned(3, -inf);
   CHECK(greedy.pick(all_banned.data(), 3) == -1);
+}
+
+namespace {
+
+// The plain definition of greedy's choice: strictly larger wins, so ties keep the lowest index,
+// NaN never wins and an array of -inf / NaN gives -1.
+int32_t reference_argmax(const float* x, int64_t n) {
+  int32_t best = -1;
+  float best_v = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > best_v) {
+      best_v = x[i];
+      best = int32_t(i);
+    }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("vectorised argmax equals the scalar definition on ties, NaN, infinities and signed zeros") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> specials = {-inf, inf, nan, -0.f, 0.f, 1.f, 2.f, -1.f};
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 4.f);
+  std::vector<int64_t> sizes;
+  for (int64_t n = 0; n <= 1000; ++n) sizes.push_back(n);
+  for (int64_t n : {1023, 1024, 1025, 2047, 2049, 3001, 5000, 129280}) sizes.push_back(n);  // several blocks
+  std::vector<float> x;
+  size_t found = 0;
+  for (const int64_t n : sizes) {
+    for (int kind = 0; kind < 4; ++kind) {
+      x.assign(size_t(n) + 3, 0.f);
+      for (float& v : x) {
+        switch (kind) {
+          case 0: v = specials[rng() % specials.size()]; break;  // ties everywhere
+          case 1: v = rng() % 64 == 0 ? specials[rng() % specials.size()] : (rng() % 2 ? -inf : nan); break;
+          case 2: v = rng() % 2 ? -inf : nan; break;  // nothing to choose
+          default: v = std::round(normal(rng)); break;  // integers: ties of the maximum
+        }
+      }
+      const size_t offset = size_t(n) % 4;  // unaligned starts too
+      const int32_t want = reference_argmax(x.data() + offset, n);
+      CAPTURE(n);
+      CAPTURE(kind);
+      CHECK(uocr::Sampler::argmax(x.data() + offset, n) == want);
+      found += want >= 0;
+    }
+  }
+  CHECK(found > sizes.size() * 2);  // the cases with an answer are not all -1
+  // Signed zeros in different blocks are equal maxima: the first one wins, whatever its sign.
+  for (const float first : {-0.f, 0.f}) {
+    x.assign(3000, -1.f);
+    x[700] = first;
+    x[2500] = -first;
+    CHECK(uocr::Sampler::argmax(x.data(), 3000) == 700);
+  }
 }
 
 TEST_CASE("top-p sampling is reproducible from the seed and respects the nucleus") {

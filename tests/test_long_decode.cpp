@@ -150,6 +150,29 @@ TEST_CASE("R-SWA decodes 20,000 tokens with KV bytes exactly constant from P + n
   CHECK(r.sum.memory.peak_kv_bytes == (prompt + kWindow) * bpt);
 }
 
+TEST_CASE("R-SWA's scratch is constant from the first step on and peak_bytes is the largest KV + scratch held") {
+  const LongRun& r = rswa_run();
+  check_length(r, kTokens);
+  // The engines' workspaces are sized by the prefill and the first step, then reused: not one
+  // byte more over 20,000 tokens.
+  const uocr::MemoryStats& first = r.memory[1];
+  CHECK(first.scratch_bytes > 0);
+  int64_t changed = 0;
+  size_t largest = 0;
+  for (size_t k = 1; k < r.memory.size(); ++k) {
+    changed += r.memory[k].scratch_bytes != first.scratch_bytes;
+    largest = std::max(largest, r.memory[k].kv_allocated_bytes + r.memory[k].scratch_bytes);
+  }
+  CHECK(changed == 0);
+  const uocr::MemoryStats& m = r.sum.memory;
+  CHECK(m.scratch_bytes == first.scratch_bytes);
+  CHECK(m.peak_scratch_bytes == m.scratch_bytes);
+  // peak_bytes is the largest sample of KV held + scratch, the final state included.
+  CHECK(m.peak_bytes == std::max(largest, m.kv_allocated_bytes + m.scratch_bytes));
+  CHECK(m.peak_bytes >= m.peak_kv_bytes + m.peak_scratch_bytes);
+  CHECK(m.peak_bytes > m.peak_kv_bytes);
+}
+
 TEST_CASE("full attention over 4,000 tokens grows by exactly bytes_per_token per token") {
   const LongRun& r = full_run();
   check_length(r, kFullTokens);

@@ -1,7 +1,8 @@
-// SR-SWA (uocr/decoder/sparse_reference.hpp): the Quest bound, the gathered kernel against a naive
-// attention over the selected rows, full budgets bit-identical to dense R-SWA (one-shot and page
-// groups), logits deviation as budgets shrink (tiny-a golden and the 3-page tiny-b case), summaries
-// following page-group slides, and a standalone timing (skipped unless run with --no-skip).
+// SR-SWA (uocr/decoder/sparse_reference.hpp): the Quest bound, the gate tree (node bounds, updates,
+// same pages as a flat gate), the gathered kernel against a naive attention over the selected rows,
+// full budgets bit-identical to dense R-SWA (one-shot and page groups), logits deviation as budgets
+// shrink (tiny-a golden and the 3-page tiny-b case), summaries following page-group slides, and a
+// standalone timing (skipped unless run with --no-skip).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ using uocr_test::argmax;
 using uocr_test::bit_identical;
 using uocr_test::randn;
 using uocr_test::rel_err;
+using uocr_test::status_of;
 
 namespace {
 
@@ -174,6 +176,127 @@ TEST_CASE("SR-SWA attends exactly to the selected blocks + always rows + window 
       INFO("pages " << budget_pages << " blocks " << budget_blocks);
       CHECK(worst < 1e-5);
     }
+}
+
+TEST_CASE("the gate tree: a node's bound bounds every page and key under it; one page's update reaches its ancestors") {
+  uocr::DecoderConfig c;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 12;  // one 8-lane pass + 4 leftover channels
+  const int64_t pages = 19, t = 10, kr = 2 * 12;
+  const uocr::ReferenceLayout layout = uocr::one_shot_layout(2, pages, t, 3);
+  uocr::SparseParams sp;
+  sp.gate_fan_out = 3;  // 19 pages -> 7 nodes -> 3 nodes
+  uocr::SparseReference sr(c, layout, sp);
+  REQUIRE(sr.gate_levels() == 3);
+  CHECK(sr.gate_nodes(0) == 19);
+  CHECK(sr.gate_nodes(1) == 7);
+  CHECK(sr.gate_nodes(2) == 3);
+  std::vector<float> k = randn(size_t(layout.rows() * kr), 7);
+  for (int l = 0; l < 2; ++l)
+    for (size_t p = 0; p < size_t(pages); ++p) sr.summarize(l, p, k.data());
+  auto first_page = [](int level, int64_t j) { return j * (level == 1 ? 3 : 9); };
+  int below = 0, key_violations = 0, checked = 0;
+  for (uint32_t trial = 0; trial < 10; ++trial) {
+    const std::vector<float> q = randn(12, 200 + trial);
+    for (int l = 0; l < 2; ++l)
+      for (int g = 0; g < 2; ++g)
+        for (int lv = 1; lv < 3; ++lv)
+          for (int64_t j = 0; j < sr.gate_nodes(lv); ++j) {
+            const float bound = sr.node_bound(l, g, lv, j, q.data());
+            for (int64_t p = first_page(lv, j); p < std::min(first_page(lv, j + 1), pages); ++p) {
+              below += bound < sr.node_bound(l, g, 0, p, q.data());  // exact: min/max and the lane sums are monotone
+              for (int64_t r = layout.pages[size_t(p)].begin; r < layout.pages[size_t(p)].end(); ++r) {
+                double dot = 0;
+                for (int i = 0; i < 12; ++i) dot += double(q[size_t(i)]) * k[size_t(r * kr + g * 12 + i)];
+                key_violations += bound < dot - 1e-4;
+              }
+              ++checked;
+            }
+          }
+    // The last node of each level holds page 18 alone: its bound is that page's, bit for bit.
+    CHECK(sr.node_bound(1, 1, 1, 6, q.data()) == sr.node_bound(1, 1, 0, 18, q.data()));
+    CHECK(sr.node_bound(0, 0, 2, 2, q.data()) == sr.node_bound(0, 0, 0, 18, q.data()));
+  }
+  CHECK(checked == 10 * 2 * 2 * 2 * pages);
+  CHECK(below == 0);
+  CHECK(key_violations == 0);
+
+  // Page 5's keys rewritten and re-summarized alone: every node equals a fresh index's, and the
+  // ancestors (level 1 node 1, level 2 node 0) moved.
+  const std::vector<float> q = randn(12, 300);
+  const float before1 = sr.node_bound(1, 0, 1, 1, q.data()), before2 = sr.node_bound(1, 0, 2, 0, q.data());
+  for (int64_t r = layout.pages[5].begin; r < layout.pages[5].end(); ++r)
+    for (int64_t i = 0; i < kr; ++i) k[size_t(r * kr + i)] = 4.0f * k[size_t(r * kr + i)] + 1.0f;
+  for (int l = 0; l < 2; ++l) sr.summarize(l, 5, k.data());
+  uocr::SparseReference fresh(c, layout, sp);
+  for (int l = 0; l < 2; ++l)
+    for (size_t p = 0; p < size_t(pages); ++p) fresh.summarize(l, p, k.data());
+  int differ = 0;
+  for (int l = 0; l < 2; ++l)
+    for (int g = 0; g < 2; ++g)
+      for (int lv = 0; lv < 3; ++lv)
+        for (int64_t j = 0; j < sr.gate_nodes(lv); ++j) differ += sr.node_bound(l, g, lv, j, q.data()) != fresh.node_bound(l, g, lv, j, q.data());
+  CHECK(differ == 0);
+  CHECK(sr.node_bound(1, 0, 1, 1, q.data()) != before1);
+  CHECK(sr.node_bound(1, 0, 2, 0, q.data()) != before2);
+}
+
+TEST_CASE("a tree gate whose beam covers every level passes the flat gate's pages; a narrow beam scores fewer nodes") {
+  uocr::DecoderConfig c;
+  c.layers = 1;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  const uocr::AttentionShape s{4, 2, 8};
+  const int64_t pages = 40, t = 12, gen_rows = 6;
+  const uocr::ReferenceLayout layout = uocr::one_shot_layout(2, pages, t, 3);
+  const int64_t kr = s.kv_row(), rows = layout.rows();
+  const std::vector<float> k = randn(size_t(rows * kr), 11), v = randn(size_t(rows * kr), 12), gk = randn(size_t(gen_rows * kr), 13),
+                           gv = randn(size_t(gen_rows * kr), 14);
+  // Page budget 3, every block of the gated pages (block budget 0): the selection shows the pages.
+  uocr::SparseReference flat(c, layout, uocr::SparseParams{8, 3, 0, true, 64, 0});  // fan-out >= pages: no tree
+  uocr::SparseReference wide(c, layout, uocr::SparseParams{8, 3, 0, true, 2, 40});  // 40 -> 20 -> 10 -> 5 -> 3 -> 2
+  uocr::SparseReference narrow(c, layout, uocr::SparseParams{8, 3, 0, true, 2, 0});  // beam 2 · 3 = 6
+  REQUIRE(flat.gate_levels() == 1);
+  REQUIRE(wide.gate_levels() == 6);
+  CHECK(narrow.gate_beam() == 6);
+  for (uocr::SparseReference* sr : {&flat, &wide, &narrow})
+    for (size_t p = 0; p < size_t(pages); ++p) sr->summarize(0, p, k.data());
+  int same = 0, narrow_same = 0, calls = 0;
+  for (uint32_t trial = 0; trial < 12; ++trial) {
+    const std::vector<float> q = randn(size_t(s.q_row()), 400 + trial);
+    std::vector<float> out_flat(size_t(s.q_row())), out_wide(out_flat.size()), out_narrow(out_flat.size());
+    flat.attend(0, q.data(), {k.data(), v.data(), rows}, {gk.data(), gv.data(), gen_rows}, s, out_flat.data());
+    wide.attend(0, q.data(), {k.data(), v.data(), rows}, {gk.data(), gv.data(), gen_rows}, s, out_wide.data());
+    narrow.attend(0, q.data(), {k.data(), v.data(), rows}, {gk.data(), gv.data(), gen_rows}, s, out_narrow.data());
+    for (int h = 0; h < 4; ++h) {
+      auto pages_of = [&](const uocr::SparseReference& sr) {
+        std::vector<int64_t> rows_of;
+        for (const uocr::RowSpan& r : sr.last_selection(h))
+          for (int64_t i = r.begin; i < r.end(); ++i) rows_of.push_back(i);
+        return rows_of;
+      };
+      const std::vector<int64_t> f = pages_of(flat), w = pages_of(wide), n = pages_of(narrow);
+      CHECK(f.size() == size_t(2 + 3 + 3 * t));  // always rows + 3 whole pages
+      CHECK(n.size() == f.size());
+      same += w == f;
+      narrow_same += n == f;
+      ++calls;
+    }
+    CHECK(bit_identical(out_wide, out_flat));
+  }
+  CHECK(same == calls);
+  MESSAGE("narrow beam (6 nodes per level, fan-out 2): the flat gate's pages in " << narrow_same << "/" << calls << " head-steps");
+  // Bounds per head and call: flat 40 pages; wide every node of every level (2+3+5+10+20+40);
+  // narrow at most 2 + 3 + 5 + 10 + 12 + 12.
+  CHECK(flat.bounds_evaluated() == 12 * 4 * 40);
+  CHECK(wide.bounds_evaluated() == 12 * 4 * 80);
+  CHECK(narrow.bounds_evaluated() == 12 * 4 * 44);
+  CHECK(wide.scratch_bytes() > wide.summary_bytes());
+  CHECK(status_of([&] { uocr::SparseReference(c, layout, uocr::SparseParams{8, 3, 0, true, 1, 0}); }) == uocr::Status::invalid_argument);
+  CHECK(status_of([&] { uocr::SparseReference(c, layout, uocr::SparseParams{8, 3, 0, true, 4, -1}); }) == uocr::Status::invalid_argument);
 }
 
 TEST_CASE("SR-SWA with budgets covering everything is dense R-SWA, bit for bit") {

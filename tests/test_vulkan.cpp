@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -79,7 +80,7 @@ struct Env : uocr_test::TinyAGolden {
     return *ctx;
   }
   const std::shared_ptr<vk::DecoderDeviceWeights>& device_weights() {
-    if (!dev_weights) dev_weights = vk::DecoderDeviceWeights::upload(vk(), cfg.decoder, w.decoder);
+    if (!dev_weights) dev_weights = vk::DecoderDeviceWeights::upload(vk(), w.decoder);
     return dev_weights;
   }
 };
@@ -221,15 +222,17 @@ class CpuBackend : public Backend {
   std::vector<float> sam_attention(const std::vector<float>& qkv, const std::vector<float>& bias, int g, int ws, int heads,
                                    int c, const std::vector<float>& th, const std::vector<float>& tw) override {
     std::vector<float> out(size_t(g) * size_t(g) * size_t(c));
+    uocr::vision::Workspace work;
     if (ws == 0)
-      uocr::vision::detail::sam_global_attention(qkv, g, heads, c, th, tw, out.data());
+      uocr::vision::detail::sam_global_attention(qkv.data(), g, heads, c, th, tw, out.data(), work);
     else
-      uocr::vision::detail::sam_window_attention(qkv, bias, g, ws, heads, c, th, tw, out.data());
+      uocr::vision::detail::sam_window_attention(qkv.data(), bias.data(), g, ws, heads, c, th, tw, out.data(), work);
     return out;
   }
   std::vector<float> clip_attention(const std::vector<float>& qkv, int64_t tokens, int heads, int width) override {
     std::vector<float> out(size_t(tokens * width));
-    uocr::vision::detail::clip_attention(qkv, tokens, heads, width, out.data());
+    uocr::vision::Workspace work;
+    uocr::vision::detail::clip_attention(qkv.data(), tokens, heads, width, out.data(), work);
     return out;
   }
 };
@@ -264,9 +267,12 @@ class VulkanBackend : public Backend {
   }
   std::vector<float> rope(const std::vector<float>& x, int64_t rows, int heads, int head_dim, float theta,
                           int64_t pos0) override {
-    const vk::Buffer table = vk::rope_table(c_, head_dim, theta, pos0 + rows);
-    const vk::Buffer dx = up(x);
-    run([&](vk::Recorder& r) { vk::ops::rope(r, dx, 0, rows, heads, head_dim, int64_t(heads) * head_dim, table, pos0); });
+    std::vector<int64_t> positions(static_cast<size_t>(rows));
+    std::iota(positions.begin(), positions.end(), pos0);
+    std::vector<float> cs(size_t(rows * head_dim));
+    vk::rope_cos_sin(uocr::Rope(head_dim, theta), head_dim, positions.data(), rows, cs.data());
+    const vk::Buffer table = up(cs), dx = up(x);
+    run([&](vk::Recorder& r) { vk::ops::rope(r, dx, 0, rows, heads, head_dim, int64_t(heads) * head_dim, table); });
     return c_.download_vector<float>(dx, x.size());
   }
   std::vector<float> silu_mul(const std::vector<float>& g, const std::vector<float>& u) override {
@@ -496,9 +502,11 @@ TEST_CASE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul") {
     }
     conform("layer_norm", ref, 1e-6, [&](Backend& be) { return be.layer_norm(x, rows, n, w.view, b.view, 1e-6f); });
   }
-  {
-    // Positions up to ~8k (large angles); the reference uses the same float32 angles.
-    const int64_t rows = 5, pos0 = 8180;
+  // Positions up to ~8k (large angles) and near 2^24 (position extrapolation); the reference
+  // uses the same float32 angles.
+  for (const int64_t pos0 : {int64_t(8180), (int64_t(1) << 24) - 10}) {
+    CAPTURE(pos0);
+    const int64_t rows = 5;
     const int heads = 3, d = 16;
     const std::vector<float> x = randn(size_t(rows * heads * d), 6);
     std::vector<double> ref(x.size());

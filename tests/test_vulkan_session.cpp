@@ -1,19 +1,26 @@
 // The Vulkan backend selected at run time (uocr/engine/): page groups on the device against the
 // CPU's, sessions with backend = vulkan against backend = cpu on the demo model, the C ABI and
-// `uocr run --backend vulkan`, and the errors for a device that does not exist or a feature the
-// backend lacks. Runs on any Vulkan device (CI: lavapipe) with the validation layers on.
+// `uocr run --backend vulkan`, checkpoints / resume (in process, across backends, and `uocr run
+// --checkpoint` killed and resumed), positions past max_position_embeddings, and the errors for a
+// device that does not exist or a feature the backend lacks. Runs on any Vulkan device (CI:
+// lavapipe) with the validation layers on.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +34,8 @@
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/session/session.hpp"
+
+extern char** environ;
 
 namespace vk = uocr::vulkan;
 using uocr::Status;
@@ -68,7 +77,7 @@ std::vector<std::vector<float>> page_group_rows(PG& eng, const Multi3& f) {
 TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and sliding (G = 2, O = 1)") {
   Multi3& f = Multi3::get();
   vk::Context& ctx = test_context();
-  const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.cfg.decoder, f.w.decoder);
+  const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
   for (int g : {3, 2}) {
     CAPTURE(g);
     uocr::PageGroupParams pp;
@@ -98,7 +107,7 @@ TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and slidin
 TEST_CASE("features the Vulkan backend lacks are refused, not run elsewhere") {
   Multi3& f = Multi3::get();
   vk::Context& ctx = test_context();
-  const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.cfg.decoder, f.w.decoder);
+  const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
   auto make = [&](const uocr::PageGroupParams& pp) {
     vk::VulkanPageGroups eng(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
                              vk::VulkanKvCache(ctx, f.cfg.decoder, 8), pp);
@@ -108,9 +117,87 @@ TEST_CASE("features the Vulkan backend lacks are refused, not run elsewhere") {
   const std::string m1 = uocr_test::message_of([&] { make(sparse); });
   CHECK(uocr_test::status_of([&] { make(sparse); }) == Status::unsupported);
   CHECK(m1.find("SR-SWA") != std::string::npos);
-  uocr::PageGroupParams extrapolate;
-  extrapolate.allow_position_extrapolation = true;
-  CHECK(uocr_test::status_of([&] { make(extrapolate); }) == Status::unsupported);
+}
+
+TEST_CASE("positions past max_position_embeddings (extrapolation) on Vulkan match the CPU") {
+  Multi3& f = Multi3::get();
+  vk::Context& ctx = test_context();
+  const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
+  auto compare = [](const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
+    REQUIRE(got.size() == ref.size());
+    double worst = 0;
+    for (size_t r = 0; r < ref.size(); ++r) {
+      worst = std::max(worst, rel_err(got[r], ref[r]));
+      CHECK(argmax(got[r]) == argmax(ref[r]));
+    }
+    CHECK(worst < 2e-6);
+    return worst;
+  };
+
+  SUBCASE("page groups past the limit") {
+    // tiny-b's own 32,768 positions would take ~120 page prefills on lavapipe: the same model
+    // with max_position_embeddings = 4 pages instead. multi_3's pages cycled over 7 pages, G = 2
+    // sliding up to four pages before each step: pages 4..6, the tail and every generated
+    // token are past the limit.
+    uocr::DecoderConfig dc = f.cfg.decoder;
+    uocr::DocumentLayout layout = f.layout;
+    dc.max_positions = int(4 * layout.page_tokens);
+    layout.pages = 7;
+    REQUIRE(layout.page_position(4) > dc.max_positions);
+    uocr::PageGroupParams pp;
+    pp.group_pages = 2;
+    pp.overlap_pages = 1;
+    pp.allow_position_extrapolation = true;
+    auto source = [&] {
+      return uocr::FunctionPageEmbeddings(layout.pages, [&](int64_t p, std::vector<float>& out) { f.page(p % 3, out); });
+    };
+    auto rows = [&](auto& eng) {
+      uocr::FunctionPageEmbeddings src = source();
+      std::vector<std::vector<float>> r{eng.start(layout, src)};
+      for (size_t k = 0; k < f.gen.size(); ++k) {
+        for (int i = 0; i < 4 && eng.pages_pending(); ++i) eng.next_page();
+        r.push_back(eng.step(f.gen[k]));
+      }
+      return r;
+    };
+    uocr::PageGroupDecoder cpu(dc, f.w.decoder, f.window(), pp);
+    vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, dc, f.w.decoder, weights), vk::VulkanKvCache(ctx, dc, f.window()), pp);
+    const double worst = compare(rows(gpu), rows(cpu));
+    MESSAGE("page groups, positions up to " << gpu.next_position() - 1 << " (limit " << dc.max_positions
+                                            << "): worst relative error " << worst);
+    CHECK(gpu.slides() == layout.pages - 2);
+    CHECK(gpu.next_position() == cpu.next_position());
+
+    // Without the opt-in the same document is refused, as on the CPU.
+    pp.allow_position_extrapolation = false;
+    vk::VulkanPageGroups bounded(vk::VulkanDecoder(ctx, dc, f.w.decoder, weights), vk::VulkanKvCache(ctx, dc, f.window()), pp);
+    uocr::FunctionPageEmbeddings src = source();
+    CHECK(uocr_test::status_of([&] { bounded.start(layout, src); }) == Status::invalid_argument);
+  }
+
+  SUBCASE("the last positions below 2^24") {
+    // Angles of ~2^24 rad: a prefill of the prompt head and teacher-forced steps ending at the
+    // largest position extrapolation allows.
+    const int64_t limit = uocr::kMaxExtrapolatedPosition;
+    const int64_t first = limit - int64_t(f.layout.head.size()) - int64_t(f.gen.size());
+    uocr::Decoder cpu(f.cfg.decoder, f.w.decoder);
+    vk::VulkanDecoder gpu(ctx, f.cfg.decoder, f.w.decoder, weights);
+    cpu.set_position_limit(limit);
+    gpu.set_position_limit(limit);
+    uocr::KvCache cpu_cache(f.cfg.decoder, f.window());
+    vk::VulkanKvCache gpu_cache(ctx, f.cfg.decoder, f.window());
+    auto rows = [&](auto& dec, auto& cache) {
+      std::vector<std::vector<float>> r{dec.prefill(dec.embed(f.layout.head), first, cache)};
+      int64_t pos = first + int64_t(f.layout.head.size());
+      for (int32_t t : f.gen) r.push_back(dec.decode_step(t, pos++, cache));
+      CHECK(pos == limit);
+      return r;
+    };
+    const double worst = compare(rows(gpu, gpu_cache), rows(cpu, cpu_cache));
+    MESSAGE("decoder, positions " << first << ".." << limit - 1 << ": worst relative error " << worst);
+    CHECK(uocr_test::status_of([&] { gpu.decode_step(f.gen[0], limit, gpu_cache); }) == Status::invalid_argument);
+  }
+  check_no_validation_errors(ctx, "position extrapolation");
 }
 
 TEST_CASE("open_engine: backends by name, a device index out of range is a clear error") {
@@ -197,22 +284,110 @@ TEST_CASE("a session with backend = vulkan writes the CPU's transcript (demo mod
   check_no_validation_errors(demo_context(model), "session, three pages");
 }
 
-TEST_CASE("SR-SWA and checkpoints asked of a Vulkan session are refused with Status::unsupported") {
+TEST_CASE("SR-SWA asked of a Vulkan session is refused with Status::unsupported") {
   const auto model = uocr::Model::load(demo_dir());
   uocr::SessionParams p;
   p.backend = uocr::Backend::vulkan;
-  auto refused = [&](const uocr::InfiniteParams& inf, const uocr::CheckpointOptions& ck) {
-    uocr::InfiniteSession session(model, p, inf);
-    uocr::FilePages pages({sample("demo-page1.png")});
-    return uocr_test::message_of([&] { session.run(pages, {}, ck); });
-  };
   uocr::InfiniteParams sparse;
   sparse.groups.sparse = true;
-  CHECK(refused(sparse, {}).find("SR-SWA") != std::string::npos);
+  uocr::InfiniteSession session(model, p, sparse);
+  uocr::FilePages pages({sample("demo-page1.png")});
+  CHECK(uocr_test::status_of([&] { session.run(pages); }) == Status::unsupported);
+  CHECK(uocr_test::message_of([&] { session.run(pages); }).find("SR-SWA") != std::string::npos);
+}
+
+namespace {
+
+std::string tmp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("uocr_vulkan_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+// As tests/test_resume.cpp, on the demo model (tiny-a's 129k-token vocabulary is slow on
+// lavapipe): three pages, two held, sampled (so the RNG state matters), the fallback sliding
+// after 8 tokens without <PAGE>.
+std::vector<std::string> resume_pages() {
+  return {sample("demo-page1.png"), sample("demo-page2.png"), sample("demo-page3.png")};
+}
+uocr::SessionParams resume_params(uocr::Backend backend) {
+  uocr::SessionParams p;
+  p.backend = backend;
+  p.max_new_tokens = 40;
+  p.sampling.temperature = 0.8f;
+  p.sampling.seed = 7;
+  return p;
+}
+uocr::InfiniteParams resume_groups() {
+  uocr::InfiniteParams ip;
+  ip.groups.group_pages = 2;
+  ip.groups.overlap_pages = 1;
+  ip.page_fallback_tokens = 8;
+  return ip;
+}
+
+struct ResumeRun {
+  std::vector<int32_t> tokens;
+  uocr::RunSummary summary;
+  int64_t resumed_at = -1, slides = 0;
+};
+
+// One run on `backend`: uninterrupted (no path), cancelled after `stop_at` tokens with a
+// checkpoint every 5, or resumed from `path`.
+ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend, const std::string& path = "",
+                     int64_t stop_at = 0) {
+  uocr::InfiniteSession session(model, resume_params(backend), resume_groups());
+  uocr::FilePages pages(resume_pages());
   uocr::CheckpointOptions ck;
-  ck.path = std::filesystem::temp_directory_path().string() + "/uocr-vulkan-checkpoint-" + std::to_string(getpid());
-  CHECK(refused({}, ck).find("host memory") != std::string::npos);
-  std::filesystem::remove(ck.path);
+  ck.path = path;
+  ck.every_tokens = path.empty() ? 0 : 5;
+  ck.resume = !path.empty() && stop_at == 0;
+  ResumeRun r;
+  r.summary = session.run(pages, [&](const uocr::Event& e) {
+    if (e.type != uocr::Event::Type::token) return true;
+    r.tokens.push_back(e.token);
+    return stop_at == 0 || int64_t(r.tokens.size()) < stop_at;
+  }, ck);
+  r.resumed_at = session.stats().resumed_at_token;
+  r.slides = session.stats().slides;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints on Vulkan: a cancelled run resumes exactly; CPU and Vulkan checkpoints resume on either backend") {
+  const auto model = uocr::Model::load(demo_dir());
+  const ResumeRun full = resume_run(model, uocr::Backend::vulkan);
+  REQUIRE(full.summary.generated_tokens == 40);
+  REQUIRE(full.slides >= 1);
+  // The KV rows of both backends have one layout and agree to rounding, so their runs agree.
+  REQUIRE(resume_run(model, uocr::Backend::cpu).tokens == full.tokens);
+
+  // Stopped at token 23: the last checkpoint is the one of token 20 or of a page boundary after it.
+  const std::string gpu_ck = tmp("gpu.ckpt"), cpu_ck = tmp("cpu.ckpt"), copy = tmp("copy.ckpt");
+  CHECK(resume_run(model, uocr::Backend::vulkan, gpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
+  CHECK(resume_run(model, uocr::Backend::cpu, cpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
+  std::filesystem::copy_file(gpu_ck, copy, std::filesystem::copy_options::overwrite_existing);
+
+  struct Case {
+    const char* what;
+    std::string path;
+    uocr::Backend backend;
+  };
+  for (const Case& c : {Case{"vulkan -> vulkan", gpu_ck, uocr::Backend::vulkan},
+                        Case{"cpu -> vulkan", cpu_ck, uocr::Backend::vulkan},
+                        Case{"vulkan -> cpu", copy, uocr::Backend::cpu}}) {
+    CAPTURE(c.what);
+    const ResumeRun rest = resume_run(model, c.backend, c.path);
+    REQUIRE(rest.resumed_at >= 20);
+    REQUIRE(rest.resumed_at < 23);
+    CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + rest.resumed_at, full.tokens.end()));
+    CHECK(rest.slides == full.slides);
+    CHECK(rest.summary.stop == full.summary.stop);
+    CHECK(rest.summary.generated_tokens == full.summary.generated_tokens);
+    CHECK(rest.summary.memory.peak_kv_bytes == full.summary.memory.peak_kv_bytes);
+    CHECK(rest.summary.memory.kv_allocated_bytes == full.summary.memory.kv_allocated_bytes);
+    std::filesystem::remove(c.path);
+  }
+  check_no_validation_errors(demo_context(model), "checkpoints");
 }
 
 TEST_CASE("two threads run Vulkan sessions on one shared device at once, each with the CPU's transcript") {
@@ -301,4 +476,86 @@ TEST_CASE("uocr run --backend vulkan on the 3-page PDF writes the CPU's text; a 
   CHECK(bad.exit_code == 1);
   CHECK(bad.out.find("device index 5 does not exist") != std::string::npos);
   CHECK(run_cli("run --backend metal" + common).exit_code == 2);
+}
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Starts the CLI with `args` (no shell), stdout and stderr to `log`; returns its pid.
+pid_t spawn_cli(std::vector<std::string> args, const std::string& log) {
+  args.insert(args.begin(), uocr_test::cli_path());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("uocr run --backend vulkan --checkpoint, killed mid-document, then --resume writes the uninterrupted output") {
+  const std::string ref_out = tmp("ref.md"), out = tmp("killed.md"), ck = tmp("cli.ckpt"), log = tmp("cli.log");
+  for (const std::string& f : {ref_out, out, ck}) std::filesystem::remove(f);
+  // The demo model's <PAGE> markers slide the two-page group.
+  std::vector<std::string> common = {"run", "--backend", "vulkan", "--model", demo_dir(), "--max-tokens", "150",
+                                     "--pages-per-group", "2", "--overlap", "1", "--quiet"};
+  for (const std::string& p : resume_pages()) common.push_back(p);
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return extra;
+  };
+
+  const int exit_code = wait_exit(spawn_cli(with({"-o", ref_out, "--stats", "json"}), log));
+  const std::string expected = read_file(ref_out);
+  INFO(read_file(log));
+  REQUIRE((exit_code == 0 || exit_code == 3));  // EOS or --max-tokens
+  REQUIRE(read_file(log).find("\"slides\": 0") == std::string::npos);
+  REQUIRE(expected.size() > 60);
+
+  // Killed once the output is past the slide and a checkpoint exists.
+  const std::vector<std::string> ckpt = with({"-o", out, "--checkpoint", ck, "--checkpoint-every", "10"});
+  const pid_t pid = spawn_cli(ckpt, log);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool killed = false;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300)) {
+    std::error_code ec;
+    if (std::filesystem::exists(ck) && std::filesystem::file_size(out, ec) >= expected.size() / 2 && !ec) {
+      killed = ::kill(pid, SIGKILL) == 0;
+      break;
+    }
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) FAIL("uocr run finished before it could be killed: " << read_file(log));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(killed);
+  CHECK(wait_exit(pid) == 128 + SIGKILL);
+  const size_t partial = read_file(out).size();
+  MESSAGE("killed after " << partial << " of " << expected.size() << " bytes");
+  REQUIRE(partial < expected.size());
+
+  std::vector<std::string> resume = ckpt;
+  resume.insert(resume.end(), {"--resume", "--stats", "json"});
+  CHECK(wait_exit(spawn_cli(resume, log)) == exit_code);
+  INFO(read_file(log));
+  CHECK(read_file(log).find("\"resumed_at_token\": -1") == std::string::npos);
+  CHECK(read_file(out) == expected);
+  CHECK_FALSE(std::filesystem::exists(ck));  // a finished run removes its checkpoint
+  for (const std::string& f : {ref_out, out, log}) std::filesystem::remove(f);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that building and testing uocr needs (run as root).
 set -euo pipefail
-packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev doctest-dev
+packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev libjpeg-dev doctest-dev
   python3 mono-mcs mono-runtime poppler-utils $(command -v cargo >/dev/null 2>&1 || echo cargo rustc))  # bindings tests; cargo+rustc only if no cargo on PATH (e.g. rustup)
 packages+=(glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)  # Vulkan backend; lavapipe runs its tests without a GPU
 missing=()

@@ -1,10 +1,13 @@
-// ocr: transcribes page images through the uocr C ABI (P/Invoke binding in Uocr.cs).
+// ocr: transcribes a document of page images through the uocr C ABI (P/Invoke binding in Uocr.cs).
 //
-//   mono ocr.exe [-n MAX_NEW_TOKENS] [-q] MODEL_DIR IMAGE...
+//   mcs -out:ocr.exe Uocr.cs Ocr.cs
+//   LD_LIBRARY_PATH=BUILD/c_api mono ocr.exe [-n MAX_NEW_TOKENS] [-q] [--pages-per-group G]
+//       [--page-fallback-tokens N] MODEL_DIR IMAGE...
 //
 // Prints the transcript and a newline on stdout (the library's exact bytes); the token stream
-// and a summary go to stderr unless -q. Pages are read here and passed as encoded bytes
-// (uocr_session_add_image_encoded).
+// and a summary go to stderr unless -q. Each page is read here when the session asks for it
+// and handed over as encoded bytes (Session.RunPages), so a document of any length runs with
+// G pages in memory.
 using System;
 using System.Collections.Generic;
 using System.IO;
@@ -12,6 +15,12 @@ using System.Text;
 
 static class Ocr
 {
+    static int Usage()
+    {
+        Console.Error.WriteLine("usage: ocr.exe [-n MAX_NEW_TOKENS] [-q] [--pages-per-group G] [--page-fallback-tokens N] MODEL_DIR IMAGE...");
+        return 2;
+    }
+
     static int Main(string[] argv)
     {
         var args = new List<string>(argv);
@@ -19,15 +28,16 @@ static class Ocr
         bool quiet = false;
         while (args.Count > 0 && args[0].StartsWith("-"))
         {
-            if (args[0] == "-n" && args.Count > 1) { options.MaxNewTokens = long.Parse(args[1]); args.RemoveRange(0, 2); }
-            else if (args[0] == "-q") { quiet = true; args.RemoveAt(0); }
-            else break;
+            if (args[0] == "-q") { quiet = true; args.RemoveAt(0); continue; }
+            int value;
+            if (args.Count < 2 || !int.TryParse(args[1], out value)) return Usage();
+            if (args[0] == "-n") options.MaxNewTokens = value;
+            else if (args[0] == "--pages-per-group") options.PagesPerGroup = value;
+            else if (args[0] == "--page-fallback-tokens") options.PageFallbackTokens = value;
+            else return Usage();
+            args.RemoveRange(0, 2);
         }
-        if (args.Count < 2)
-        {
-            Console.Error.WriteLine("usage: ocr.exe [-n MAX_NEW_TOKENS] [-q] MODEL_DIR IMAGE...");
-            return 2;
-        }
+        if (args.Count < 2) return Usage();
         var stderr = Console.OpenStandardError();
         try
         {
@@ -37,8 +47,7 @@ static class Ocr
             using (var model = new Uocr.Model(args[0]))
             using (var session = model.CreateSession(options))
             {
-                for (int i = 1; i < args.Count; ++i) session.AddImageEncoded(File.ReadAllBytes(args[i]));
-                summary = session.Run(e =>
+                summary = session.RunPages(args.Count - 1, i => Uocr.Page.Encoded(File.ReadAllBytes(args[1 + (int)i])), e =>
                 {
                     if (e.Type == Uocr.EventType.Token)
                     {
@@ -65,9 +74,9 @@ static class Ocr
                 stdout.Flush();
             }
             if (!quiet)
-                Console.Error.WriteLine("\n{0} pages, {1} generated tokens (stop: {2}), vision {3:F2} s, decode {4:F2} s",
+                Console.Error.WriteLine("\n{0} pages, {1} generated tokens (stop: {2}), vision {3:F2} s, decode {4:F2} s, peak memory {5} bytes",
                     summary.Pages, summary.GeneratedTokens, Uocr.Library.StopReasonName(summary.StopReason),
-                    summary.VisionSeconds, summary.DecodeSeconds);
+                    summary.VisionSeconds, summary.DecodeSeconds, summary.PeakBytes);
             return 0;
         }
         catch (Uocr.UocrException e)

@@ -8,7 +8,16 @@
 //       byte[] text = s.Text();
 //   }
 //
-// Structs mirror the C layout (no bool, fixed-width fields). Handles are SafeHandles, so models
+// A document of any length: pages are handed over one at a time when the session needs them, and
+// only PagesPerGroup of them are held (an exception thrown by the page source ends the run and is
+// rethrown by RunPages):
+//
+//   var o = new Uocr.SessionOptions { PagesPerGroup = 2, CheckpointPath = "run.ckpt" };
+//   using (var s = model.CreateSession(o))
+//       s.RunPages(3600, i => Uocr.Page.File(string.Format("scan-{0:D4}.png", i)), null);
+//
+// Structs mirror the C layout (no bool, fixed-width fields); the structs the library fills in carry
+// this binding's own size (the _init_sized functions too), so a newer library writes no more than they hold. Handles are SafeHandles, so models
 // and sessions are freed by Dispose or the finalizer, in any order. A Model may be shared by
 // threads; a Session is used by one thread at a time.
 using System;
@@ -40,6 +49,15 @@ namespace Uocr
     public enum EventType { Token = 1, Page = 2, Block = 3 }
 
     public enum StopReason { Eos = 0, MaxTokens = 1, ContextLimit = 2, Loop = 3, Cancelled = 4, NoToken = 5 }
+
+    public enum Backend { Cpu = 0, Vulkan = 1, Cuda = 2 }
+
+    /// <summary>What each decoding step attends to of the held pages: all of it (exact R-SWA), or
+    /// SR-SWA's page gate and block selection (faster, approximate).</summary>
+    public enum ReferenceMode { Dense = 0, Sparse = 1 }
+
+    /// <summary>Documents past the model's context length: refused (as upstream) or extrapolated.</summary>
+    public enum Positions { Limit = 0, Extrapolate = 1 }
 
     [StructLayout(LayoutKind.Sequential)]
     internal struct ModelParams
@@ -76,7 +94,7 @@ namespace Uocr
         public int ReferenceBlocks;
         public int ReferenceBlockTokens;
         public int Positions;
-        public IntPtr CheckpointPath; // not exposed by this sample binding (NULL: no checkpoints)
+        public IntPtr CheckpointPath;
         public int CheckpointEveryTokens;
         public int Resume;
     }
@@ -129,27 +147,33 @@ namespace Uocr
         public ulong KvAllocatedBytes;
         public ulong PeakKvBytes;
         public ulong TextLen;
+        // API version 3
+        public ulong ScratchBytes;      // working memory besides the KV cache (vision and decoder workspaces), held at the end
+        public ulong PeakScratchBytes;  // largest ScratchBytes held during the run
+        public ulong PeakBytes;         // largest KvAllocatedBytes + ScratchBytes at one moment of the run
     }
 
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
     internal delegate int EventCallback(IntPtr ev, IntPtr userData);
 
+    [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
+    internal delegate int PageCallback(long index, IntPtr page, IntPtr userData);
+
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 2; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 3; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_status_string(int status);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_stop_reason_string(int stop);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_last_error();
-        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_model_params_init(ref ModelParams p);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_model_params_init_sized(ref ModelParams p, uint structSize);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_model_load(byte[] dir, ref ModelParams p, out IntPtr model);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_model_free(IntPtr model);
-        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_model_info_init(ref ModelInfo info);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_model_get_info(ModelHandle model, ref ModelInfo info);
-        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_session_params_init(ref SessionParams p);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_session_params_init_sized(ref SessionParams p, uint structSize);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_create(ModelHandle model, ref SessionParams p, out IntPtr session);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_session_free(IntPtr session);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_session_last_error(SessionHandle session);
@@ -158,8 +182,11 @@ namespace Uocr
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_add_image_rgb(SessionHandle session, byte[] rgb, int width, int height, UIntPtr stride);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_clear_pages(SessionHandle session);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_page_count(SessionHandle session, out int count);
-        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_run_summary_init(ref RunSummary summary);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_run(SessionHandle session, EventCallback callback, IntPtr userData, ref RunSummary summary);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_file(IntPtr page, byte[] path);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_encoded(IntPtr page, byte[] data, UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_rgb(IntPtr page, byte[] rgb, int width, int height, UIntPtr stride);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_run_pages(SessionHandle session, long pageCount, PageCallback pages, IntPtr pagesUserData, EventCallback callback, IntPtr userData, ref RunSummary summary);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_text(SessionHandle session, byte[] buf, UIntPtr capacity, out UIntPtr length);
 
         // NUL-terminated UTF-8 (static or library-owned) to a string.
@@ -179,6 +206,15 @@ namespace Uocr
             var bytes = Encoding.UTF8.GetBytes(s);
             Array.Resize(ref bytes, bytes.Length + 1);
             return bytes;
+        }
+
+        // The library reads stride * (height - 1) + 3 * width bytes of RGB rows: refuse fewer.
+        public static void CheckRgb(byte[] rgb, int width, int height, int stride)
+        {
+            if (rgb == null) throw new ArgumentNullException("rgb");
+            long row = 3L * Math.Max(width, 0), s = stride == 0 ? row : stride;
+            long need = width > 0 && height > 0 ? s * (height - 1) + row : 0;
+            if (rgb.LongLength < need) throw new ArgumentException("rgb buffer has " + rgb.LongLength + " bytes, needs " + need);
         }
     }
 
@@ -238,6 +274,40 @@ namespace Uocr
         public string TextString { get { return Encoding.UTF8.GetString(Text); } }
     }
 
+    /// <summary>One page of a RunPages document; the library decodes or copies it before the
+    /// source is asked for the next one.</summary>
+    public sealed class Page
+    {
+        // A status the uocr_page_set_* call returns needs no handling: the library fails the run
+        // with it and its message.
+        readonly Action<IntPtr> set;
+        Page(Action<IntPtr> set) { this.set = set; }
+
+        /// <summary>A PNG/JPEG/... file.</summary>
+        public static Page File(string path)
+        {
+            var p = Native.CString(path);
+            return new Page(h => Native.uocr_page_set_file(h, p));
+        }
+
+        /// <summary>PNG/JPEG/... bytes.</summary>
+        public static Page Encoded(byte[] data)
+        {
+            if (data == null) throw new ArgumentNullException("data");
+            return new Page(h => Native.uocr_page_set_encoded(h, data, (UIntPtr)data.Length));
+        }
+
+        /// <summary>Interleaved RGB rows, stride bytes apart (0: 3 * width).</summary>
+        public static Page Rgb(byte[] rgb, int width, int height, int stride = 0)
+        {
+            Native.CheckRgb(rgb, width, height, stride);
+            return new Page(h => Native.uocr_page_set_rgb(h, rgb, width, height, (UIntPtr)(ulong)stride));
+        }
+
+        internal void Set(IntPtr page) { set(page); }
+    }
+
+    /// <summary>uocr_session_params; null / 0 leave the library's defaults (see uocr.h).</summary>
     public sealed class SessionOptions
     {
         public int ImageMode = 0;
@@ -251,9 +321,19 @@ namespace Uocr
         public int? NgramWindow;
         public bool? LoopGuard;
         public ulong MaxImagePixels = 0;
-        public int PagesPerGroup = 0;   // 0: the library's defaults (see uocr.h)
-        public int OverlapPages = 0;
-        public int ReferenceMode = 0;
+        public Backend Backend = Backend.Cpu;
+        public int DeviceIndex = 0;
+        public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: 4)
+        public int OverlapPages = 0;         // kept when the group slides (1..G-1; 0: G - 1)
+        public int PageFallbackTokens = 0;   // slide after this many tokens without "<PAGE>" (0: 4096; -1: never)
+        public ReferenceMode Reference = ReferenceMode.Dense;
+        public int ReferencePages = 0;       // Sparse: pages a step consults (0: 4; -1: all)
+        public int ReferenceBlocks = 0;      // Sparse: blocks a step attends to (0: 64; -1: all)
+        public int ReferenceBlockTokens = 0; // Sparse: visual tokens per block (0: 16)
+        public Positions Positions = Positions.Limit;
+        public string CheckpointPath = null; // null: no checkpoints (crash-safe resume, see c_api/README.md)
+        public int CheckpointEveryTokens = 0; // also every N tokens (0: after the prefill and at page boundaries)
+        public bool Resume = false;          // continue from CheckpointPath
     }
 
     public sealed class Model : IDisposable
@@ -264,7 +344,8 @@ namespace Uocr
         {
             Library.CheckVersion();
             var p = new ModelParams();
-            Native.uocr_model_params_init(ref p);
+            Native.uocr_model_params_init_sized(ref p, (uint)Marshal.SizeOf(typeof(ModelParams)));
+            p.ApiVersion = (uint)Native.ApiVersion;
             IntPtr h;
             int st = Native.uocr_model_load(Native.CString(directory), ref p, out h);
             if (st != Status.Ok) throw new UocrException(st, Native.Utf8(Native.uocr_last_error()));
@@ -273,8 +354,7 @@ namespace Uocr
 
         public ModelInfo Info()
         {
-            var info = new ModelInfo();
-            Native.uocr_model_info_init(ref info);
+            var info = new ModelInfo { StructSize = (uint)Marshal.SizeOf(typeof(ModelInfo)) };
             int st = Native.uocr_model_get_info(Handle, ref info);
             if (st != Status.Ok) throw new UocrException(st, Native.Utf8(Native.uocr_last_error()));
             return info;
@@ -292,7 +372,7 @@ namespace Uocr
         internal Session(Model model, SessionOptions o)
         {
             var p = new SessionParams();
-            Native.uocr_session_params_init(ref p);
+            Native.uocr_session_params_init_sized(ref p, (uint)Marshal.SizeOf(typeof(SessionParams)));
             p.ImageMode = o.ImageMode;
             p.MaxNewTokens = o.MaxNewTokens;
             if (o.Window.HasValue) p.Window = o.Window.Value;
@@ -303,16 +383,31 @@ namespace Uocr
             if (o.NgramWindow.HasValue) p.NgramWindow = o.NgramWindow.Value;
             if (o.LoopGuard.HasValue) p.LoopGuard = o.LoopGuard.Value ? 1 : 0;
             p.MaxImagePixels = o.MaxImagePixels;
+            p.Backend = (int)o.Backend;
+            p.DeviceIndex = o.DeviceIndex;
             p.PagesPerGroup = o.PagesPerGroup;
             p.OverlapPages = o.OverlapPages;
-            p.ReferenceMode = o.ReferenceMode;
-            GCHandle prompt = default(GCHandle);
+            p.PageFallbackTokens = o.PageFallbackTokens;
+            p.ReferenceMode = (int)o.Reference;
+            p.ReferencePages = o.ReferencePages;
+            p.ReferenceBlocks = o.ReferenceBlocks;
+            p.ReferenceBlockTokens = o.ReferenceBlockTokens;
+            p.Positions = (int)o.Positions;
+            p.CheckpointEveryTokens = o.CheckpointEveryTokens;
+            p.Resume = o.Resume ? 1 : 0;
+            // The library copies the strings during uocr_session_create: pinned until it returns.
+            GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try
             {
                 if (o.Prompt != null)
                 {
                     prompt = GCHandle.Alloc(Native.CString(o.Prompt), GCHandleType.Pinned);
                     p.Prompt = prompt.AddrOfPinnedObject();
+                }
+                if (o.CheckpointPath != null)
+                {
+                    checkpoint = GCHandle.Alloc(Native.CString(o.CheckpointPath), GCHandleType.Pinned);
+                    p.CheckpointPath = checkpoint.AddrOfPinnedObject();
                 }
                 IntPtr h;
                 int st = Native.uocr_session_create(model.Handle, ref p, out h);
@@ -322,6 +417,7 @@ namespace Uocr
             finally
             {
                 if (prompt.IsAllocated) prompt.Free();
+                if (checkpoint.IsAllocated) checkpoint.Free();
             }
         }
 
@@ -340,10 +436,7 @@ namespace Uocr
 
         public void AddImageRgb(byte[] rgb, int width, int height, int stride)
         {
-            if (rgb == null) throw new ArgumentNullException("rgb");
-            long row = 3L * Math.Max(width, 0), s = stride == 0 ? row : stride;
-            long need = width > 0 && height > 0 ? s * (height - 1) + row : 0;
-            if (rgb.LongLength < need) throw new ArgumentException("rgb buffer has " + rgb.LongLength + " bytes, needs " + need);
+            Native.CheckRgb(rgb, width, height, stride);
             Check(Native.uocr_session_add_image_rgb(handle, rgb, width, height, (UIntPtr)(ulong)stride));
         }
 
@@ -356,9 +449,53 @@ namespace Uocr
             return n;
         }
 
-        /// <summary>Runs the pages; onEvent returning false cancels (CancelledException).
-        /// An exception thrown by onEvent cancels the run and is rethrown here.</summary>
+        /// <summary>Runs the pages added; onEvent (may be null) returning false cancels
+        /// (CancelledException). An exception thrown by onEvent cancels the run and is rethrown here.</summary>
         public RunSummary Run(Func<Event, bool> onEvent)
+        {
+            return RunWith(onEvent, (EventCallback cb, ref RunSummary sum) => Native.uocr_session_run(handle, cb, IntPtr.Zero, ref sum));
+        }
+
+        /// <summary>Runs a document of pageCount pages that getPage(index) hands over one at a time
+        /// (0, 1, ... each once), when the session needs them; the pages added with AddImage* are
+        /// not used. An exception thrown by getPage stops the run and is rethrown here. Events,
+        /// cancellation and errors otherwise as Run.</summary>
+        public RunSummary RunPages(long pageCount, Func<long, Page> getPage, Func<Event, bool> onEvent)
+        {
+            if (getPage == null) throw new ArgumentNullException("getPage");
+            ExceptionDispatchInfo failure = null;
+            PageCallback pages = (index, page, user) =>
+            {
+                try
+                {
+                    getPage(index).Set(page);
+                    return 0;
+                }
+                catch (Exception ex)  // never unwind through native frames
+                {
+                    failure = ExceptionDispatchInfo.Capture(ex);
+                    return 1;
+                }
+            };
+            try
+            {
+                return RunWith(onEvent, (EventCallback cb, ref RunSummary sum) =>
+                    Native.uocr_session_run_pages(handle, pageCount, pages, IntPtr.Zero, cb, IntPtr.Zero, ref sum));
+            }
+            catch (CancelledException)
+            {
+                if (failure != null) failure.Throw();  // the page source's exception, not the cancellation it caused
+                throw;
+            }
+            finally
+            {
+                GC.KeepAlive(pages);  // the library calls it until the run returns
+            }
+        }
+
+        delegate int Start(EventCallback callback, ref RunSummary summary);
+
+        RunSummary RunWith(Func<Event, bool> onEvent, Start start)
         {
             ExceptionDispatchInfo failure = null;
             EventCallback cb = null;
@@ -390,9 +527,8 @@ namespace Uocr
                     }
                 };
             }
-            var sum = new RunSummary();
-            Native.uocr_run_summary_init(ref sum);
-            int st = Native.uocr_session_run(handle, cb, IntPtr.Zero, ref sum);
+            var sum = new RunSummary { StructSize = (uint)Marshal.SizeOf(typeof(RunSummary)) };
+            int st = start(cb, ref sum);
             GC.KeepAlive(cb);
             if (failure != null) failure.Throw();
             if (st == Status.Cancelled) throw new CancelledException(Native.Utf8(Native.uocr_session_last_error(handle)), sum);

@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 2  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 3  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -98,7 +98,9 @@ class RunSummary(ctypes.Structure):
                 ("vision_seconds", ctypes.c_double), ("prefill_seconds", ctypes.c_double),
                 ("decode_seconds", ctypes.c_double), ("reference_kv_bytes", ctypes.c_uint64),
                 ("window_kv_bytes", ctypes.c_uint64), ("kv_allocated_bytes", ctypes.c_uint64),
-                ("peak_kv_bytes", ctypes.c_uint64), ("text_len", ctypes.c_uint64)]
+                ("peak_kv_bytes", ctypes.c_uint64), ("text_len", ctypes.c_uint64),
+                ("scratch_bytes", ctypes.c_uint64), ("peak_scratch_bytes", ctypes.c_uint64),
+                ("peak_bytes", ctypes.c_uint64)]
 
 
 EVENT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(EventStruct), ctypes.c_void_p)
@@ -149,12 +151,12 @@ def _load_library():
         "uocr_status_string": (ctypes.c_char_p, [ctypes.c_int32]),
         "uocr_stop_reason_string": (ctypes.c_char_p, [ctypes.c_int32]),
         "uocr_last_error": (ctypes.c_char_p, []),
-        "uocr_model_params_init": (None, [P(ModelParams)]),
+        "uocr_model_params_init_sized": (None, [P(ModelParams), ctypes.c_uint32]),
         "uocr_model_load": (ctypes.c_int32, [ctypes.c_char_p, P(ModelParams), P(vp)]),
         "uocr_model_free": (None, [vp]),
-        "uocr_model_info_init": (None, [P(ModelInfo)]),
+        "uocr_model_info_init_sized": (None, [P(ModelInfo), ctypes.c_uint32]),
         "uocr_model_get_info": (ctypes.c_int32, [vp, P(ModelInfo)]),
-        "uocr_session_params_init": (None, [P(SessionParams)]),
+        "uocr_session_params_init_sized": (None, [P(SessionParams), ctypes.c_uint32]),
         "uocr_session_create": (ctypes.c_int32, [vp, P(SessionParams), P(vp)]),
         "uocr_session_free": (None, [vp]),
         "uocr_session_last_error": (ctypes.c_char_p, [vp]),
@@ -164,7 +166,7 @@ def _load_library():
                                                         ctypes.c_size_t]),
         "uocr_session_clear_pages": (ctypes.c_int32, [vp]),
         "uocr_session_page_count": (ctypes.c_int32, [vp, P(ctypes.c_int32)]),
-        "uocr_run_summary_init": (None, [P(RunSummary)]),
+        "uocr_run_summary_init_sized": (None, [P(RunSummary), ctypes.c_uint32]),
         "uocr_session_run": (ctypes.c_int32, [vp, EVENT_CALLBACK, vp, P(RunSummary)]),
         "uocr_session_text": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)]),
         "uocr_page_set_file": (ctypes.c_int32, [vp, ctypes.c_char_p]),
@@ -194,6 +196,13 @@ def build_info():
     return _lib.uocr_build_info().decode()
 
 
+def _init(init_sized, struct):
+    """Defaults from the library into `struct`, never more bytes than this binding's layout holds."""
+    init_sized(ctypes.byref(struct), ctypes.sizeof(struct))
+    if isinstance(struct, ModelParams):
+        struct.api_version = API_VERSION  # the layout this binding was written against
+
+
 def _check(status, message_fn):
     if status != OK:
         raise Error(status, message_fn().decode(errors="replace"))
@@ -209,7 +218,7 @@ class Model:
     def __init__(self, directory):
         self._h = ctypes.c_void_p()
         params = ModelParams()
-        _lib.uocr_model_params_init(ctypes.byref(params))
+        _init(_lib.uocr_model_params_init_sized, params)
         handle = ctypes.c_void_p()
         _check(_lib.uocr_model_load(_path(directory), ctypes.byref(params), ctypes.byref(handle)),
                _lib.uocr_last_error)
@@ -217,7 +226,7 @@ class Model:
 
     def info(self):
         info = ModelInfo()
-        _lib.uocr_model_info_init(ctypes.byref(info))
+        _init(_lib.uocr_model_info_init_sized, info)
         _check(_lib.uocr_model_get_info(self._h, ctypes.byref(info)), _lib.uocr_last_error)
         return info
 
@@ -251,7 +260,7 @@ class Session:
     def __init__(self, model, **kw):
         self._h = ctypes.c_void_p()
         params = SessionParams()
-        _lib.uocr_session_params_init(ctypes.byref(params))
+        _init(_lib.uocr_session_params_init_sized, params)
         for key, value in kw.items():
             if key not in dict(SessionParams._fields_) or key == "struct_size":
                 raise TypeError("unknown session parameter %r" % key)
@@ -337,7 +346,7 @@ class Session:
 
         callback = EVENT_CALLBACK(trampoline) if on_event else EVENT_CALLBACK()
         summary = RunSummary()
-        _lib.uocr_run_summary_init(ctypes.byref(summary))
+        _init(_lib.uocr_run_summary_init_sized, summary)
         status = start(callback, ctypes.byref(summary))
         if raised:
             raise raised[0]

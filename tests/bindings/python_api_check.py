@@ -51,6 +51,9 @@ with uocr.Model(model_dir) as model:
             check(c.summary.stop_reason == uocr.STOP_CANCELLED, "cancel stop reason")
             check(c.summary.generated_tokens == 3 and len(seen) == 3, "cancel after 3 tokens")
             check(len(s.text()) == c.summary.text_len, "partial text length")
+            m = c.summary
+            check(m.scratch_bytes > 0 and m.peak_scratch_bytes >= m.scratch_bytes, "scratch bytes (API 3)")
+            check(m.peak_bytes >= m.peak_kv_bytes + m.peak_scratch_bytes, "peak bytes (API 3)")
 
         class Boom(Exception):
             pass

@@ -1,12 +1,18 @@
 #!/bin/sh
 # Runs one binding's sample program on the tiny model and compares its stdout byte for byte
-# with the C++ API's transcript (written by uocr_ref_ocr). Exit 77 (meson's skip) when the
-# binding's toolchain or the model is missing.
+# with the C++ API's transcript (written by uocr_ref_ocr with the same arguments), or runs a
+# binding's API checks. Exit 77 (meson's skip) when the binding's toolchain or the model is
+# missing.
 #
-#   run_binding.sh KIND REF_FILE LIBUOCR WORK_DIR SOURCE_ROOT MODEL_DIR IMAGE MAX_NEW_TOKENS [C_EXE]
-#   KIND: c | python | python_api | rust | csharp | exports | pkgconfig
+#   run_binding.sh KIND REF_FILE LIBUOCR WORK_DIR SOURCE_ROOT [ARG...]
+#   KIND c:                          ARG = C_EXE, then the sample's arguments
+#        python | rust | csharp:     ARG = the sample's arguments (-n N [...] MODEL_DIR IMAGE...)
+#        python_api:                 ARG = MODEL_DIR IMAGE
+#        rust_api | csharp_api:      ARG = MODEL_DIR PAGE0 PAGE1 PAGE2
+#        exports | pkgconfig:        no ARG
 set -u
-kind=$1 ref=$2 lib=$3 work=$4 src=$5 model=$6 image=$7 ntok=$8 exe=${9:-}
+kind=$1 ref=$2 lib=$3 work=$4 src=$5
+shift 5
 
 skip() { echo "SKIP: $*"; exit 77; }
 die() { echo "FAIL: $*"; exit 1; }
@@ -15,8 +21,10 @@ libdir=$(cd "$(dirname "$lib")" && pwd) || die "no library directory for $lib"
 lib="$libdir/$(basename "$lib")"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$work" || die "cannot create $work"
-out="$work/$kind.stdout"
-err="$work/$kind.stderr"
+# One reference may serve several tests, one test several references: name files after both.
+tag="$(basename "$ref" .txt)-$kind"
+out="$work/$tag.stdout"
+err="$work/$tag.stderr"
 
 case $kind in
 exports)
@@ -46,31 +54,56 @@ esac
 [ -f "$ref" ] || die "reference transcript $ref missing"
 if head -c 9 "$ref" | grep -q '^UOCR-SKIP'; then skip "$(cat "$ref")"; fi
 
+# Offline, no registry: CARGO_HOME and the target dir live in the build tree (cargo locks the
+# target dir, so the Rust tests may run in parallel).
+#   cargo_in_tree COMMAND [ARG...]
+cargo_in_tree() {
+  command -v cargo >/dev/null 2>&1 || skip "cargo not found (install the Debian packages cargo and rustc)"
+  cmd=$1
+  shift
+  CARGO_HOME="$work/cargo-home" UOCR_LIB_DIR="$libdir" cargo "$cmd" --quiet --offline --locked \
+    --manifest-path "$src/samples/rust/Cargo.toml" --target-dir "$work/rust-target" "$@"
+}
+# Compiles the C# binding with a program to $work/$tag.exe.
+mcs_in_tree() {
+  command -v mcs >/dev/null 2>&1 || skip "mcs not found (install mono-mcs)"
+  command -v mono >/dev/null 2>&1 || skip "mono not found (install mono-runtime)"
+  mcs -nologo -warnaserror -out:"$work/$tag.exe" "$src/samples/csharp/Uocr.cs" "$1" >"$err" 2>&1 ||
+    { cat "$err"; die "mcs failed"; }
+}
+
 case $kind in
 c)
-  "$exe" -q -n "$ntok" "$model" "$image" >"$out" 2>"$err" ;;
+  exe=$1
+  shift
+  "$exe" -q "$@" >"$out" 2>"$err" ;;
 python)
   command -v python3 >/dev/null 2>&1 || skip "python3 not found"
-  PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" python3 "$src/samples/python/ocr.py" -q -n "$ntok" "$model" "$image" \
-    >"$out" 2>"$err" ;;
+  PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" python3 "$src/samples/python/ocr.py" -q "$@" >"$out" 2>"$err" ;;
 python_api)
   command -v python3 >/dev/null 2>&1 || skip "python3 not found"
   PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" UOCR_SOURCE_DIR="$src" \
-    python3 "$src/tests/bindings/python_api_check.py" "$model" "$image"
+    python3 "$src/tests/bindings/python_api_check.py" "$@"
   exit $? ;;
 rust)
-  command -v cargo >/dev/null 2>&1 || skip "cargo not found (install the Debian packages cargo and rustc)"
-  # Offline, no registry: CARGO_HOME and the target dir live in the build tree.
-  CARGO_HOME="$work/cargo-home" UOCR_LIB_DIR="$libdir" cargo build --quiet --offline --locked \
-    --manifest-path "$src/samples/rust/Cargo.toml" --target-dir "$work/rust-target" >"$err" 2>&1 ||
-    { cat "$err"; die "cargo build failed"; }
-  "$work/rust-target/debug/ocr" -q -n "$ntok" "$model" "$image" >"$out" 2>"$err" ;;
+  cargo_in_tree build >"$err" 2>&1 || { cat "$err"; die "cargo build failed"; }
+  "$work/rust-target/debug/ocr" -q "$@" >"$out" 2>"$err" ;;
+rust_api)
+  [ $# -eq 4 ] || die "rust_api needs MODEL_DIR and three pages"
+  model=$1
+  shift
+  pages=$(printf '%s:' "$@")
+  UOCR_TEST_MODEL="$model" UOCR_TEST_PAGES="${pages%:}" cargo_in_tree test --test api -- --test-threads=1 ||
+    die "the Rust API checks failed"
+  cargo_in_tree test --doc || die "the Rust documentation examples do not build"
+  exit 0 ;;
 csharp)
-  command -v mcs >/dev/null 2>&1 || skip "mcs not found (install mono-mcs)"
-  command -v mono >/dev/null 2>&1 || skip "mono not found (install mono-runtime)"
-  mcs -nologo -warnaserror -out:"$work/ocr.exe" "$src/samples/csharp/Uocr.cs" "$src/samples/csharp/Ocr.cs" >"$err" 2>&1 ||
-    { cat "$err"; die "mcs failed"; }
-  mono "$work/ocr.exe" -q -n "$ntok" "$model" "$image" >"$out" 2>"$err" ;;
+  mcs_in_tree "$src/samples/csharp/Ocr.cs"
+  mono "$work/$tag.exe" -q "$@" >"$out" 2>"$err" ;;
+csharp_api)
+  mcs_in_tree "$src/tests/bindings/csharp_api_check.cs"
+  mono "$work/$tag.exe" "$@"
+  exit $? ;;
 *)
   die "unknown binding kind $kind" ;;
 esac

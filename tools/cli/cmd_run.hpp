@@ -44,12 +44,14 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                "{\"stop\": \"%s\", \"empty\": %s, \"pages\": %lld, \"visual_tokens\": %lld, \"prompt_tokens\": %lld, "
                "\"generated_tokens\": %lld, \"window\": %d, \"vision_seconds\": %.3f, \"prefill_seconds\": %.3f, "
                "\"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, \"reference_kv_bytes\": %zu, "
-               "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"group_pages\": %lld, "
+               "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"scratch_bytes\": %zu, "
+               "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, "
                "\"slides\": %lld, \"pages_encoded\": %lld, \"checkpoints\": %lld, \"resumed_at_token\": %lld}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
-               s.memory.peak_kv_bytes, (long long)st.group_pages, (long long)st.slides, (long long)st.pages_encoded,
+               s.memory.peak_kv_bytes, s.memory.scratch_bytes, s.memory.peak_scratch_bytes, s.memory.peak_bytes,
+               (long long)st.group_pages, (long long)st.slides, (long long)st.pages_encoded,
                (long long)st.checkpoints_written, (long long)st.resumed_at_token);
 }
 

@@ -11,7 +11,11 @@
 // as upstream generation stops at that length (set_position_limit() widens the range on purpose,
 // for page groups over documents longer than the model's context; see uocr/decoder/page_groups.hpp).
 //
-// Thread-safety: the weights may be shared; a Decoder owns decode scratch, so use one Decoder per
+// Working memory: every temporary of prefill, prefill_segment and decode_step lives in member
+// buffers that grow to the largest size a call needs and are then reused (a decode step allocates
+// nothing); scratch_bytes() is what they hold.
+//
+// Thread-safety: the weights may be shared; a Decoder owns its scratch, so use one Decoder per
 // thread (and one KvCache per sequence).
 #pragma once
 #include <algorithm>
@@ -46,11 +50,6 @@ class Decoder {
       post_norm_.push_back(lw.post_attention_norm.weight->to_vector());
     }
     final_norm_ = w_.final_norm.weight->to_vector();
-    x_.resize(size_t(c_.hidden));
-    a_.resize(size_t(c_.hidden));
-    f_.resize(size_t(c_.hidden));
-    q_.resize(size_t(shape_.q_row()));
-    attn_.resize(size_t(shape_.q_row()));
     logits_.resize(size_t(c_.vocab));
   }
 
@@ -117,33 +116,35 @@ class Decoder {
     check_cache(cache);
     cache.reset(t);
 
-    std::vector<float> x(embeddings), a(size_t(t * hidden)), f(size_t(t * hidden));
-    std::vector<float> q(size_t(t * qr)), attn(size_t(t * qr));
-    MlpScratch mlp;
-    MoeScratch moe;
+    float* const x = grow(x_, t * hidden);
+    float* const a = grow(a_, t * hidden);
+    float* const f = grow(f_, t * hidden);
+    float* const q = grow(q_, t * qr);
+    float* const attn = grow(attn_, t * qr);
+    std::copy(embeddings.begin(), embeddings.end(), x);
     for (int l = 0; l < c_.layers; ++l) {
       const DecoderLayerWeights& lw = w_.layers[size_t(l)];
       float* k = cache.reference_k(l);
       float* v = cache.reference_v(l);
-      rms_norm(x.data(), t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a.data());
-      cpu::linear(a.data(), t, lw.q, q.data());
-      cpu::linear(a.data(), t, lw.k, k);
-      cpu::linear(a.data(), t, lw.v, v);
+      rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
+      cpu::linear(a, t, lw.q, q);
+      cpu::linear(a, t, lw.k, k);
+      cpu::linear(a, t, lw.v, v);
       for (int64_t i = 0; i < t; ++i) {
-        rope_.apply(q.data() + i * qr, shape_.heads, first_position + i);
+        rope_.apply(q + i * qr, shape_.heads, first_position + i);
         rope_.apply(k + i * kr, shape_.kv_heads, first_position + i);
       }
-      causal_attention(q.data(), k, v, t, shape_, attn.data());
-      cpu::linear(attn.data(), t, lw.o, f.data());
-      add_into(x.data(), f.data(), t * hidden);
-      rms_norm(x.data(), t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a.data());
-      feed_forward(lw, a.data(), t, f.data(), mlp, moe);
-      add_into(x.data(), f.data(), t * hidden);
+      causal_attention(q, k, v, t, shape_, attn, block_scores_);
+      cpu::linear(attn, t, lw.o, f);
+      add_into(x, f, t * hidden);
+      rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
+      feed_forward(lw, a, t, f, mlp_, moe_);
+      add_into(x, f, t * hidden);
     }
     const int64_t rows = which == PrefillLogits::all ? t : 1;
-    rms_norm(x.data() + (t - rows) * hidden, rows, hidden, final_norm_.data(), c_.rms_eps, a.data());
+    rms_norm(x + (t - rows) * hidden, rows, hidden, final_norm_.data(), c_.rms_eps, a);
     std::vector<float> logits(size_t(rows * c_.vocab));
-    cpu::linear(a.data(), rows, *w_.lm_head, nullptr, logits.data());
+    cpu::linear(a, rows, *w_.lm_head, nullptr, logits.data());
     return logits;
   }
 
@@ -168,37 +169,39 @@ class Decoder {
       require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
               Status::invalid_argument, "segment context must be reference rows outside the segment");
 
-    std::vector<float> x(embeddings, embeddings + t * hidden), a(size_t(t * hidden)), f(size_t(t * hidden));
-    std::vector<float> q(size_t(t * qr)), attn(size_t(t * qr));
-    std::vector<KvRows> ctx(context.size());
-    MlpScratch mlp;
-    MoeScratch moe;
+    float* const x = grow(x_, t * hidden);
+    float* const a = grow(a_, t * hidden);
+    float* const f = grow(f_, t * hidden);
+    float* const q = grow(q_, t * qr);
+    float* const attn = grow(attn_, t * qr);
+    std::copy(embeddings, embeddings + t * hidden, x);
+    context_.resize(context.size());
     for (int l = 0; l < c_.layers; ++l) {
       const DecoderLayerWeights& lw = w_.layers[size_t(l)];
       float* k = cache.reference_k(l) + dst * kr;
       float* v = cache.reference_v(l) + dst * kr;
-      rms_norm(x.data(), t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a.data());
-      cpu::linear(a.data(), t, lw.q, q.data());
-      cpu::linear(a.data(), t, lw.k, k);
-      cpu::linear(a.data(), t, lw.v, v);
+      rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
+      cpu::linear(a, t, lw.q, q);
+      cpu::linear(a, t, lw.k, k);
+      cpu::linear(a, t, lw.v, v);
       for (int64_t i = 0; i < t; ++i) {
-        rope_.apply(q.data() + i * qr, shape_.heads, positions[i]);
+        rope_.apply(q + i * qr, shape_.heads, positions[i]);
         rope_.apply(k + i * kr, shape_.kv_heads, positions[i]);
       }
       for (size_t i = 0; i < context.size(); ++i)
-        ctx[i] = KvRows{cache.reference_k(l) + context[i].begin * kr, cache.reference_v(l) + context[i].begin * kr,
-                        context[i].rows};
-      segment_attention(q.data(), k, v, t, ctx, shape_, attn.data());
-      cpu::linear(attn.data(), t, lw.o, f.data());
-      add_into(x.data(), f.data(), t * hidden);
-      rms_norm(x.data(), t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a.data());
-      feed_forward(lw, a.data(), t, f.data(), mlp, moe);
-      add_into(x.data(), f.data(), t * hidden);
+        context_[i] = KvRows{cache.reference_k(l) + context[i].begin * kr, cache.reference_v(l) + context[i].begin * kr,
+                             context[i].rows};
+      segment_attention(q, k, v, t, context_, shape_, attn, block_scores_);
+      cpu::linear(attn, t, lw.o, f);
+      add_into(x, f, t * hidden);
+      rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
+      feed_forward(lw, a, t, f, mlp_, moe_);
+      add_into(x, f, t * hidden);
     }
     if (!want_logits) return {};
-    rms_norm(x.data() + (t - 1) * hidden, 1, hidden, final_norm_.data(), c_.rms_eps, a.data());
+    rms_norm(x + (t - 1) * hidden, 1, hidden, final_norm_.data(), c_.rms_eps, a);
     std::vector<float> logits(size_t(c_.vocab));
-    cpu::linear(a.data(), 1, *w_.lm_head, nullptr, logits.data());
+    cpu::linear(a, 1, *w_.lm_head, nullptr, logits.data());
     return logits;
   }
 
@@ -208,36 +211,49 @@ class Decoder {
     const int64_t hidden = c_.hidden, kr = shape_.kv_row();
     check_positions(position, 1);
     check_cache(cache);
-    embed_row(token, x_.data());
+    float* const x = grow(x_, hidden);
+    float* const a = grow(a_, hidden);
+    float* const f = grow(f_, hidden);
+    float* const q = grow(q_, shape_.q_row());
+    float* const attn = grow(attn_, shape_.q_row());
+    embed_row(token, x);
     const int64_t slot = cache.claim_slot();  // after validation: a rejected call leaves the cache as it was
     const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
     // Grows only when the cache does (full mode); in R-SWA mode it is sized once.
-    scores_.resize(size_t(shape_.heads * (ref + cache.generated_capacity())));
+    float* const scores = attention_ ? nullptr : grow(scores_, shape_.heads * (ref + cache.generated_capacity()));
     for (int l = 0; l < c_.layers; ++l) {
       const DecoderLayerWeights& lw = w_.layers[size_t(l)];
       float* k = cache.generated_k(l) + slot * kr;
       float* v = cache.generated_v(l) + slot * kr;
-      rms_norm(x_.data(), 1, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a_.data());
-      cpu::linear(a_.data(), 1, lw.q, q_.data());
-      cpu::linear(a_.data(), 1, lw.k, k);
-      cpu::linear(a_.data(), 1, lw.v, v);
-      rope_.apply(q_.data(), shape_.heads, position);
+      rms_norm(x, 1, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
+      cpu::linear(a, 1, lw.q, q);
+      cpu::linear(a, 1, lw.k, k);
+      cpu::linear(a, 1, lw.v, v);
+      rope_.apply(q, shape_.heads, position);
       rope_.apply(k, shape_.kv_heads, position);
       if (attention_)
-        attention_->attend(l, q_.data(), KvRows{cache.reference_k(l), cache.reference_v(l), ref},
-                           KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, attn_.data());
+        attention_->attend(l, q, KvRows{cache.reference_k(l), cache.reference_v(l), ref},
+                           KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, attn);
       else
-        decode_attention(q_.data(), KvRows{cache.reference_k(l), cache.reference_v(l), ref},
-                         KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, scores_.data(), attn_.data());
-      cpu::linear(attn_.data(), 1, lw.o, f_.data());
-      add_into(x_.data(), f_.data(), hidden);
-      rms_norm(x_.data(), 1, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a_.data());
-      feed_forward(lw, a_.data(), 1, f_.data(), mlp_, moe_);
-      add_into(x_.data(), f_.data(), hidden);
+        decode_attention(q, KvRows{cache.reference_k(l), cache.reference_v(l), ref},
+                         KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, scores, attn);
+      cpu::linear(attn, 1, lw.o, f);
+      add_into(x, f, hidden);
+      rms_norm(x, 1, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
+      feed_forward(lw, a, 1, f, mlp_, moe_);
+      add_into(x, f, hidden);
     }
-    rms_norm(x_.data(), 1, hidden, final_norm_.data(), c_.rms_eps, a_.data());
-    cpu::linear(a_.data(), 1, *w_.lm_head, nullptr, logits_.data());
+    rms_norm(x, 1, hidden, final_norm_.data(), c_.rms_eps, a);
+    cpu::linear(a, 1, *w_.lm_head, nullptr, logits_.data());
     return logits_;
+  }
+
+  // Bytes of working memory this decoder holds (its buffers' capacities; SR-SWA's are its own).
+  size_t scratch_bytes() const {
+    size_t floats = 0;
+    for (const std::vector<float>* b : {&x_, &a_, &f_, &q_, &attn_, &scores_, &block_scores_, &logits_})
+      floats += b->capacity();
+    return floats * sizeof(float) + context_.capacity() * sizeof(KvRows) + mlp_.bytes() + moe_.bytes();
   }
 
  private:
@@ -268,6 +284,12 @@ class Decoder {
       mlp_forward(lw.dense, x, m, y, mlp);
   }
 
+  // `n` floats of `buffer`, grown when smaller and never shrunk.
+  static float* grow(std::vector<float>& buffer, int64_t n) {
+    if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
+    return buffer.data();
+  }
+
   static void add_into(float* x, const float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
   }
@@ -280,8 +302,11 @@ class Decoder {
   AttentionShape shape_;
   std::vector<std::vector<float>> input_norm_, post_norm_;
   std::vector<float> final_norm_;
-  // Decode-step scratch, sized once (scores_ follows the cache capacity).
-  std::vector<float> x_, a_, f_, q_, attn_, scores_, logits_;
+  // Scratch of every call (see the top of the file): rows of hidden states, queries, attention
+  // outputs; decode scores (they follow the cache capacity); the blocked prefill attentions'
+  // per-thread scores; the decode logits; a segment's context rows; the feed-forward buffers.
+  std::vector<float> x_, a_, f_, q_, attn_, scores_, block_scores_, logits_;
+  std::vector<KvRows> context_;
   MlpScratch mlp_;
   MoeScratch moe_;
 };

@@ -10,6 +10,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -161,6 +162,9 @@ class KvCache : public KvRing<KvCache> {
   const float* reference_v(int layer) const { return layers_[size_t(layer)].ref_v.data(); }
   float* generated_k(int layer) { return layers_[size_t(layer)].gen_k.data(); }
   float* generated_v(int layer) { return layers_[size_t(layer)].gen_v.data(); }
+  // Checkpoints (BasicPageGroupDecoder::visit_kv): f(rows, floats) on the first `rows` rows of
+  // one of the arrays above, in place.
+  void visit_rows(float* data, int64_t rows, const std::function<void(float*, size_t)>& f) { f(data, size_t(rows * row_)); }
 
   // Bytes actually reserved (includes ring slots not yet filled and full-mode growth headroom).
   size_t allocated_bytes() const {

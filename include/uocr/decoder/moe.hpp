@@ -32,6 +32,7 @@ inline void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, fl
 // Intermediate buffers of one MLP evaluation; reused across calls so decode allocates nothing.
 struct MlpScratch {
   std::vector<float> gate, up;
+  size_t bytes() const { return (gate.capacity() + up.capacity()) * sizeof(float); }
 };
 
 // y[m, hidden] = down(silu(gate·x) ⊙ up·x). Rows go in chunks so the intermediates stay
@@ -64,6 +65,12 @@ struct MoeScratch {
   std::vector<int64_t> order;        // [m·top_k] assignments (row·top_k + j) grouped by expert
   std::vector<float> rows_in, rows_out, shared_out;
   MlpScratch mlp;
+  size_t bytes() const {
+    return (probs.capacity() + weight.capacity() + rows_in.capacity() + rows_out.capacity() + shared_out.capacity()) *
+               sizeof(float) +
+           (choice.capacity() + rank.capacity()) * sizeof(int32_t) +
+           (start.capacity() + cursor.capacity() + order.capacity()) * sizeof(int64_t) + mlp.bytes();
+  }
 };
 
 // y[m, hidden] = Σ_j w_j · Expert_{e_j}(x) + Shared(x), with w = router softmax probabilities of

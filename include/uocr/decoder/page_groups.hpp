@@ -30,8 +30,9 @@
 //    model must see the next page to end the current one: with none ahead it tends to emit EOS).
 //
 // Bounded (constant after start, whatever N): reference KV = (head + G·T + tail) rows, allocated
-// once; the generated ring; the embeddings of one page at a time (G pages during start); SR-SWA
-// summaries of G slots. Not bounded: positions grow with N (below); the caller's page source.
+// once; the generated ring; the embeddings of one page at a time and start()'s input (head + G
+// pages + tail); SR-SWA summaries of G slots; the decoder's scratch (scratch_bytes()). Not
+// bounded: positions grow with N (below); the caller's page source.
 //
 // Positions. The one-shot prompt of N pages needs positions up to head + N·T + tail + generated,
 // past max_position_embeddings (32,768) from ~120 pages of 273 tokens. Default: start() rejects
@@ -46,7 +47,8 @@
 // Backends: BasicPageGroupDecoder<Dec, Cache> runs this over any decoder + KV cache pair with
 // uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's reference API
 // (the Vulkan backend's VulkanDecoder + VulkanKvCache); PageGroupDecoder is the CPU one. SR-SWA
-// reads keys on the host, so it needs the CPU pair (Status::unsupported otherwise).
+// reads keys on the host, so it needs the CPU pair (Status::unsupported otherwise); checkpoints
+// need a cache with visit_rows (CPU, Vulkan).
 //
 // Thread-safety: one PageGroupDecoder per document, used by one thread at a time.
 #pragma once
@@ -130,11 +132,20 @@ struct PageGroupState {
   uint64_t peak_total_bytes = 0;
 };
 
+namespace detail {
+template <class Cache, class = void>
+struct HasVisitRows : std::false_type {};
+template <class Cache>
+struct HasVisitRows<Cache, std::void_t<decltype(&Cache::visit_rows)>> : std::true_type {};
+}  // namespace detail
+
 template <class Dec, class Cache>
 class BasicPageGroupDecoder {
  public:
   // SR-SWA needs the keys in host memory (uocr::KvCache).
   static constexpr bool kHostKv = std::is_same_v<Cache, KvCache>;
+  // Checkpoints need the cache's rows readable and writable from the host (Cache::visit_rows).
+  static constexpr bool kVisitableKv = detail::HasVisitRows<Cache>::value;
 
   BasicPageGroupDecoder(Dec decoder, Cache cache, PageGroupParams params = {})
       : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params) {
@@ -188,7 +199,8 @@ class BasicPageGroupDecoder {
     // Head, the first group's pages and (when the group is the whole document) the tail, in one
     // causal prefill at positions 0.. : the one-shot prompt when G >= N.
     const bool whole = g_ == layout.pages;
-    std::vector<float> x = dec_.embed(layout.head);
+    std::vector<float>& x = input_;
+    x = dec_.embed(layout.head);
     x.reserve(size_t((head_rows_ + g_ * t + tail_rows_) * hidden));
     for (int64_t p = 0; p < g_; ++p) {
       fetch(p);
@@ -203,7 +215,6 @@ class BasicPageGroupDecoder {
     const auto t0 = std::chrono::steady_clock::now();
     cache_.resize_reference(total_rows);  // storage for the whole reference, allocated once
     std::vector<float> logits = dec_.prefill(x, 0, cache_);
-    x = std::vector<float>();
     cache_.resize_reference(total_rows);
     if (!whole && tail_rows_ > 0) logits = prefill_tail();
     prefill_seconds_ += seconds_since(t0);
@@ -219,18 +230,18 @@ class BasicPageGroupDecoder {
 
   // Calls f(data, floats) on every KV array the state depends on, in a fixed order: per layer
   // the reference keys and values, then the filled window rows' keys and values. A checkpoint
-  // reads them with it; resume() writes them back with it. Host KV only (the CPU backend).
+  // reads them with it; resume() writes them back with it. Caches with visit_rows only (CPU and
+  // Vulkan: same row layout, so a checkpoint of one resumes on the other).
   void visit_kv(const std::function<void(float* data, size_t floats)>& f) {
-    require(kHostKv, Status::unsupported, "checkpoints need the KV cache in host memory (the CPU backend)");
-    if constexpr (kHostKv) {
-      const int64_t kr = cache_.row_floats(), ref = cache_.reference_rows();
-      const int64_t gen = cache_.window() > 0 ? std::min<int64_t>(cache_.generated_tokens(), cache_.window())
-                                              : cache_.generated_tokens();
+    require(kVisitableKv, Status::unsupported,
+            "checkpoints need a KV cache the host can read and write (the CPU and Vulkan backends)");
+    if constexpr (kVisitableKv) {
+      const int64_t ref = cache_.reference_rows(), gen = cache_.generated_rows();
       for (int l = 0; l < cache_.layers(); ++l) {
-        f(cache_.reference_k(l), size_t(ref * kr));
-        f(cache_.reference_v(l), size_t(ref * kr));
-        f(cache_.generated_k(l), size_t(gen * kr));
-        f(cache_.generated_v(l), size_t(gen * kr));
+        cache_.visit_rows(cache_.reference_k(l), ref, f);
+        cache_.visit_rows(cache_.reference_v(l), ref, f);
+        cache_.visit_rows(cache_.generated_k(l), gen, f);
+        cache_.visit_rows(cache_.generated_v(l), gen, f);
       }
     }
   }
@@ -345,6 +356,13 @@ class BasicPageGroupDecoder {
   size_t peak_kv_bytes() const { return peak_total_bytes_; }
   size_t page_buffer_bytes() const { return page_.capacity() * sizeof(float); }  // one page's embeddings
   size_t sparse_summary_bytes() const { return sparse_ ? sparse_->summary_bytes() : 0; }
+  // Working memory held besides the KV cache: the decoder's scratch, start()'s input rows, one
+  // page's embeddings, SR-SWA's summaries and selection buffers. Every buffer is kept and reused
+  // once grown, so this never drops during a run.
+  size_t scratch_bytes() const {
+    return dec_.scratch_bytes() + input_.capacity() * sizeof(float) + page_buffer_bytes() +
+           (sparse_ ? sparse_->scratch_bytes() : 0);
+  }
   double prefill_seconds() const { return prefill_seconds_; }  // start + every page prefilled in a slide
   double source_seconds() const { return source_seconds_; }    // waiting for pages (vision, when the source encodes)
   double slide_seconds() const { return slide_seconds_; }      // next_page() calls that slid (source + prefill)
@@ -416,6 +434,7 @@ class BasicPageGroupDecoder {
   DocumentLayout layout_;
   PageEmbeddingSource* src_ = nullptr;
   std::unique_ptr<SparseReference> sparse_;
+  std::vector<float> input_;  // start()'s prefill input: head, the first group's pages, tail
   std::vector<float> page_;
   std::vector<int64_t> slot_page_;
   int64_t g_ = 0, head_rows_ = 0, tail_rows_ = 0;

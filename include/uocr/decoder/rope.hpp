@@ -16,6 +16,16 @@ class Rope {
       inv_freq_[size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
   }
 
+  // cos and sin of position `pos`'s angles, as apply() computes them: out[2i] = cos, out[2i + 1]
+  // = sin for i < head_dim / 2 (device backends rotate with these).
+  void cos_sin(int64_t pos, float* out) const {
+    for (int i = 0; i < half_; ++i) {
+      const float angle = float(pos) * inv_freq_[size_t(i)];
+      out[2 * i] = std::cos(angle);
+      out[2 * i + 1] = std::sin(angle);
+    }
+  }
+
   // Rotates `heads` consecutive vectors of head_dim floats to position `pos`:
   // x' = x·cos + rotate_half(x)·sin with rotate_half([x1 | x2]) = [-x2 | x1].
   void apply(float* x, int64_t heads, int64_t pos) const {

@@ -4,7 +4,13 @@
 //
 //   1. page gate: each page of the reference has per-channel min/max key bounds (per KV head);
 //      the upper bound of q·k over a page, sum_i max(q_i·min_i, q_i·max_i) (Quest, Tang et al.
-//      2024), ranks the pages and the best `page_budget` pass;
+//      2024), ranks the pages and the best `page_budget` pass. The pages are the leaves of a
+//      tree: `gate_fan_out` pages per node, that many nodes per node above, up to a top level of
+//      at most `gate_fan_out` nodes; a node's bounds are the elementwise min of its children's
+//      mins and max of their maxes, so its Quest bound bounds every key under it. The gate scores
+//      the top level, keeps the `gate_beam` best nodes, scores their children, and so on down to
+//      the pages (a beam search: with a beam at least as wide as every level it scores every page
+//      and passes exactly what scoring all pages would);
 //   2. token selector: inside the pages that passed, blocks of `block_tokens` consecutive visual
 //      tokens carry the same bounds; the best `block_budget` blocks are selected;
 //   3. the step attends, exactly (softmax over the chosen keys only), to the always-visible rows
@@ -16,17 +22,26 @@
 // gives the same bits too (one merged span; tests check both).
 //
 // Plugs into Decoder::set_decode_attention(). The key summaries must follow the cache: rebuild()
-// after a prefill, update_page() after a page's rows are rewritten (page groups do both).
+// after a prefill, update_page() after a page's rows are rewritten (page groups do both); a page's
+// update recomputes its blocks, the page and its ancestors in the gate tree, nothing else.
 //
-// Cost per step, layer and head: pages·2d (gate) + gated blocks·2d (selector) + selected rows·2d
-// (attention) instead of reference rows·2d. Bounded: the selected rows (always rows + block_budget ·
-// block_tokens + window). Not bounded: the gate is linear in the page count (2d floats per page
-// and KV head: 1/T of the page's K+V, T = 273 tokens per page), and the summaries take 2·d floats
-// per block, page and KV head per layer (1/block_tokens of the keys' size, times 2). Measured at
-// the real width (bench/unbounded.cpp, docs/PERFORMANCE.md): 14-23x faster than dense at 100
-// pages; from 100 to 1,000 pages the step grows 1.4-1.5x, the gate (a third of it at 1,000).
-// The keys and values themselves stay in the KvCache: SR-SWA saves time, not memory (page
-// groups bound memory).
+// Cost per step, layer and head, in Quest bounds of 2d floats each: the gate's top level (at most
+// F = gate_fan_out nodes) + at most beam·F per level below it (ceil(log_F(pages)) levels), then the
+// gated pages' blocks; then the attention over the selected rows (always rows + block_budget ·
+// block_tokens + window) instead of every reference row. With the defaults (F = 4, beam = 2 ·
+// page_budget = 8): 13 gate bounds at 10 pages, 66 at 100, 116 at 1,000, 147 at 3,600 (+ 72
+// blocks of the 4 gated pages), where dense reads the K+V of every row. The summaries a step
+// reads are cold in a real step (the layer's weights pass through the caches in between), so they
+// are prefetched together. Measured at the real width, caches cold (bench/unbounded.cpp,
+// docs/PERFORMANCE.md "Unbounded documents"): 18-20x faster than dense at 100 pages; the step at
+// 1,000 pages / at 10 pages 1.09 in wall time, 1.26 in CPU time (medians of 5; it was 1.7 with
+// every page scored), and no growth from 100 to 3,600 pages. What remains is memory: from 100
+// pages on, the heads' gated pages no longer overlap and every summary read is a cold miss.
+// Not bounded: memory. The summaries take 2·d floats per block and per gate node (pages + ~1/3
+// more), per KV head and layer (1/block_tokens of the keys' size, times 2); the keys and values
+// stay in the KvCache: SR-SWA saves time, not memory (page groups bound memory). The per-head
+// scratch is bounded by the beam and budgets, not the page count, unless page_budget = 0 (every
+// page's blocks are then scored).
 //
 // Thread-safety: one SparseReference per Decoder/cache; attend() parallelises over heads inside.
 #pragma once
@@ -52,6 +67,8 @@ struct SparseParams {
   int page_budget = 4;              // pages the gate passes per layer and head; 0 = every page
   int block_budget = 64;            // blocks selected among the gated pages'; 0 = all of them
   bool dense_when_complete = true;  // budgets covering everything: run the dense kernel (bit-identical)
+  int gate_fan_out = 4;             // gate tree: pages per node, nodes per node above (>= 2)
+  int gate_beam = 0;                // gate nodes kept per tree level; 0 = 2 · page_budget; never below page_budget
 };
 
 // What the reference rows are: rows every step sees, and pages (gated, split into blocks).
@@ -105,6 +122,28 @@ inline void span_attention_head(const float* qh, const float* ref_k, const float
     o.noalias() += ConstHeadRows(gen.v + off, gen.rows, d, Eigen::OuterStride<>(kr)).transpose() * sc.segment(at, gen.rows);
 }
 
+// Quest's upper bound of q·k over keys within [mn, mx] per channel: sum_i max(q_i·mn_i, q_i·mx_i).
+// Eight fixed lanes summed in a fixed order: the same bits for a node whatever the set it is
+// scored with or the address of its summaries (the gate tree and a flat gate must agree).
+inline float quest_bound(const float* q, const float* mn, const float* mx, int d) {
+  constexpr int kLanes = 8;
+  float acc[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= d; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += std::max(q[i + l] * mn[i + l], q[i + l] * mx[i + l]);
+  float s = 0;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  for (; i < d; ++i) s += std::max(q[i] * mn[i], q[i] * mx[i]);
+  return s;
+}
+
+// Asks for [p, p + floats) ahead of use. The gate, the selector and the attention read scattered
+// summaries and rows that a real step finds cold (the layer's weights went through the caches in
+// between): issued together, their memory latencies overlap instead of adding up.
+inline void prefetch(const float* p, int64_t floats) {
+  for (int64_t i = 0; i < floats; i += 64 / int64_t(sizeof(float))) __builtin_prefetch(p + i);
+}
+
 // Sorts spans by row and merges touching ones (fewer, longer GEMVs).
 inline void merge_spans(std::vector<RowSpan>& spans) {
   std::sort(spans.begin(), spans.end(), [](const RowSpan& a, const RowSpan& b) { return a.begin < b.begin; });
@@ -137,6 +176,8 @@ class SparseReference final : public DecodeAttention {
       : layout_(std::move(layout)), p_(params), layers_(config.layers), kv_heads_(config.kv_heads), d_(config.head_dim) {
     require(p_.block_tokens > 0 && p_.page_budget >= 0 && p_.block_budget >= 0, Status::invalid_argument,
             "SR-SWA needs block_tokens > 0 and budgets >= 0 (0 = everything)");
+    require(p_.gate_fan_out >= 2 && p_.gate_beam >= 0, Status::invalid_argument,
+            "SR-SWA needs a gate fan-out >= 2 and a gate beam >= 0 (0 = twice the page budget)");
     page_first_block_.push_back(0);
     for (const RowSpan& pg : layout_.pages) {
       require(pg.begin >= 0 && pg.rows > 0, Status::invalid_argument, "SR-SWA page spans must be non-empty");
@@ -144,13 +185,25 @@ class SparseReference final : public DecodeAttention {
         blocks_.push_back({pg.begin + r, std::min<int64_t>(p_.block_tokens, pg.rows - r)});
       page_first_block_.push_back(int64_t(blocks_.size()));
     }
-    const size_t per_layer_blocks = blocks_.size() * size_t(kv_heads_ * d_);
-    const size_t per_layer_pages = layout_.pages.size() * size_t(kv_heads_ * d_);
-    blk_min_.assign(size_t(layers_), std::vector<float>(per_layer_blocks));
-    blk_max_.assign(size_t(layers_), std::vector<float>(per_layer_blocks));
-    page_min_.assign(size_t(layers_), std::vector<float>(per_layer_pages));
-    page_max_.assign(size_t(layers_), std::vector<float>(per_layer_pages));
-    summarized_.assign(layout_.pages.size(), false);
+    // Gate tree levels: level 0 = the pages, each next level groups F nodes, up to <= F nodes.
+    const int64_t fan = p_.gate_fan_out;
+    level_first_ = {0, int64_t(layout_.pages.size())};
+    for (int64_t n = gate_nodes(0); n > fan; n = gate_nodes(gate_levels() - 1)) level_first_.push_back(level_first_.back() + (n + fan - 1) / fan);
+    beam_ = p_.gate_beam ? std::max(p_.gate_beam, p_.page_budget) : 2 * p_.page_budget;
+    if (gates()) {
+      gate_work_ = gate_nodes(gate_levels() - 1);
+      for (int lv = gate_levels() - 1; lv > 0; --lv) gate_work_ += std::min<int64_t>(int64_t(beam_) * fan, gate_nodes(lv - 1));
+    }
+    // Unsummarized entries are the identities of min/max: a node over pages not yet summarized
+    // bounds those it has (rebuild() fills every page before attend() may run).
+    auto empty_bounds = [&](int64_t count) {
+      std::vector<float> v(size_t(count) * size_t(kv_heads_) * 2 * size_t(d_), -std::numeric_limits<float>::infinity());
+      for (size_t i = 0; i < v.size(); i += 2 * size_t(d_)) std::fill_n(v.begin() + std::ptrdiff_t(i), d_, std::numeric_limits<float>::infinity());
+      return v;
+    };
+    blk_.assign(size_t(layers_), empty_bounds(int64_t(blocks_.size())));
+    node_.assign(size_t(layers_), empty_bounds(level_first_.back()));
+    summarized_.assign(layout_.pages.size(), 0);
     missing_ = int64_t(layout_.pages.size());
     // Rows [0, coverage_) are exactly what the layout's spans cover together (-1: gaps or overlaps).
     std::vector<RowSpan> all(layout_.always);
@@ -159,12 +212,19 @@ class SparseReference final : public DecodeAttention {
     for (const RowSpan& sp : all) total += sp.rows;
     detail::merge_spans(all);
     coverage_ = all.size() == 1 && all[0].begin == 0 && all[0].rows == total ? total : all.empty() ? 0 : -1;
+    rows_ = layout_.rows();
+    for (const RowSpan& a : layout_.always) always_rows_ += a.rows;
   }
 
   const ReferenceLayout& layout() const { return layout_; }
   const SparseParams& params() const { return p_; }
   size_t page_count() const { return layout_.pages.size(); }
   size_t block_count() const { return blocks_.size(); }
+  // Gate tree: levels (1 = the pages only, no tree) and nodes per level (level 0: pages). Node j of
+  // level l covers pages [j·F^l, (j+1)·F^l) (the last node of a level: fewer).
+  int gate_levels() const { return int(level_first_.size()) - 1; }
+  int64_t gate_nodes(int level) const { return level_first_[size_t(level) + 1] - level_first_[size_t(level)]; }
+  int gate_beam() const { return beam_; }
 
   // Summaries of every page from the cache's reference keys (after a prefill).
   void rebuild(const KvCache& cache) {
@@ -178,12 +238,13 @@ class SparseReference final : public DecodeAttention {
             "SR-SWA page is outside the cache's reference");
     for (int l = 0; l < layers_; ++l) summarize(l, page, cache.reference_k(l));
   }
-  // One layer's summaries of one page from that layer's reference keys [rows, kv_heads·d].
+  // One layer's summaries of one page from that layer's reference keys [rows, kv_heads·d]: its
+  // blocks, the page, then the page's ancestors in the gate tree (each from its children).
   void summarize(int layer, size_t page, const float* ref_k) {
     const int64_t kr = int64_t(kv_heads_) * d_;
     for (int g = 0; g < kv_heads_; ++g) {
-      std::fill_n(page_min(layer, g, page), d_, std::numeric_limits<float>::infinity());
-      std::fill_n(page_max(layer, g, page), d_, -std::numeric_limits<float>::infinity());
+      std::fill_n(node_min(layer, g, page), d_, std::numeric_limits<float>::infinity());
+      std::fill_n(node_max(layer, g, page), d_, -std::numeric_limits<float>::infinity());
     }
     for (int64_t b = page_first_block_[page]; b < page_first_block_[page + 1]; ++b) {
       const RowSpan& blk = blocks_[size_t(b)];
@@ -199,36 +260,59 @@ class SparseReference final : public DecodeAttention {
             mx[i] = std::max(mx[i], k[i]);
           }
         }
-        float* pmn = page_min(layer, g, page);
-        float* pmx = page_max(layer, g, page);
-        for (int i = 0; i < d_; ++i) {
-          pmn[i] = std::min(pmn[i], mn[i]);
-          pmx[i] = std::max(pmx[i], mx[i]);
-        }
+        widen(node_min(layer, g, page), node_max(layer, g, page), mn, mx);
+      }
+    }
+    int64_t j = int64_t(page);
+    for (int lv = 1; lv < gate_levels(); ++lv) {
+      j /= p_.gate_fan_out;
+      const int64_t node = level_first_[size_t(lv)] + j, c0 = level_first_[size_t(lv) - 1] + j * p_.gate_fan_out,
+                    c1 = std::min(c0 + p_.gate_fan_out, level_first_[size_t(lv)]);
+      for (int g = 0; g < kv_heads_; ++g) {
+        float* mn = node_min(layer, g, node);
+        float* mx = node_max(layer, g, node);
+        std::fill_n(mn, d_, std::numeric_limits<float>::infinity());
+        std::fill_n(mx, d_, -std::numeric_limits<float>::infinity());
+        for (int64_t c = c0; c < c1; ++c) widen(mn, mx, node_min(layer, g, c), node_max(layer, g, c));
       }
     }
     if (!summarized_[page]) --missing_;
-    summarized_[page] = true;
+    summarized_[page] = 1;
   }
 
-  // Bytes of key summaries held (block and page min/max, all layers).
+  // Bytes of key summaries held (block and gate-node min/max, all layers).
   size_t summary_bytes() const {
-    return size_t(layers_) * 2 * (blk_min_.empty() ? 0 : blk_min_[0].size() + page_min_[0].size()) * sizeof(float);
+    return size_t(layers_) * (blk_.empty() ? 0 : blk_[0].size() + node_[0].size()) * sizeof(float);
+  }
+  // Bytes of every buffer this object holds (allocated capacity): the summaries, the block and
+  // tree indices, the layout, and each head's scores and selections (those reach their working
+  // size during the first attend(); the dense shortcut's scores grow with the reference).
+  size_t scratch_bytes() const {
+    size_t n = bytes(blk_) + bytes(node_);
+    for (const auto* per_layer : {&blk_, &node_})
+      for (const std::vector<float>& v : *per_layer) n += bytes(v);
+    n += bytes(layout_.always) + bytes(layout_.pages) + bytes(blocks_) + bytes(page_first_block_) + bytes(level_first_) +
+         bytes(summarized_) + bytes(dense_scores_) + bytes(heads_);
+    for (const Head& h : heads_) n += bytes(h.cand) + bytes(h.kept) + bytes(h.pages) + bytes(h.spans) + bytes(h.scores);
+    return n;
   }
 
   // Upper bound of q·k over block `b` for KV head `g` (tests check it bounds every key).
   float block_bound(int layer, int g, int64_t b, const float* qh) const {
-    const float* mn = block_min(layer, g, b);
-    const float* mx = block_max(layer, g, b);
-    float s = 0;
-    for (int i = 0; i < d_; ++i) s += std::max(qh[i] * mn[i], qh[i] * mx[i]);
-    return s;
+    return detail::quest_bound(qh, block_min(layer, g, b), block_max(layer, g, b), d_);
+  }
+  // Upper bound of q·k over node `j` of gate level `level` (level 0: page j) for KV head `g`.
+  float node_bound(int layer, int g, int level, int64_t j, const float* qh) const {
+    const int64_t node = level_first_[size_t(level)] + j;
+    return detail::quest_bound(qh, node_min(layer, g, node), node_max(layer, g, node), d_);
   }
 
-  // Reference rows attended, summed over heads and layers, since the last reset_counters().
+  // Reference rows attended, summed over heads and layers, since the last reset_counters(); and
+  // the Quest bounds evaluated (gate nodes + blocks), likewise.
   int64_t rows_attended() const { return rows_attended_; }
   int64_t rows_dense() const { return rows_dense_; }
-  void reset_counters() { rows_attended_ = rows_dense_ = 0; }
+  int64_t bounds_evaluated() const { return bounds_evaluated_; }
+  void reset_counters() { rows_attended_ = rows_dense_ = bounds_evaluated_ = 0; }
 
   // The reference spans head `h` selected in the last attend() call (merged, by row).
   const std::vector<RowSpan>& last_selection(int h) const { return heads_[size_t(h)].spans; }
@@ -237,7 +321,7 @@ class SparseReference final : public DecodeAttention {
               float* out) override {
     require(layer >= 0 && layer < layers_ && s.kv_heads == kv_heads_ && s.head_dim == d_, Status::invalid_argument,
             "SR-SWA was built for a different decoder configuration");
-    require(layout_.rows() <= reference.rows, Status::invalid_argument, "SR-SWA layout is larger than the reference");
+    require(rows_ <= reference.rows, Status::invalid_argument, "SR-SWA layout is larger than the reference");
     require(missing_ == 0, Status::invalid_argument, "SR-SWA summaries are missing: call rebuild() after prefill");
     if (int(heads_.size()) < s.heads) heads_.resize(size_t(s.heads));
     rows_dense_ += int64_t(s.heads) * reference.rows;
@@ -251,10 +335,9 @@ class SparseReference final : public DecodeAttention {
       return;
     }
     const int64_t kr = s.kv_row();
-    int64_t work = generated.rows + int64_t(layout_.pages.size());  // rows streamed, roughly, per head
-    for (const RowSpan& a : layout_.always) work += a.rows;
     const int64_t budget_blocks = p_.block_budget ? std::min<int64_t>(p_.block_budget, int64_t(blocks_.size())) : int64_t(blocks_.size());
-    work += budget_blocks * (p_.block_tokens + 1);
+    // Rows streamed, roughly, per head: window + always rows + gate nodes + gated blocks + selected rows.
+    const int64_t work = generated.rows + always_rows_ + gate_work_ + budget_blocks * (p_.block_tokens + 1);
     // Split heads across threads only when that is sizeable (as decode_attention does).
 #pragma omp parallel for schedule(static) if (work * kr > (int64_t(1) << 18))
     for (int h = 0; h < s.heads; ++h) {
@@ -263,100 +346,136 @@ class SparseReference final : public DecodeAttention {
       detail::span_attention_head(q + int64_t(h) * d_, reference.k, reference.v, hs.spans, generated, kr,
                                   int64_t(s.kv_head_of(h)) * d_, d_, hs.scores, out + int64_t(h) * d_);
     }
-    for (int h = 0; h < s.heads; ++h)
+    for (int h = 0; h < s.heads; ++h) {
       for (const RowSpan& sp : heads_[size_t(h)].spans) rows_attended_ += sp.rows;
+      bounds_evaluated_ += heads_[size_t(h)].bounds;
+    }
   }
 
  private:
+  struct Scored {
+    float score;
+    int64_t id;
+  };
   struct Head {
-    std::vector<float> page_score, block_score;
-    std::vector<int64_t> order, gated;
+    std::vector<Scored> cand;      // gate nodes, then blocks, with their bounds
+    std::vector<int64_t> kept;     // gate nodes kept at the level above
+    std::vector<int64_t> pages;    // pages that passed the gate
     std::vector<RowSpan> spans;
     std::vector<float> scores;
+    int64_t bounds = 0;            // Quest bounds evaluated in the last select()
   };
 
-  float* block_min(int l, int g, int64_t b) { return &blk_min_[size_t(l)][(size_t(g) * blocks_.size() + size_t(b)) * size_t(d_)]; }
-  float* block_max(int l, int g, int64_t b) { return &blk_max_[size_t(l)][(size_t(g) * blocks_.size() + size_t(b)) * size_t(d_)]; }
-  float* page_min(int l, int g, size_t p) { return &page_min_[size_t(l)][(size_t(g) * layout_.pages.size() + p) * size_t(d_)]; }
-  float* page_max(int l, int g, size_t p) { return &page_max_[size_t(l)][(size_t(g) * layout_.pages.size() + p) * size_t(d_)]; }
-  const float* page_min(int l, int g, size_t p) const {
-    return &page_min_[size_t(l)][(size_t(g) * layout_.pages.size() + p) * size_t(d_)];
-  }
-  const float* page_max(int l, int g, size_t p) const {
-    return &page_max_[size_t(l)][(size_t(g) * layout_.pages.size() + p) * size_t(d_)];
-  }
-  const float* block_min(int l, int g, int64_t b) const {
-    return &blk_min_[size_t(l)][(size_t(g) * blocks_.size() + size_t(b)) * size_t(d_)];
-  }
-  const float* block_max(int l, int g, int64_t b) const {
-    return &blk_max_[size_t(l)][(size_t(g) * blocks_.size() + size_t(b)) * size_t(d_)];
+  template <class T>
+  static size_t bytes(const std::vector<T>& v) {
+    return v.capacity() * sizeof(T);
   }
 
-  // Quest bounds of `count` consecutive summaries [count, d] (min and max) for q: q⁺·max + q⁻·min.
-  void bounds(const float* mn, const float* mx, int64_t count, const Eigen::VectorXf& qpos, const Eigen::VectorXf& qneg,
-              float* out) const {
-    using Rows = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-    Eigen::Map<Eigen::VectorXf> o(out, count);
-    o.noalias() = Rows(mx, count, d_) * qpos;
-    o.noalias() += Rows(mn, count, d_) * qneg;
+  // Offsets in a layer's [kv_head][block][min d, max d] and [kv_head][node][min d, max d]: one
+  // contiguous run per bound, a node's children side by side.
+  size_t block_at(int g, int64_t b) const { return (size_t(g) * blocks_.size() + size_t(b)) * 2 * size_t(d_); }
+  size_t node_at(int g, int64_t n) const { return (size_t(g) * size_t(level_first_.back()) + size_t(n)) * 2 * size_t(d_); }
+  float* block_min(int l, int g, int64_t b) { return blk_[size_t(l)].data() + block_at(g, b); }
+  float* block_max(int l, int g, int64_t b) { return block_min(l, g, b) + d_; }
+  float* node_min(int l, int g, int64_t n) { return node_[size_t(l)].data() + node_at(g, n); }
+  float* node_max(int l, int g, int64_t n) { return node_min(l, g, n) + d_; }
+  const float* block_min(int l, int g, int64_t b) const { return blk_[size_t(l)].data() + block_at(g, b); }
+  const float* block_max(int l, int g, int64_t b) const { return block_min(l, g, b) + d_; }
+  const float* node_min(int l, int g, int64_t n) const { return node_[size_t(l)].data() + node_at(g, n); }
+  const float* node_max(int l, int g, int64_t n) const { return node_min(l, g, n) + d_; }
+
+  // [mn, mx] <- the elementwise hull of [mn, mx] and [cmn, cmx].
+  void widen(float* mn, float* mx, const float* cmn, const float* cmx) const {
+    for (int i = 0; i < d_; ++i) {
+      mn[i] = std::min(mn[i], cmn[i]);
+      mx[i] = std::max(mx[i], cmx[i]);
+    }
   }
 
-  // Keeps the `budget` best of `idx` by `score` (all when budget is 0 or covers them); lower index wins ties.
-  static void keep_best(std::vector<int64_t>& idx, const std::vector<float>& score, int budget) {
-    if (budget == 0 || int64_t(idx.size()) <= budget) return;
-    auto better = [&](int64_t a, int64_t b) { return score[size_t(a)] > score[size_t(b)] || (score[size_t(a)] == score[size_t(b)] && a < b); };
-    std::nth_element(idx.begin(), idx.begin() + budget, idx.end(), better);
-    idx.resize(size_t(budget));
+  // Keeps the `budget` best of `c` by score (all when it covers them); lower id wins ties.
+  static void keep_best(std::vector<Scored>& c, int64_t budget) {
+    if (int64_t(c.size()) <= budget) return;
+    std::nth_element(c.begin(), c.begin() + budget, c.end(),
+                     [](const Scored& a, const Scored& b) { return a.score > b.score || (a.score == b.score && a.id < b.id); });
+    c.resize(size_t(budget));
   }
 
+  bool gates() const { return p_.page_budget > 0 && int64_t(layout_.pages.size()) > p_.page_budget; }
   bool selects_all() const {
-    return (p_.page_budget == 0 || p_.page_budget >= int64_t(layout_.pages.size())) &&
-           (p_.block_budget == 0 || p_.block_budget >= int64_t(blocks_.size()));
+    return !gates() && (p_.block_budget == 0 || p_.block_budget >= int64_t(blocks_.size()));
+  }
+
+  // Appends nodes [first, last) of gate level `level`, scored, to hs.cand.
+  void score_nodes(int layer, int g, int level, int64_t first, int64_t last, const float* qh, Head& hs) const {
+    const int64_t base = level_first_[size_t(level)];
+    for (int64_t j = first; j < last; ++j)
+      hs.cand.push_back({detail::quest_bound(qh, node_min(layer, g, base + j), node_max(layer, g, base + j), d_), j});
+    hs.bounds += last - first;
   }
 
   void select(int layer, int g, const float* qh, Head& hs) const {
-    Eigen::Map<const Eigen::VectorXf> q(qh, d_);
-    const Eigen::VectorXf qpos = q.cwiseMax(0.0f), qneg = q.cwiseMin(0.0f);
-    const int64_t n_pages = int64_t(layout_.pages.size());
-    // 1. Page gate.
-    hs.gated.resize(size_t(n_pages));
-    std::iota(hs.gated.begin(), hs.gated.end(), int64_t(0));
-    if (p_.page_budget && n_pages > p_.page_budget) {
-      hs.page_score.resize(size_t(n_pages));
-      bounds(page_min(layer, g, 0), page_max(layer, g, 0), n_pages, qpos, qneg, hs.page_score.data());
-      keep_best(hs.gated, hs.page_score, p_.page_budget);
-    }
-    // 2. Token selector over the gated pages' blocks (indexed by global block number).
-    hs.order.clear();
-    for (int64_t pg : hs.gated)
-      for (int64_t b = page_first_block_[size_t(pg)]; b < page_first_block_[size_t(pg) + 1]; ++b) hs.order.push_back(b);
-    if (p_.block_budget && int64_t(hs.order.size()) > p_.block_budget) {
-      hs.block_score.resize(blocks_.size());
-      for (int64_t pg : hs.gated) {
-        const int64_t b0 = page_first_block_[size_t(pg)], nb = page_first_block_[size_t(pg) + 1] - b0;
-        bounds(block_min(layer, g, b0), block_max(layer, g, b0), nb, qpos, qneg, hs.block_score.data() + b0);
+    const int64_t fan = p_.gate_fan_out;
+    hs.bounds = 0;
+    hs.cand.clear();
+    hs.pages.clear();
+    // 1. Page gate: beam search down the tree, from its top level to the pages.
+    if (gates()) {
+      const int top = gate_levels() - 1;
+      score_nodes(layer, g, top, 0, gate_nodes(top), qh, hs);
+      for (int lv = top; lv > 0; --lv) {
+        keep_best(hs.cand, beam_);
+        hs.kept.clear();
+        for (const Scored& c : hs.cand) hs.kept.push_back(c.id);
+        hs.cand.clear();
+        const int64_t nodes = gate_nodes(lv - 1);
+        for (int64_t j : hs.kept)
+          detail::prefetch(node_min(layer, g, level_first_[size_t(lv) - 1] + j * fan), (std::min((j + 1) * fan, nodes) - j * fan) * 2 * d_);
+        for (int64_t j : hs.kept) score_nodes(layer, g, lv - 1, j * fan, std::min((j + 1) * fan, gate_nodes(lv - 1)), qh, hs);
       }
-      keep_best(hs.order, hs.block_score, p_.block_budget);
+      keep_best(hs.cand, p_.page_budget);
+      for (const Scored& c : hs.cand) hs.pages.push_back(c.id);
+    } else {
+      hs.pages.resize(layout_.pages.size());
+      std::iota(hs.pages.begin(), hs.pages.end(), int64_t(0));
+    }
+    // 2. Token selector over the gated pages' blocks (by global block number).
+    int64_t gated_blocks = 0;
+    for (int64_t pg : hs.pages) gated_blocks += page_first_block_[size_t(pg) + 1] - page_first_block_[size_t(pg)];
+    const bool choose = p_.block_budget && gated_blocks > p_.block_budget;
+    if (choose)
+      for (int64_t pg : hs.pages)
+        detail::prefetch(block_min(layer, g, page_first_block_[size_t(pg)]),
+                         (page_first_block_[size_t(pg) + 1] - page_first_block_[size_t(pg)]) * 2 * d_);
+    hs.cand.clear();
+    for (int64_t pg : hs.pages)
+      for (int64_t b = page_first_block_[size_t(pg)]; b < page_first_block_[size_t(pg) + 1]; ++b)
+        hs.cand.push_back({choose ? block_bound(layer, g, b, qh) : 0.0f, b});
+    if (choose) {
+      hs.bounds += gated_blocks;
+      keep_best(hs.cand, p_.block_budget);
     }
     // 3. Rows attended: always-visible rows + the selected blocks, merged by row.
     hs.spans.assign(layout_.always.begin(), layout_.always.end());
-    for (int64_t b : hs.order) hs.spans.push_back(blocks_[size_t(b)]);
+    for (const Scored& c : hs.cand) hs.spans.push_back(blocks_[size_t(c.id)]);
     detail::merge_spans(hs.spans);
   }
 
   ReferenceLayout layout_;
   SparseParams p_;
   int layers_, kv_heads_, d_;
+  int beam_ = 0;
   std::vector<RowSpan> blocks_;
   std::vector<int64_t> page_first_block_;
-  // Per layer: [kv_head][block][d] and [kv_head][page][d] (contiguous per head for the bound GEMVs).
-  std::vector<std::vector<float>> blk_min_, blk_max_, page_min_, page_max_;
-  std::vector<bool> summarized_;
+  std::vector<int64_t> level_first_;  // gate level l's nodes: [level_first_[l], level_first_[l + 1]); level 0 = pages
+  // Per layer: [kv_head][block][min d, max d] and [kv_head][gate node][min d, max d].
+  std::vector<std::vector<float>> blk_, node_;
+  std::vector<uint8_t> summarized_;
   int64_t missing_ = 0;
   int64_t coverage_ = -1;
+  int64_t rows_ = 0, always_rows_ = 0, gate_work_ = 0;
   std::vector<Head> heads_;
   std::vector<float> dense_scores_;
-  int64_t rows_attended_ = 0, rows_dense_ = 0;
+  int64_t rows_attended_ = 0, rows_dense_ = 0, bounds_evaluated_ = 0;
 };
 
 }  // namespace uocr

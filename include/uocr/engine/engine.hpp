@@ -57,6 +57,9 @@ class VisionEngine {
   virtual int hidden() const = 0;
   virtual std::vector<float> visual_tokens(const std::vector<float>& global_view,
                                            const std::vector<std::vector<float>>& tiles, int tiles_x, int tiles_y) = 0;
+  // Bytes of working memory (activations) held for the pages encoded so far: a workspace kept
+  // and reused page after page, or (buffers allocated per page) the most one page needed.
+  virtual size_t scratch_bytes() const = 0;
 };
 
 // One document's decoder on some device: the surface of uocr::PageGroupDecoder (see
@@ -95,6 +98,8 @@ class DecoderEngine {
   virtual size_t peak_kv_bytes() const = 0;
   virtual size_t page_buffer_bytes() const = 0;
   virtual size_t sparse_summary_bytes() const = 0;
+  // Working memory held besides the KV cache (BasicPageGroupDecoder::scratch_bytes).
+  virtual size_t scratch_bytes() const = 0;
   virtual SparseReference* sparse() = 0;  // SR-SWA state, nullptr when off
 
   virtual double prefill_seconds() const = 0;
@@ -135,6 +140,7 @@ class PageGroupEngine final : public DecoderEngine {
   size_t peak_kv_bytes() const override { return pg_.peak_kv_bytes(); }
   size_t page_buffer_bytes() const override { return pg_.page_buffer_bytes(); }
   size_t sparse_summary_bytes() const override { return pg_.sparse_summary_bytes(); }
+  size_t scratch_bytes() const override { return pg_.scratch_bytes(); }
   SparseReference* sparse() override { return pg_.sparse(); }
 
   double prefill_seconds() const override { return pg_.prefill_seconds(); }

@@ -1,6 +1,8 @@
 // 8-bit RGB images and decoding that reproduces the upstream loader
 //   PIL.Image.open(path) -> ImageOps.exif_transpose -> .convert("RGB")
-// with stb_image (PNG, JPEG, BMP, GIF first frame, TGA, PNM, PSD).
+// with libjpeg(-turbo) for JPEG when the build has it (UOCR_HAVE_LIBJPEG, jpeg.hpp: the same
+// decoder and settings as Pillow, bit-exact) and stb_image for the rest (PNG, BMP, GIF first
+// frame, TGA, PNM, PSD, and JPEG in builds without libjpeg).
 //
 // Basic usage:
 //   uocr::ImageU8 page = uocr::load_image("page.png");          // throws uocr::Error
@@ -9,10 +11,10 @@
 // Conversion to RGB follows Pillow: gray is replicated, alpha is dropped without compositing,
 // palettes are expanded, 16-bit samples keep their high byte, except 16-bit grayscale, which
 // Pillow opens as mode "I;16"/"I" and clamps to 255 on convert("RGB").
-// Known differences from Pillow (pixels, not geometry): JPEG uses stb's IDCT/upsampling, not
-// libjpeg's (typically off by a few levels); transparent GIF pixels come out black instead of
-// their palette colour; PNM with maxval other than 255/65535 is not rescaled; 16-bit PPM keeps
-// the high byte where Pillow rescales; CMYK JPEG is converted by stb's formula.
+// Known differences from Pillow (pixels, not geometry): without libjpeg, JPEG uses stb's
+// IDCT/upsampling (typically off by a few levels) and stb's CMYK formula; transparent GIF pixels
+// come out black instead of their palette colour; PNM with maxval other than 255/65535 is not
+// rescaled; 16-bit PPM keeps the high byte where Pillow rescales.
 //
 // All functions are thread-safe (stb's failure reason is thread-local).
 #pragma once
@@ -29,6 +31,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/image/exif.hpp"
+#ifdef UOCR_HAVE_LIBJPEG
+#include "uocr/image/jpeg.hpp"
+#endif
 
 namespace uocr {
 
@@ -126,6 +131,15 @@ inline void to_rgb(const uint8_t* src, int n, ImageU8& out) {
   }
 }
 
+// Pillow's DecompressionBombError check, from the header before pixel memory is allocated.
+inline void check_pixel_limit(int w, int h, const DecodeLimits& limits) {
+  const uint64_t pixels = uint64_t(w) * uint64_t(h);
+  require(pixels <= limits.max_pixels, Status::invalid_image, [&] {
+    return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(pixels) +
+           " pixels, above the limit of " + std::to_string(limits.max_pixels);
+  });
+}
+
 }  // namespace detail
 
 // Decodes an encoded image held in memory. Throws Error(invalid_image) for empty, truncated,
@@ -133,6 +147,16 @@ inline void to_rgb(const uint8_t* src, int n, ImageU8& out) {
 // before any pixel memory is allocated).
 inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits& limits = {}) {
   require(data != nullptr && size > 0, Status::invalid_image, "cannot decode image: no data");
+#ifdef UOCR_HAVE_LIBJPEG
+  if (detail::is_jpeg(data, size)) {
+    detail::JpegDecoder jpeg;
+    jpeg.read_header(data, size);
+    detail::check_pixel_limit(jpeg.width(), jpeg.height(), limits);
+    ImageU8 im = make_image(jpeg.width(), jpeg.height());
+    jpeg.read_rgb(im.rgb.data());
+    return apply_exif_orientation(im, exif_orientation(data, size));
+  }
+#endif
   require(size <= size_t(INT_MAX), Status::invalid_image, [&] {
     return "cannot decode image: " + std::to_string(size) + " bytes is more than stb_image accepts";
   });
@@ -140,11 +164,7 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
   int w = 0, h = 0, comp = 0;
   require(stbi_info_from_memory(data, len, &w, &h, &comp) != 0, Status::invalid_image,
           [] { return "cannot decode image: " + detail::stb_reason(); });
-  const uint64_t pixels = uint64_t(w) * uint64_t(h);
-  require(pixels <= limits.max_pixels, Status::invalid_image, [&] {
-    return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(pixels) +
-           " pixels, above the limit of " + std::to_string(limits.max_pixels);
-  });
+  detail::check_pixel_limit(w, h, limits);
 
   ImageU8 im;
   if (comp == 1 && stbi_is_16_bit_from_memory(data, len)) {

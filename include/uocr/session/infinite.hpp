@@ -32,10 +32,12 @@
 // a mismatch or a damaged file with a clear uocr::Error, skips the pages already encoded and
 // goes on: the tokens and events after the checkpoint are exactly those of an uninterrupted run.
 // After a resume, RunSummary::text and the timings cover only the part generated since the
-// checkpoint; generated_tokens and memory cover the whole document.
+// checkpoint; generated_tokens and the KV figures of memory cover the whole document, its
+// scratch figures and peak_bytes the resumed part.
 //
 // Memory: bounded by the group (RunSummary::memory: reference KV of head + G pages + tail, the
-// R-SWA window), one page's image and embeddings at a time, SR-SWA summaries of G pages. Not
+// R-SWA window, and the engines' scratch: vision and decoder workspaces sized by the largest page
+// and group), one page's image and embeddings at a time, SR-SWA summaries of G pages. Not
 // bounded: RunSummary::text (keep_text = false leaves it empty: stream the events instead) and
 // 8 bytes per page of page sizes (also in checkpoints). Positions grow with the page count: see
 // PageGroupParams::allow_position_extrapolation.
@@ -196,7 +198,7 @@ class InfiniteSession {
   const Model& model() const { return *model_; }
   const InfiniteStats& stats() const { return stats_; }
   int effective_window() const { return uocr::effective_window(*model_, params_); }
-  // KV memory of the run in progress as of the last token fed back (at the k-th token event,
+  // Memory (KV and scratch) of the run in progress as of the last token fed back (at the k-th token event,
   // read from the callback, it counts k - 1 generated tokens), or of the last run.
   const MemoryStats& memory() const { return memory_; }
 
@@ -271,6 +273,11 @@ class InfiniteSession {
       memory_.window_kv_bytes = engine.window_bytes();
       memory_.kv_allocated_bytes = engine.kv_allocated_bytes();
       memory_.peak_kv_bytes = engine.peak_kv_bytes();
+      // Engines keep their working memory once grown (vision and decoder workspaces), so what
+      // they hold between two steps is their largest so far: sampling here sees every peak.
+      memory_.scratch_bytes = encoder->scratch_bytes() + engine.scratch_bytes();
+      memory_.peak_scratch_bytes = std::max(memory_.peak_scratch_bytes, memory_.scratch_bytes);
+      memory_.peak_bytes = std::max(memory_.peak_bytes, memory_.kv_allocated_bytes + memory_.scratch_bytes);
     };
     track_memory();
     if (!checkpoint.path.empty() && !checkpoint.resume) save(checkpoint, id, layout, visual, engine, L);

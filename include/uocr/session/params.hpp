@@ -79,11 +79,18 @@ struct Event {
   int box_px[4] = {0, 0, 0, 0};  // block: box in the page image's pixels
 };
 
+// Bytes of memory a run holds, as the engines count their own buffers (not estimates). KV: the
+// cache. Scratch: the engines' working memory besides it (vision activations, the decoder's
+// hidden states, scores and MoE buffers, the prefill input and one page's embeddings, SR-SWA's
+// summaries and selections; on Vulkan / CUDA the device buffers allocated for activations).
 struct MemoryStats {
   size_t reference_kv_bytes = 0;  // the prompt's keys/values (visual tokens included)
   size_t window_kv_bytes = 0;     // generated tokens' keys/values held now
   size_t kv_allocated_bytes = 0;  // storage reserved for both
   size_t peak_kv_bytes = 0;       // largest reference + window seen during the run
+  size_t scratch_bytes = 0;       // engine working memory held now (vision + decoder)
+  size_t peak_scratch_bytes = 0;  // largest scratch_bytes during the run
+  size_t peak_bytes = 0;          // largest kv_allocated_bytes + scratch_bytes at one moment of the run
 };
 
 struct RunSummary {

@@ -8,6 +8,9 @@
 #include <limits>
 #include <numeric>
 #include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "uocr/core/error.hpp"
 
@@ -60,18 +63,58 @@ class Sampler {
   uint64_t rng_state() const { return state_; }
   void restore_rng_state(uint64_t s) { state_ = s; }
 
+  // Index of the largest value, the lowest one among equal maxima (torch.argmax); NaN is never
+  // chosen; -1 when n == 0 or every value is -inf or NaN. Blocks of kArgmaxBlock values are reduced
+  // with a SIMD max; only the first block whose maximum is the largest (strictly larger than every
+  // earlier block's) is scanned again for the index.
   static int32_t argmax(const float* logits, int64_t n) {
-    int32_t best = -1;
-    float best_v = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i)
-      if (logits[i] > best_v) {
-        best_v = logits[i];
-        best = int32_t(i);
+    float best = -std::numeric_limits<float>::infinity();
+    int64_t best_block = -1;
+    for (int64_t b = 0; b < n; b += kArgmaxBlock) {
+      const float m = block_max(logits + b, std::min(kArgmaxBlock, n - b));
+      if (m > best) {
+        best = m;
+        best_block = b;
       }
-    return best;
+    }
+    if (best_block < 0) return -1;
+    return int32_t(find_first(logits, best_block, n, best));
   }
 
  private:
+  static constexpr int64_t kArgmaxBlock = 1024;
+
+  // max over x[0..len) ignoring NaN (x > m is false for NaN); -inf when there is nothing else.
+  static float block_max(const float* x, int64_t len) {
+    float m = -std::numeric_limits<float>::infinity();
+    int64_t i = 0;
+#if defined(__SSE2__)
+    // _mm_max_ps(a, b) is a > b ? a : b in every lane: a NaN in `a` keeps b. Four accumulators
+    // keep the max latency off the critical path.
+    __m128 acc[4] = {_mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m)};
+    for (; i + 16 <= len; i += 16)
+      for (int k = 0; k < 4; ++k) acc[k] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * k), acc[k]);
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(acc[0], acc[1]), _mm_max_ps(acc[2], acc[3])));
+    for (float v : lanes) m = v > m ? v : m;
+#endif
+    for (; i < len; ++i) m = x[i] > m ? x[i] : m;
+    return m;
+  }
+
+  // The first index in [i, n) whose value equals v (one exists). -0 == +0, as for `>` above.
+  static int64_t find_first(const float* x, int64_t i, int64_t n, float v) {
+#if defined(__SSE2__)
+    const __m128 target = _mm_set1_ps(v);
+    for (; i + 4 <= n; i += 4) {
+      const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(x + i), target));
+      if (hit != 0) return i + __builtin_ctz(unsigned(hit));
+    }
+#endif
+    while (!(x[i] == v)) ++i;
+    return i;
+  }
+
   // splitmix64 -> 53-bit uniform in [0, 1).
   double uniform() {
     uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);

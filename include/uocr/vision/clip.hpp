@@ -15,6 +15,7 @@
 
 #include "uocr/backends/cpu/elementwise.hpp"
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/backends/cpu/scratch.hpp"
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -48,15 +49,16 @@ inline void quick_gelu(float* x, int64_t n) {
 }
 
 // softmax(q·kᵀ/sqrt(hd))·v per head over all tokens; qkv [tokens, 3W] as [q heads | k | v].
-inline void clip_attention(const std::vector<float>& qkv, int64_t tokens, int heads, int64_t width, float* out) {
+inline void clip_attention(const float* qkv, int64_t tokens, int heads, int64_t width, float* out, Workspace& ws) {
   const int64_t hd = width / heads;
   const float scale = 1.f / std::sqrt(float(hd));
+  float* const slices = cpu::thread_slices(ws.buffer(Workspace::threads), tokens * tokens);
 #pragma omp parallel for schedule(dynamic)
   for (int h = 0; h < heads; ++h) {
     const Eigen::OuterStride<> ld(3 * width);
-    const StridedMap q(qkv.data() + h * hd, tokens, hd, ld), k(qkv.data() + width + h * hd, tokens, hd, ld),
-        v(qkv.data() + 2 * width + h * hd, tokens, hd, ld);
-    cpu::RowMatrix s(tokens, tokens);
+    const StridedMap q(qkv + h * hd, tokens, hd, ld), k(qkv + width + h * hd, tokens, hd, ld),
+        v(qkv + 2 * width + h * hd, tokens, hd, ld);
+    cpu::MatrixMap s(cpu::thread_slice(slices, tokens * tokens), tokens, tokens);
     s.noalias() = q * k.transpose();
     s *= scale;
     softmax_rows(s);
@@ -64,34 +66,39 @@ inline void clip_attention(const std::vector<float>& qkv, int64_t tokens, int he
   }
 }
 
-inline void clip_layer(const ClipConfig& cfg, const ClipLayerWeights& l, int64_t tokens, std::vector<float>& x) {
+inline void clip_layer(const ClipConfig& cfg, const ClipLayerWeights& l, int64_t tokens, float* x, Workspace& ws) {
   const int64_t w = cfg.width;
-  std::vector<float> t(x.size());
-  layer_norm(x.data(), tokens, w, l.ln1, cfg.ln_eps, t.data());
-  std::vector<float> buf = cpu::linear(t, tokens, l.qkv);
-  clip_attention(buf, tokens, cfg.heads, w, t.data());
-  cpu::linear(t.data(), tokens, l.out, buf.data());  // qkv is spent; reuse its storage
-  add_inplace(x.data(), buf.data(), tokens * w);
+  float* const t = ws.get(Workspace::clip_t, tokens * w);
+  layer_norm(x, tokens, w, l.ln1, cfg.ln_eps, t);
+  float* buf = ws.get(Workspace::clip_buf, tokens * l.qkv.out());
+  cpu::linear(t, tokens, l.qkv, buf);
+  clip_attention(buf, tokens, cfg.heads, w, t, ws);
+  cpu::linear(t, tokens, l.out, buf);  // qkv is spent; reuse its storage
+  add_inplace(x, buf, tokens * w);
 
-  layer_norm(x.data(), tokens, w, l.ln2, cfg.ln_eps, t.data());
-  buf = cpu::linear(t, tokens, l.fc1);
-  quick_gelu(buf.data(), int64_t(buf.size()));
-  cpu::linear(buf.data(), tokens, l.fc2, t.data());
-  add_inplace(x.data(), t.data(), tokens * w);
+  layer_norm(x, tokens, w, l.ln2, cfg.ln_eps, t);
+  buf = ws.get(Workspace::clip_buf, tokens * l.fc1.out());
+  cpu::linear(t, tokens, l.fc1, buf);
+  quick_gelu(buf, tokens * l.fc1.out());
+  cpu::linear(buf, tokens, l.fc2, t);
+  add_inplace(x, t, tokens * w);
 }
 
 }  // namespace detail
 
-// CLIP over SAM's [g, g, width] map: [1 + g*g, width], row 0 the CLS token.
-inline std::vector<float> clip_forward(const ClipConfig& cfg, const ClipWeights& w, const FeatureMap& sam) {
+// CLIP over SAM's [g, g, width] map: [1 + g*g, width] in `ws` (clip_x, reused by the next view),
+// row 0 the CLS token; returns its first float.
+inline const float* clip_forward(const ClipConfig& cfg, const ClipWeights& w, const FeatureMap& sam, Workspace& ws) {
   require(sam.h == sam.w && sam.c == cfg.width, Status::internal, "clip_forward: SAM map must be square with CLIP width");
   const int64_t width = cfg.width, tokens = 1 + sam.tokens();
-  std::vector<float> x(size_t(tokens * width));
-  w.class_embedding->read_f32(0, width, x.data());
-  std::copy(sam.data.begin(), sam.data.end(), x.begin() + width);
-  detail::add_inplace(x.data(), detail::clip_positions(*w.position_embedding, sam.h).data(), tokens * width);
-  layer_norm(x.data(), tokens, width, w.pre_norm, cfg.ln_eps, x.data());
-  for (const ClipLayerWeights& l : w.layers) detail::clip_layer(cfg, l, tokens, x);
+  float* const x = ws.get(Workspace::clip_x, tokens * width);
+  w.class_embedding->read_f32(0, width, x);
+  std::copy(sam.data.begin(), sam.data.end(), x + width);
+  const std::vector<float>& pos =
+      ws.table("clip.pos." + std::to_string(sam.h), [&] { return detail::clip_positions(*w.position_embedding, sam.h); });
+  detail::add_inplace(x, pos.data(), tokens * width);
+  layer_norm(x, tokens, width, w.pre_norm, cfg.ln_eps, x);
+  for (const ClipLayerWeights& l : w.layers) detail::clip_layer(cfg, l, tokens, x, ws);
   return x;
 }
 

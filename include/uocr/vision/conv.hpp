@@ -13,11 +13,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
 
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/backends/cpu/scratch.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/weights.hpp"
@@ -32,6 +35,60 @@ struct FeatureMap {
   FeatureMap() = default;
   FeatureMap(int h_, int w_, int c_) : h(h_), w(w_), c(c_), data(size_t(h_) * size_t(w_) * size_t(c_)) {}
   int64_t tokens() const { return int64_t(h) * w; }
+  // Takes the shape h x w x c, keeping the storage when it is large enough (contents unspecified).
+  void reshape(int h_, int w_, int c_) {
+    h = h_;
+    w = w_;
+    c = c_;
+    data.resize(size_t(h_) * size_t(w_) * size_t(c_));
+  }
+};
+
+// The vision encoder's working memory, kept and reused view after view (page after page): every
+// buffer grows to the largest size a view needs and is never shrunk, so a page like one already
+// encoded allocates nothing, and bytes() is what its buffers hold (their capacities). Position
+// and rel-pos tables are computed once per grid size. The activation buffers are aligned as
+// Eigen's own matrices (uocr/backends/cpu/scratch.hpp), so results are those of the temporaries
+// they replace, bit for bit.
+class Workspace {
+ public:
+  enum Slot { normed, qkv, heads, mlp, columns, threads, clip_x, clip_t, clip_buf, features, slots };
+
+  // At least n floats of buffer `s` (contents unspecified).
+  float* get(Slot s, int64_t n) {
+    cpu::AlignedFloats& b = buffers_[s];
+    if (b.size() < size_t(n)) b.resize(size_t(n));
+    return b.data();
+  }
+  cpu::AlignedFloats& buffer(Slot s) { return buffers_[s]; }
+
+  // Channels-last maps: the SAM token stream and the neck / compressor convolutions' outputs.
+  FeatureMap sam_x, conv_tmp, neck, sam_out;
+  // Projected features of a page's views before their layout (VisionEncoder::visual_tokens).
+  std::vector<float> global_features;
+  std::vector<std::vector<float>> tile_features;
+
+  // Table `key` (weights resampled or widened for one grid size), made by make() the first time.
+  template <class Make>
+  const std::vector<float>& table(const std::string& key, Make make) {
+    auto it = tables_.find(key);
+    if (it == tables_.end()) it = tables_.emplace(key, make()).first;
+    return it->second;
+  }
+
+  size_t bytes() const {
+    size_t floats = 0;
+    for (const cpu::AlignedFloats& b : buffers_) floats += b.capacity();
+    for (const FeatureMap* m : {&sam_x, &conv_tmp, &neck, &sam_out}) floats += m->data.capacity();
+    floats += global_features.capacity();
+    for (const std::vector<float>& t : tile_features) floats += t.capacity();
+    for (const auto& t : tables_) floats += t.second.capacity();
+    return floats * sizeof(float) + tile_features.capacity() * sizeof(std::vector<float>);
+  }
+
+ private:
+  cpu::AlignedFloats buffers_[slots];
+  std::map<std::string, std::vector<float>> tables_;
 };
 
 // A conv weight [out, in, kh, kw] seen as the [out, in*kh*kw] matrix cpu::linear multiplies by.
@@ -41,20 +98,22 @@ inline TensorView conv_as_matrix(const TensorView& w) {
   return m;
 }
 
-// Conv2d over a channels-last map, square kernel from the weight, no dilation/groups.
-inline FeatureMap conv2d(const FeatureMap& x, const TensorView& weight, const TensorView* bias, int stride, int pad) {
+// Conv2d over a channels-last map into y (not x), square kernel from the weight, no
+// dilation/groups; `cols` holds the im2col columns.
+inline void conv2d(const FeatureMap& x, const TensorView& weight, const TensorView* bias, int stride, int pad, FeatureMap& y,
+                   cpu::AlignedFloats& cols) {
   const int cout = int(weight.dim(0)), k = int(weight.dim(2));
   require(weight.shape.size() == 4 && weight.dim(1) == x.c && weight.dim(3) == k, Status::internal,
           [&] { return "conv2d: weight " + weight.name + " does not fit a " + std::to_string(x.c) + "-channel input"; });
   const int ho = (x.h + 2 * pad - k) / stride + 1, wo = (x.w + 2 * pad - k) / stride + 1;
-  FeatureMap y(ho, wo, cout);
+  y.reshape(ho, wo, cout);
   const TensorView wm = conv_as_matrix(weight);
   if (k == 1 && stride == 1 && pad == 0) {  // pointwise: the map already is the GEMM operand
     cpu::linear(x.data.data(), x.tokens(), wm, bias, y.data.data());
-    return y;
+    return;
   }
   const int64_t kk = int64_t(k) * k, cols_per_row = int64_t(x.c) * kk;
-  std::vector<float> cols(size_t(y.tokens() * cols_per_row));
+  if (cols.size() < size_t(y.tokens() * cols_per_row)) cols.resize(size_t(y.tokens() * cols_per_row));
 #pragma omp parallel for schedule(static)
   for (int oy = 0; oy < ho; ++oy) {
     for (int ox = 0; ox < wo; ++ox) {
@@ -75,18 +134,25 @@ inline FeatureMap conv2d(const FeatureMap& x, const TensorView& weight, const Te
     }
   }
   cpu::linear(cols.data(), y.tokens(), wm, bias, y.data.data());
+}
+
+inline FeatureMap conv2d(const FeatureMap& x, const TensorView& weight, const TensorView* bias, int stride, int pad) {
+  FeatureMap y;
+  cpu::AlignedFloats cols;
+  conv2d(x, weight, bias, stride, pad, y, cols);
   return y;
 }
 
 // Non-overlapping patch embedding (Conv2d with kernel = stride = p) of a CHW image, as the ViT
-// patch_embed; returns the channels-last grid of size/p x size/p.
-inline FeatureMap patch_embed(const float* chw, int channels, int size, const TensorView& weight, const TensorView* bias) {
+// patch_embed, into y: the channels-last grid of size/p x size/p; `cols` holds the patches.
+inline void patch_embed(const float* chw, int channels, int size, const TensorView& weight, const TensorView* bias,
+                        FeatureMap& y, cpu::AlignedFloats& cols) {
   const int p = int(weight.dim(2)), g = size / p;
   require(weight.dim(1) == channels && weight.dim(3) == p && size % p == 0, Status::invalid_argument, [&] {
     return "patch_embed: a " + std::to_string(size) + " px view does not split into " + std::to_string(p) + " px patches";
   });
   const int64_t patch_len = int64_t(channels) * p * p;
-  std::vector<float> cols(size_t(int64_t(g) * g * patch_len));
+  if (cols.size() < size_t(int64_t(g) * g * patch_len)) cols.resize(size_t(int64_t(g) * g * patch_len));
 #pragma omp parallel for schedule(static)
   for (int gy = 0; gy < g; ++gy)
     for (int gx = 0; gx < g; ++gx) {
@@ -96,8 +162,14 @@ inline FeatureMap patch_embed(const float* chw, int channels, int size, const Te
           std::memcpy(row + (int64_t(c) * p + py) * p,
                       chw + (int64_t(c) * size + int64_t(gy) * p + py) * size + int64_t(gx) * p, sizeof(float) * size_t(p));
     }
-  FeatureMap y(g, g, int(weight.dim(0)));
+  y.reshape(g, g, int(weight.dim(0)));
   cpu::linear(cols.data(), y.tokens(), conv_as_matrix(weight), bias, y.data.data());
+}
+
+inline FeatureMap patch_embed(const float* chw, int channels, int size, const TensorView& weight, const TensorView* bias) {
+  FeatureMap y;
+  cpu::AlignedFloats cols;
+  patch_embed(chw, channels, size, weight, bias, y, cols);
   return y;
 }
 

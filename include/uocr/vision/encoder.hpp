@@ -17,7 +17,11 @@
 //               (j*g_t) x (i*g_t) grid (tile rows interleaved), one image_newline after each
 //               stitched row, FIRST; then the global block; then view_seperator
 //               (10j(10i+1) + 273 for 640 tiles).
-// Thread-safety: const methods only; concurrent calls on one encoder are safe (OpenMP inside).
+// Working memory: every activation lives in a vision::Workspace the caller passes (and keeps, to
+// reuse it view after view: CpuVisionEngine holds one per session and reports its bytes); the
+// calls without one make their own.
+// Thread-safety: const methods only; concurrent calls on one encoder are safe with one workspace
+// per thread (OpenMP inside).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -56,44 +60,61 @@ class VisionEncoder {
     return int64_t(visual_token_count(global_size, tile_size, tiles_x, tiles_y, cfg_.sam.patch));
   }
 
-  // Projected features of one view: [g*g, hidden]. chw = [3, size, size].
-  std::vector<float> encode_view(const float* chw, int size, VisionCaptures* captures = nullptr) const {
+  // Projected features of one view: [g*g, hidden] into `out`. chw = [3, size, size]. Every
+  // activation lives in `ws`, reused by the next view.
+  void encode_view(const float* chw, int size, vision::Workspace& ws, std::vector<float>& out,
+                   VisionCaptures* captures = nullptr) const {
     require(chw != nullptr && size > 0 && size % cfg_.sam.patch == 0, Status::invalid_argument, [&] {
       return "vision view must be a square image whose side is a multiple of " + std::to_string(cfg_.sam.patch) +
              ", got " + std::to_string(size);
     });
-    vision::SamResult sam = vision::sam_forward(cfg_.sam, w_.sam, chw, size);
-    std::vector<float> clip = vision::clip_forward(cfg_.clip, w_.clip, sam.features);
-    const int64_t t = sam.features.tokens(), cw = cfg_.clip.width, sc = sam.features.c;
-    std::vector<float> feat(size_t(t * (cw + sc)));
+    vision::sam_forward(cfg_.sam, w_.sam, chw, size, ws);
+    const vision::FeatureMap& sam = ws.sam_out;
+    const float* clip = vision::clip_forward(cfg_.clip, w_.clip, sam, ws);
+    const int64_t t = sam.tokens(), cw = cfg_.clip.width, sc = sam.c;
+    float* const feat = ws.get(vision::Workspace::features, t * (cw + sc));
     for (int64_t r = 0; r < t; ++r) {
-      std::copy_n(clip.data() + (r + 1) * cw, cw, feat.data() + r * (cw + sc));
-      std::copy_n(sam.features.data.data() + r * sc, sc, feat.data() + r * (cw + sc) + cw);
+      std::copy_n(clip + (r + 1) * cw, cw, feat + r * (cw + sc));
+      std::copy_n(sam.data.data() + r * sc, sc, feat + r * (cw + sc) + cw);
     }
-    std::vector<float> out = cpu::linear(feat, t, w_.glue.projector);
+    out.resize(size_t(t * w_.glue.projector.out()));
+    cpu::linear(feat, t, w_.glue.projector, out.data());
     if (captures) {
-      captures->sam_neck = std::move(sam.neck);
-      captures->sam_out = std::move(sam.features);
-      captures->clip_out = std::move(clip);
+      captures->sam_neck = ws.neck;
+      captures->sam_out = sam;
+      captures->clip_out.assign(clip, clip + (t + 1) * cw);
       captures->projector_out = out;
     }
+  }
+
+  // The same with a workspace of its own (one-off calls: tests, inspect).
+  std::vector<float> encode_view(const float* chw, int size, VisionCaptures* captures = nullptr) const {
+    vision::Workspace ws;
+    std::vector<float> out;
+    encode_view(chw, size, ws, out, captures);
     return out;
   }
 
   // The embeddings of one image: [token_count, hidden]. Each view is a CHW float32 vector of
   // 3*S*S values. `tiles` is empty (global view only) or holds tiles_x * tiles_y tiles in
-  // row-major order.
+  // row-major order. Activations live in `ws` (a session's encoder keeps it for every page).
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
-                                   int tiles_x, int tiles_y) const {
+                                   int tiles_x, int tiles_y, vision::Workspace& ws) const {
     require(tiles.empty() || (tiles_x > 0 && tiles_y > 0 && tiles.size() == size_t(tiles_x) * size_t(tiles_y)),
             Status::invalid_argument, [&] {
               return "visual_tokens: " + std::to_string(tiles.size()) + " tiles for a " + std::to_string(tiles_x) + "x" +
                      std::to_string(tiles_y) + " grid";
             });
-    const std::vector<float> global = encode(global_view);
-    std::vector<std::vector<float>> local;
-    for (const auto& t : tiles) local.push_back(encode(t));
-    return layout_tokens(global, local, tiles_x, tiles_y);
+    encode(global_view, ws, ws.global_features);
+    ws.tile_features.resize(tiles.size());
+    for (size_t i = 0; i < tiles.size(); ++i) encode(tiles[i], ws, ws.tile_features[i]);
+    return layout_tokens(ws.global_features, ws.tile_features, tiles_x, tiles_y);
+  }
+
+  std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
+                                   int tiles_x, int tiles_y) const {
+    vision::Workspace ws;
+    return visual_tokens(global_view, tiles, tiles_x, tiles_y, ws);
   }
 
   // Lays out already projected features ([g*g, hidden] each) as visual_tokens() does.
@@ -101,10 +122,12 @@ class VisionEncoder {
                                    int tiles_x, int tiles_y) const {
     const int64_t d = hidden();
     const std::vector<float> newline = w_.glue.image_newline->to_vector();
+    const int64_t g_global = grid_of(global), g_tile = tiles.empty() ? 0 : grid_of(tiles[0]);
     std::vector<float> out;
+    out.reserve(size_t((tiles_y * g_tile * (tiles_x * g_tile + 1) + g_global * (g_global + 1) + 1) * d));  // exactly
     auto put = [&](const float* row) { out.insert(out.end(), row, row + d); };
     if (!tiles.empty()) {
-      const int64_t g = grid_of(tiles[0]);
+      const int64_t g = g_tile;
       for (const auto& t : tiles)
         require(int64_t(t.size()) == g * g * d, Status::invalid_argument, "layout_tokens: tiles differ in size");
       // Stitched row R = tile row R / g, feature row R % g; across it, every tile of that tile row.
@@ -114,7 +137,7 @@ class VisionEncoder {
         put(newline.data());
       }
     }
-    const int64_t g = grid_of(global);
+    const int64_t g = g_global;
     for (int64_t y = 0; y < g; ++y) {
       for (int64_t x = 0; x < g; ++x) put(global.data() + (y * g + x) * d);
       put(newline.data());
@@ -124,11 +147,11 @@ class VisionEncoder {
   }
 
  private:
-  std::vector<float> encode(const std::vector<float>& view) const {
+  void encode(const std::vector<float>& view, vision::Workspace& ws, std::vector<float>& out) const {
     const int size = int(std::lround(std::sqrt(double(view.size()) / 3.0)));
     require(size > 0 && size_t(3) * size_t(size) * size_t(size) == view.size(), Status::invalid_argument,
             [&] { return "vision view of " + std::to_string(view.size()) + " floats is not a 3 x S x S image"; });
-    return encode_view(view.data(), size);
+    encode_view(view.data(), size, ws, out);
   }
 
   int64_t grid_of(const std::vector<float>& features) const {

@@ -31,11 +31,6 @@
 
 namespace uocr::vision {
 
-struct SamResult {
-  FeatureMap neck;      // [G, G, out_chans] after the neck's second LayerNorm2d
-  FeatureMap features;  // [G/4, G/4, net3_chans]: net_3(net_2(neck))
-};
-
 namespace detail {
 
 // pos_embed [1, G0, G0, C] at grid g, channels-last [g*g, C] (get_abs_pos_sam).
@@ -58,32 +53,45 @@ inline std::vector<float> rel_pos_table(const TensorView& t, int n) {
   return transposed(r.data(), hd, 2 * n - 1);
 }
 
+// Floats of rel_pos_attention's scratch for `rows` query rows of an n x n grid: the scores, the
+// two rel-pos products, one query row's width bias and the row sums, each part aligned.
+inline int64_t rel_pos_scratch_floats(int n, int64_t rows) {
+  const int64_t keys = int64_t(n) * n, span = 2 * n - 1;
+  return cpu::aligned_floats(rows * keys) + 2 * cpu::aligned_floats(rows * span) + cpu::aligned_floats(n) +
+         cpu::aligned_floats(rows);
+}
+
 // Attention of query rows [r0, r0+rows) of an n x n token grid over all n*n keys of one head:
 // softmax(q·kᵀ·scale + rel_h[ky] + rel_w[kx])·v, with rel_h/rel_w = q·table[q_pos - k_pos + n-1].
 // Writes the rows to out (row stride ldo). One pass over the scores adds the bias and finds the
 // row max, one more exponentiates and sums; the 1/sum goes onto the [rows, hd] output instead of
 // the [rows, n*n] probabilities. Callers keep `rows` small (128) so the scores stay near L2.
+// `scratch`: rel_pos_scratch_floats(n, rows) floats, aligned (cpu::thread_slice).
 inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const StridedMap& v, int n, int64_t r0,
                               int64_t rows, const float* table_h, const float* table_w, float scale, float* out,
-                              int64_t ldo) {
+                              int64_t ldo, float* scratch) {
   const int64_t hd = q.cols(), span = 2 * n - 1, keys = k.rows();
+  float* const s_data = scratch;
+  float* const ph_data = s_data + cpu::aligned_floats(rows * keys);
+  float* const pw_data = ph_data + cpu::aligned_floats(rows * span);
+  float* const rw = pw_data + cpu::aligned_floats(rows * span);
+  float* const inv_sum = rw + cpu::aligned_floats(n);
   const auto qb = q.middleRows(r0, rows);
-  const cpu::RowMatrix ph = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
-  const cpu::RowMatrix pw = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
-  cpu::RowMatrix s(rows, keys);
+  cpu::MatrixMap ph(ph_data, rows, span), pw(pw_data, rows, span), s(s_data, rows, keys);
+  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
+  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
   s.noalias() = qb * k.transpose();
-  std::vector<float> rw(static_cast<size_t>(n)), inv_sum(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const int qy = int((r0 + r) / n), qx = int((r0 + r) % n);
     const float* pwr = pw.row(r).data();
     const float* phr = ph.row(r).data();
-    for (int kx = 0; kx < n; ++kx) rw[size_t(kx)] = pwr[qx - kx + n - 1];
+    for (int kx = 0; kx < n; ++kx) rw[kx] = pwr[qx - kx + n - 1];
     float* srow = s.row(r).data();
     float mx = -std::numeric_limits<float>::infinity();
     for (int ky = 0; ky < n; ++ky) {
       const float bh = phr[qy - ky + n - 1];
       float* seg = srow + int64_t(ky) * n;
-      const float* rwp = rw.data();
+      const float* rwp = rw;
 #pragma omp simd reduction(max : mx)
       for (int kx = 0; kx < n; ++kx) {
         const float t = seg[kx] * scale + (bh + rwp[kx]);
@@ -93,11 +101,11 @@ inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const St
     }
     Eigen::Map<Eigen::ArrayXf> a(srow, keys);
     a = (a - mx).exp();
-    inv_sum[size_t(r)] = 1.f / a.sum();
+    inv_sum[r] = 1.f / a.sum();
   }
   MutStridedMap o(out + r0 * ldo, rows, hd, Eigen::OuterStride<>(ldo));
   o.noalias() = s * v;
-  for (int64_t r = 0; r < rows; ++r) o.row(r) *= inv_sum[size_t(r)];
+  for (int64_t r = 0; r < rows; ++r) o.row(r) *= inv_sum[r];
 }
 
 // Global attention over the g x g grid; qkv [g*g, 3C] rows ordered [q heads | k | v].
@@ -105,51 +113,57 @@ inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const St
 // dense rows instead of rows 3C floats apart; then query rows go in blocks of 128 (scores
 // 128 x 4096 floats = 2 MB at the 1024 view: measured best of 64/128/256, +23% over strided
 // 256-row blocks).
-inline void sam_global_attention(const std::vector<float>& qkv, int g, int heads, int64_t c, const std::vector<float>& th,
-                                 const std::vector<float>& tw, float* out) {
+inline void sam_global_attention(const float* qkv, int g, int heads, int64_t c, const std::vector<float>& th,
+                                 const std::vector<float>& tw, float* out, Workspace& ws) {
   const int64_t n_tok = int64_t(g) * g, hd = c / heads, block = 128;
   const int64_t blocks = (n_tok + block - 1) / block;
   const float scale = 1.f / std::sqrt(float(hd));
-  std::vector<float> hm(qkv.size());
+  float* const hm = ws.get(Workspace::heads, n_tok * 3 * c);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_tok; ++t)
     for (int64_t part = 0; part < 3; ++part)
       for (int h = 0; h < heads; ++h)
-        std::copy_n(qkv.data() + t * 3 * c + part * c + h * hd, hd, hm.data() + ((part * heads + h) * n_tok + t) * hd);
+        std::copy_n(qkv + t * 3 * c + part * c + h * hd, hd, hm + ((part * heads + h) * n_tok + t) * hd);
+  const int64_t per_thread = rel_pos_scratch_floats(g, std::min(block, n_tok));
+  float* const slices = cpu::thread_slices(ws.buffer(Workspace::threads), per_thread);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int h = 0; h < heads; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
       const Eigen::OuterStride<> ld(hd);
-      auto part = [&](int p) { return hm.data() + (int64_t(p) * heads + h) * n_tok * hd; };
+      auto part = [&](int p) { return hm + (int64_t(p) * heads + h) * n_tok * hd; };
       const StridedMap q(part(0), n_tok, hd, ld), k(part(1), n_tok, hd, ld), v(part(2), n_tok, hd, ld);
       rel_pos_attention(q, k, v, g, b * block, std::min(block, n_tok - b * block), th.data(), tw.data(), scale,
-                        out + h * hd, c);
+                        out + h * hd, c, cpu::thread_slice(slices, per_thread));
     }
 }
 
 // Windowed attention: the g x g grid zero-padded to whole ws x ws windows (row-major). qkv holds
 // the g*g real tokens; a padded token's q/k/v is the qkv bias (a zero row through the Linear).
-inline void sam_window_attention(const std::vector<float>& qkv, const std::vector<float>& qkv_bias, int g, int ws,
-                                 int heads, int64_t c, const std::vector<float>& th, const std::vector<float>& tw,
-                                 float* out) {
+inline void sam_window_attention(const float* qkv, const float* qkv_bias, int g, int ws, int heads, int64_t c,
+                                 const std::vector<float>& th, const std::vector<float>& tw, float* out,
+                                 Workspace& work) {
   const int nw = (g + ws - 1) / ws;
   const int64_t hd = c / heads, wt = int64_t(ws) * ws;
   const float scale = 1.f / std::sqrt(float(hd));
+  // Per thread: q | k | v | out, each [wt, hd], then rel_pos_attention's scratch.
+  const int64_t window_floats = cpu::aligned_floats(4 * wt * hd);
+  const int64_t per_thread = window_floats + rel_pos_scratch_floats(ws, wt);
+  float* const slices = cpu::thread_slices(work.buffer(Workspace::threads), per_thread);
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int w = 0; w < nw * nw; ++w)
     for (int h = 0; h < heads; ++h) {
       const int wy = w / nw, wx = w % nw;
-      std::vector<float> buf(size_t(4 * wt * hd));  // q | k | v | out, each [wt, hd]
+      float* const buf = cpu::thread_slice(slices, per_thread);
       for (int64_t t = 0; t < wt; ++t) {
         const int y = wy * ws + int(t / ws), x = wx * ws + int(t % ws);
-        const float* src = (y < g && x < g) ? qkv.data() + (int64_t(y) * g + x) * 3 * c : qkv_bias.data();
+        const float* src = (y < g && x < g) ? qkv + (int64_t(y) * g + x) * 3 * c : qkv_bias;
         for (int part = 0; part < 3; ++part)
-          std::copy_n(src + part * c + h * hd, hd, buf.data() + (part * wt + t) * hd);
+          std::copy_n(src + part * c + h * hd, hd, buf + (part * wt + t) * hd);
       }
       const Eigen::OuterStride<> ld(hd);
-      const StridedMap q(buf.data(), wt, hd, ld), k(buf.data() + wt * hd, wt, hd, ld), v(buf.data() + 2 * wt * hd, wt, hd, ld);
-      float* o = buf.data() + 3 * wt * hd;
-      rel_pos_attention(q, k, v, ws, 0, wt, th.data(), tw.data(), scale, o, hd);
+      const StridedMap q(buf, wt, hd, ld), k(buf + wt * hd, wt, hd, ld), v(buf + 2 * wt * hd, wt, hd, ld);
+      float* o = buf + 3 * wt * hd;
+      rel_pos_attention(q, k, v, ws, 0, wt, th.data(), tw.data(), scale, o, hd, buf + window_floats);
       for (int64_t t = 0; t < wt; ++t) {
         const int y = wy * ws + int(t / ws), x = wx * ws + int(t % ws);
         if (y < g && x < g) std::copy_n(o + t * hd, hd, out + (int64_t(y) * g + x) * c + h * hd);
@@ -167,44 +181,55 @@ inline void gelu_erf(float* x, int64_t n) {
   }
 }
 
-inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, bool global, FeatureMap& x) {
+// Block `index` over the token stream x, in place.
+inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, int index, bool global, FeatureMap& x,
+                      Workspace& ws) {
   const int g = x.h;
   const int64_t n_tok = x.tokens(), c = x.c;
-  std::vector<float> t(x.data.size());
-  layer_norm(x.data.data(), n_tok, c, b.norm1, cfg.ln_eps, t.data());
-  std::vector<float> qkv = cpu::linear(t, n_tok, b.qkv);
+  float* const t = ws.get(Workspace::normed, n_tok * c);
+  layer_norm(x.data.data(), n_tok, c, b.norm1, cfg.ln_eps, t);
+  float* const qkv = ws.get(Workspace::qkv, n_tok * b.qkv.out());
+  cpu::linear(t, n_tok, b.qkv, qkv);
   const int span = global ? g : cfg.window;
-  const std::vector<float> th = rel_pos_table(*b.rel_pos_h, span), tw = rel_pos_table(*b.rel_pos_w, span);
-  if (global)
-    sam_global_attention(qkv, g, cfg.heads, c, th, tw, t.data());
-  else
-    sam_window_attention(qkv, b.qkv.bias->to_vector(), g, cfg.window, cfg.heads, c, th, tw, t.data());
-  cpu::linear(t.data(), n_tok, b.proj, qkv.data());  // qkv is spent; its first n_tok*c floats take proj
-  add_inplace(x.data.data(), qkv.data(), n_tok * c);
+  const std::string key = "sam." + std::to_string(index) + "." + std::to_string(span);
+  const std::vector<float>& th = ws.table(key + ".rel_h", [&] { return rel_pos_table(*b.rel_pos_h, span); });
+  const std::vector<float>& tw = ws.table(key + ".rel_w", [&] { return rel_pos_table(*b.rel_pos_w, span); });
+  if (global) {
+    sam_global_attention(qkv, g, cfg.heads, c, th, tw, t, ws);
+  } else {
+    const std::vector<float>& bias = ws.table(key + ".qkv_bias", [&] { return b.qkv.bias->to_vector(); });
+    sam_window_attention(qkv, bias.data(), g, cfg.window, cfg.heads, c, th, tw, t, ws);
+  }
+  cpu::linear(t, n_tok, b.proj, qkv);  // qkv is spent; its first n_tok*c floats take proj
+  add_inplace(x.data.data(), qkv, n_tok * c);
 
-  layer_norm(x.data.data(), n_tok, c, b.norm2, cfg.ln_eps, t.data());
-  std::vector<float> hidden = cpu::linear(t, n_tok, b.lin1);
-  gelu_erf(hidden.data(), int64_t(hidden.size()));
-  cpu::linear(hidden.data(), n_tok, b.lin2, t.data());
-  add_inplace(x.data.data(), t.data(), n_tok * c);
+  layer_norm(x.data.data(), n_tok, c, b.norm2, cfg.ln_eps, t);
+  const int64_t hidden_floats = n_tok * b.lin1.out();
+  float* const hidden = ws.get(Workspace::mlp, hidden_floats);
+  cpu::linear(t, n_tok, b.lin1, hidden);
+  gelu_erf(hidden, hidden_floats);
+  cpu::linear(hidden, n_tok, b.lin2, t);
+  add_inplace(x.data.data(), t, n_tok * c);
 }
 
 }  // namespace detail
 
 // SAM on one normalised view: chw = [3, size, size] float32; size a multiple of the patch size.
-inline SamResult sam_forward(const SamConfig& cfg, const SamWeights& w, const float* chw, int size) {
-  FeatureMap x = patch_embed(chw, 3, size, *w.patch_weight, w.patch_bias);
-  detail::add_inplace(x.data.data(), detail::sam_abs_pos(*w.pos_embed, x.h).data(), int64_t(x.data.size()));
-  for (int b = 0; b < int(w.blocks.size()); ++b) detail::sam_block(cfg, w.blocks[size_t(b)], cfg.is_global(b), x);
+// Results in `ws` (reused by the next view): ws.neck [G, G, out_chans] after the neck's second
+// LayerNorm2d, ws.sam_out [G/4, G/4, net3_chans] = net_3(net_2(neck)).
+inline void sam_forward(const SamConfig& cfg, const SamWeights& w, const float* chw, int size, Workspace& ws) {
+  FeatureMap& x = ws.sam_x;
+  patch_embed(chw, 3, size, *w.patch_weight, w.patch_bias, x, ws.buffer(Workspace::columns));
+  const std::vector<float>& pos = ws.table("sam.pos." + std::to_string(x.h), [&] { return detail::sam_abs_pos(*w.pos_embed, x.h); });
+  detail::add_inplace(x.data.data(), pos.data(), int64_t(x.data.size()));
+  for (int b = 0; b < int(w.blocks.size()); ++b) detail::sam_block(cfg, w.blocks[size_t(b)], b, cfg.is_global(b), x, ws);
 
-  SamResult r;
-  r.neck = conv2d(x, *w.neck_conv1, nullptr, 1, 0);
-  x = FeatureMap();  // the block stream is no longer needed
-  layer_norm(r.neck, w.neck_norm1, cfg.ln_eps);
-  r.neck = conv2d(r.neck, *w.neck_conv2, nullptr, 1, 1);
-  layer_norm(r.neck, w.neck_norm2, cfg.ln_eps);
-  r.features = conv2d(conv2d(r.neck, *w.net2, nullptr, 2, 1), *w.net3, nullptr, 2, 1);
-  return r;
+  conv2d(x, *w.neck_conv1, nullptr, 1, 0, ws.conv_tmp, ws.buffer(Workspace::columns));
+  layer_norm(ws.conv_tmp, w.neck_norm1, cfg.ln_eps);
+  conv2d(ws.conv_tmp, *w.neck_conv2, nullptr, 1, 1, ws.neck, ws.buffer(Workspace::columns));
+  layer_norm(ws.neck, w.neck_norm2, cfg.ln_eps);
+  conv2d(ws.neck, *w.net2, nullptr, 2, 1, ws.conv_tmp, ws.buffer(Workspace::columns));
+  conv2d(ws.conv_tmp, *w.net3, nullptr, 2, 1, ws.sam_out, ws.buffer(Workspace::columns));
 }
 
 }  // namespace uocr::vision

@@ -2,8 +2,7 @@
 //!
 //! ```no_run
 //! let model = uocr::Model::load("models/tiny").unwrap();
-//! let mut params = uocr::SessionParams::default();
-//! params.max_new_tokens = 512;
+//! let params = uocr::SessionParams { max_new_tokens: 512, ..Default::default() };
 //! let mut session = model.session(&params).unwrap();
 //! session.add_image_file("page.png").unwrap();
 //! let summary = session
@@ -18,18 +17,36 @@
 //! # let _ = summary;
 //! ```
 //!
+//! A document of any length: pages are handed over one at a time when the session needs them,
+//! and only `pages_per_group` of them are held.
+//!
+//! ```no_run
+//! # let model = uocr::Model::load("models/tiny").unwrap();
+//! let params = uocr::SessionParams {
+//!     pages_per_group: 2,
+//!     checkpoint: Some(uocr::Checkpoint { path: "run.ckpt".into(), every_tokens: 0, resume: false }),
+//!     ..Default::default()
+//! };
+//! let mut session = model.session(&params).unwrap();
+//! let summary = session
+//!     .run_pages(3600, |i| Ok(uocr::Page::File(format!("scan-{:04}.png", i).into())), |_| true)
+//!     .unwrap(); // an Err returned by the page source comes back here, as it was
+//! # let _ = summary;
+//! ```
+//!
 //! `Model` is `Send + Sync` (the library's model is immutable); `Session` is `Send` but not
 //! `Sync` (one thread at a time). Both free their handle on drop, in any order.
 
+use std::borrow::Cow;
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_void};
 use std::panic::{self, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 2;
+pub const API_VERSION: i32 = 3;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -48,9 +65,6 @@ pub mod status {
     pub const E_BUFFER_TOO_SMALL: i32 = -103;
 }
 
-pub const IMAGE_MODE_BASE: i32 = 0;
-pub const IMAGE_MODE_GUNDAM: i32 = 1;
-
 const EVENT_TOKEN: i32 = 1;
 const EVENT_PAGE: i32 = 2;
 const EVENT_BLOCK: i32 = 3;
@@ -66,6 +80,10 @@ pub mod stop {
 
 // ---- raw ABI ------------------------------------------------------------------------------
 
+#[repr(C)]
+struct RawPage {
+    _opaque: [u8; 0],
+}
 #[repr(C)]
 struct RawModel {
     _opaque: [u8; 0],
@@ -83,40 +101,39 @@ struct ModelParams {
     reserved0: u32,
 }
 
-/// `uocr_session_params`; `Default` is the library's `uocr_session_params_init`.
+/// `uocr_session_params` as the library reads it (`SessionParams` is the typed form).
 #[repr(C)]
-#[derive(Clone, Debug)]
-pub struct SessionParams {
+struct RawSessionParams {
     struct_size: u32,
-    pub image_mode: i32,
-    pub max_new_tokens: i64,
-    prompt: *const c_char, // set through Session creation from `prompt_text`
-    pub window: i32,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub ngram_size: i32,
-    pub seed: u64,
-    pub ngram_window: i32,
-    pub loop_guard: i32,
-    pub max_image_pixels: u64,
-    // API version 2: 0 is the default for each (see uocr.h).
-    pub backend: i32,
-    pub device_index: i32,
-    pub pages_per_group: i32,
-    pub overlap_pages: i32,
-    pub page_fallback_tokens: i32,
-    pub reference_mode: i32,
-    pub reference_pages: i32,
-    pub reference_blocks: i32,
-    pub reference_block_tokens: i32,
-    pub positions: i32,
-    checkpoint_path: *const c_char, // not exposed by this sample binding (NULL: no checkpoints)
-    pub checkpoint_every_tokens: i32,
-    pub resume: i32,
+    image_mode: i32,
+    max_new_tokens: i64,
+    prompt: *const c_char,
+    window: i32,
+    temperature: f32,
+    top_p: f32,
+    ngram_size: i32,
+    seed: u64,
+    ngram_window: i32,
+    loop_guard: i32,
+    max_image_pixels: u64,
+    // API version 2
+    backend: i32,
+    device_index: i32,
+    pages_per_group: i32,
+    overlap_pages: i32,
+    page_fallback_tokens: i32,
+    reference_mode: i32,
+    reference_pages: i32,
+    reference_blocks: i32,
+    reference_block_tokens: i32,
+    positions: i32,
+    checkpoint_path: *const c_char,
+    checkpoint_every_tokens: i32,
+    resume: i32,
 }
 
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct ModelInfo {
     struct_size: u32,
     pub hidden_size: i32,
@@ -143,7 +160,8 @@ struct RawEvent {
     box_px: [i32; 4],
 }
 
-/// `uocr_run_summary`.
+/// `uocr_run_summary`. Out-structs carry this binding's `struct_size`, so the library writes no
+/// more than this struct holds, however new it is.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RunSummary {
@@ -163,19 +181,27 @@ pub struct RunSummary {
     pub kv_allocated_bytes: u64,
     pub peak_kv_bytes: u64,
     pub text_len: u64,
+    // API version 3
+    /// Working memory besides the KV cache (vision and decoder workspaces), held at the end.
+    pub scratch_bytes: u64,
+    /// Largest `scratch_bytes` held during the run.
+    pub peak_scratch_bytes: u64,
+    /// Largest `kv_allocated_bytes + scratch_bytes` at one moment of the run.
+    pub peak_bytes: u64,
 }
 
 // The layouts this binding assumes (64-bit targets), checked at compile time.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<SessionParams>() == 120);
+    assert!(std::mem::size_of::<RawSessionParams>() == 120);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
-    assert!(std::mem::size_of::<RunSummary>() == 112);
+    assert!(std::mem::size_of::<RunSummary>() == 136);
 };
 
 type Callback = extern "C" fn(*const RawEvent, *mut c_void) -> i32;
+type PageCallback = extern "C" fn(i64, *mut RawPage, *mut c_void) -> i32;
 
 #[link(name = "uocr")]
 extern "C" {
@@ -184,13 +210,12 @@ extern "C" {
     fn uocr_status_string(status: i32) -> *const c_char;
     fn uocr_stop_reason_string(stop: i32) -> *const c_char;
     fn uocr_last_error() -> *const c_char;
-    fn uocr_model_params_init(p: *mut ModelParams);
+    fn uocr_model_params_init_sized(p: *mut ModelParams, struct_size: u32);
     fn uocr_model_load(dir: *const c_char, p: *const ModelParams, out: *mut *mut RawModel) -> i32;
     fn uocr_model_free(m: *mut RawModel);
-    fn uocr_model_info_init(i: *mut ModelInfo);
     fn uocr_model_get_info(m: *const RawModel, i: *mut ModelInfo) -> i32;
-    fn uocr_session_params_init(p: *mut SessionParams);
-    fn uocr_session_create(m: *const RawModel, p: *const SessionParams, out: *mut *mut RawSession) -> i32;
+    fn uocr_session_params_init_sized(p: *mut RawSessionParams, struct_size: u32);
+    fn uocr_session_create(m: *const RawModel, p: *const RawSessionParams, out: *mut *mut RawSession) -> i32;
     fn uocr_session_free(s: *mut RawSession);
     fn uocr_session_last_error(s: *const RawSession) -> *const c_char;
     fn uocr_session_add_image_file(s: *mut RawSession, path: *const c_char) -> i32;
@@ -198,8 +223,19 @@ extern "C" {
     fn uocr_session_add_image_rgb(s: *mut RawSession, rgb: *const u8, w: i32, h: i32, stride: usize) -> i32;
     fn uocr_session_clear_pages(s: *mut RawSession) -> i32;
     fn uocr_session_page_count(s: *const RawSession, out: *mut i32) -> i32;
-    fn uocr_run_summary_init(s: *mut RunSummary);
     fn uocr_session_run(s: *mut RawSession, cb: Option<Callback>, user: *mut c_void, sum: *mut RunSummary) -> i32;
+    fn uocr_page_set_file(p: *mut RawPage, path: *const c_char) -> i32;
+    fn uocr_page_set_encoded(p: *mut RawPage, data: *const c_void, size: usize) -> i32;
+    fn uocr_page_set_rgb(p: *mut RawPage, rgb: *const u8, w: i32, h: i32, stride: usize) -> i32;
+    fn uocr_session_run_pages(
+        s: *mut RawSession,
+        page_count: i64,
+        pages: PageCallback,
+        pages_user: *mut c_void,
+        cb: Option<Callback>,
+        user: *mut c_void,
+        sum: *mut RunSummary,
+    ) -> i32;
     fn uocr_session_text(s: *const RawSession, buf: *mut c_char, cap: usize, out_len: *mut usize) -> i32;
 }
 
@@ -219,7 +255,14 @@ pub struct Error {
     pub status: i32,
     pub message: String,
     /// For `E_CANCELLED` from `Session::run`: the partial run's summary.
-    pub summary: Option<RunSummary>,
+    pub summary: Option<Box<RunSummary>>,
+}
+
+impl Error {
+    /// An error of this binding's caller, e.g. a page source's (`Session::run_pages`).
+    pub fn new(status: i32, message: impl Into<String>) -> Error {
+        Error { status, message: message.into(), summary: None }
+    }
 }
 
 impl fmt::Display for Error {
@@ -229,6 +272,13 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// So that a page source can use `?` on file reads.
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::new(status::E_IO, e.to_string())
+    }
+}
 
 pub fn status_name(status: i32) -> String {
     cstr(unsafe { uocr_status_string(status) })
@@ -244,32 +294,38 @@ pub fn version() -> String {
 }
 
 fn thread_error(status: i32) -> Error {
-    Error { status, message: cstr(unsafe { uocr_last_error() }), summary: None }
+    Error::new(status, cstr(unsafe { uocr_last_error() }))
 }
 
 fn check_library() -> Result<(), Error> {
     let v = unsafe { uocr_api_version() };
     if v < API_VERSION {
-        return Err(Error {
-            status: status::E_VERSION_MISMATCH,
-            message: format!("libuocr {} implements API version {}, this binding needs {}", version(), v, API_VERSION),
-            summary: None,
-        });
+        return Err(Error::new(
+            status::E_VERSION_MISMATCH,
+            format!("libuocr {} implements API version {}, this binding needs {}", version(), v, API_VERSION),
+        ));
     }
     Ok(())
 }
 
+fn c_string(s: &str, what: &str) -> Result<CString, Error> {
+    CString::new(s).map_err(|_| Error::new(status::E_INVALID_ARGUMENT, format!("{} contains a NUL byte", what)))
+}
+
 fn path_cstring(path: &Path) -> Result<CString, Error> {
-    let s = path.to_str().ok_or_else(|| Error {
-        status: status::E_INVALID_ARGUMENT,
-        message: format!("path {:?} is not UTF-8", path),
-        summary: None,
-    })?;
-    CString::new(s).map_err(|_| Error {
-        status: status::E_INVALID_ARGUMENT,
-        message: "path contains a NUL byte".into(),
-        summary: None,
-    })
+    let s = path.to_str().ok_or_else(|| Error::new(status::E_INVALID_ARGUMENT, format!("path {:?} is not UTF-8", path)))?;
+    c_string(s, "path")
+}
+
+// The library reads `stride * (height - 1) + 3 * width` bytes of RGB rows: refuse a shorter slice.
+fn check_rgb(rgb: &[u8], width: i32, height: i32, stride: usize) -> Result<(), Error> {
+    let row = 3 * width.max(0) as usize;
+    let stride = if stride == 0 { row } else { stride };
+    let need = if width > 0 && height > 0 { stride * (height as usize - 1) + row } else { 0 };
+    if rgb.len() < need {
+        return Err(Error::new(status::E_INVALID_ARGUMENT, format!("rgb buffer has {} bytes, needs {}", rgb.len(), need)));
+    }
+    Ok(())
 }
 
 /// A loaded model folder. Immutable: share it across threads freely.
@@ -287,7 +343,8 @@ impl Model {
         let mut p = ModelParams { struct_size: 0, api_version: 0, flags: 0, reserved0: 0 };
         let mut h: *mut RawModel = std::ptr::null_mut();
         let st = unsafe {
-            uocr_model_params_init(&mut p);
+            uocr_model_params_init_sized(&mut p, std::mem::size_of::<ModelParams>() as u32);
+            p.api_version = API_VERSION as u32;
             uocr_model_load(dir.as_ptr(), &p, &mut h)
         };
         if st != status::OK {
@@ -297,40 +354,63 @@ impl Model {
     }
 
     pub fn info(&self) -> Result<ModelInfo, Error> {
-        let mut info = std::mem::MaybeUninit::<ModelInfo>::zeroed();
-        let st = unsafe {
-            uocr_model_info_init(info.as_mut_ptr());
-            uocr_model_get_info(self.h, info.as_mut_ptr())
-        };
+        let mut info = ModelInfo { struct_size: std::mem::size_of::<ModelInfo>() as u32, ..Default::default() };
+        let st = unsafe { uocr_model_get_info(self.h, &mut info) };
         if st != status::OK {
             return Err(thread_error(st));
         }
-        Ok(unsafe { info.assume_init() })
+        Ok(info)
     }
 
-    /// A new session; `prompt` (None: upstream's) must contain one "<image>".
-    pub fn session_with_prompt(&self, params: &SessionParams, prompt: Option<&str>) -> Result<Session, Error> {
-        let prompt = match prompt {
-            Some(p) => Some(CString::new(p).map_err(|_| Error {
-                status: status::E_INVALID_ARGUMENT,
-                message: "prompt contains a NUL byte".into(),
-                summary: None,
-            })?),
-            None => None,
+    /// A new session (the library checks the parameters and reports what is wrong).
+    pub fn session(&self, params: &SessionParams) -> Result<Session, Error> {
+        let prompt = params.prompt.as_deref().map(|p| c_string(p, "prompt")).transpose()?;
+        let checkpoint = params.checkpoint.as_ref().map(|c| path_cstring(&c.path)).transpose()?;
+        let mut raw = raw_defaults();
+        raw.image_mode = match params.image_mode {
+            ImageMode::Base => 0,
+            ImageMode::Gundam => 1,
         };
-        let mut p = params.clone();
-        p.struct_size = std::mem::size_of::<SessionParams>() as u32;
-        p.prompt = prompt.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        raw.max_new_tokens = params.max_new_tokens;
+        raw.prompt = prompt.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        raw.window = params.window;
+        raw.temperature = params.temperature;
+        raw.top_p = params.top_p;
+        raw.ngram_size = params.ngram_size;
+        raw.seed = params.seed;
+        raw.ngram_window = params.ngram_window;
+        raw.loop_guard = params.loop_guard as i32;
+        raw.max_image_pixels = params.max_image_pixels;
+        raw.backend = match params.backend {
+            Backend::Cpu => 0,
+            Backend::Vulkan => 1,
+            Backend::Cuda => 2,
+        };
+        raw.device_index = params.device_index;
+        raw.pages_per_group = params.pages_per_group;
+        raw.overlap_pages = params.overlap_pages;
+        raw.page_fallback_tokens = params.page_fallback_tokens;
+        if let Reference::Sparse { pages, blocks, block_tokens } = params.reference {
+            raw.reference_mode = 1;
+            raw.reference_pages = pages;
+            raw.reference_blocks = blocks;
+            raw.reference_block_tokens = block_tokens;
+        }
+        raw.positions = match params.positions {
+            Positions::Limit => 0,
+            Positions::Extrapolate => 1,
+        };
+        if let (Some(c), Some(path)) = (&params.checkpoint, &checkpoint) {
+            raw.checkpoint_path = path.as_ptr();
+            raw.checkpoint_every_tokens = c.every_tokens;
+            raw.resume = c.resume as i32;
+        }
         let mut h: *mut RawSession = std::ptr::null_mut();
-        let st = unsafe { uocr_session_create(self.h, &p, &mut h) };
+        let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
             return Err(thread_error(st));
         }
         Ok(Session { h, _not_sync: PhantomData })
-    }
-
-    pub fn session(&self, params: &SessionParams) -> Result<Session, Error> {
-        self.session_with_prompt(params, None)
     }
 }
 
@@ -340,12 +420,116 @@ impl Drop for Model {
     }
 }
 
+fn raw_defaults() -> RawSessionParams {
+    let mut p = std::mem::MaybeUninit::<RawSessionParams>::zeroed();
+    unsafe {
+        uocr_session_params_init_sized(p.as_mut_ptr(), std::mem::size_of::<RawSessionParams>() as u32);
+        p.assume_init()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageMode {
+    /// One 1024x1024 view per page (several pages always use it).
+    Base,
+    /// A global view + 640 px tiles (single page only).
+    Gundam,
+}
+
+/// Where the session runs; the backend must be built into the library (else `E_UNSUPPORTED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+    Vulkan,
+    Cuda,
+}
+
+/// What each decoding step attends to of the held pages' reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reference {
+    /// All of it: exact R-SWA.
+    Dense,
+    /// SR-SWA: `pages` pages by a page gate, then `blocks` blocks of `block_tokens` visual tokens
+    /// (0: 4, 64, 16; -1 for pages or blocks: all). Faster, approximate.
+    Sparse { pages: i32, blocks: i32, block_tokens: i32 },
+}
+
+/// Positions past the model's context length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Positions {
+    /// Refuse such documents, as upstream does.
+    Limit,
+    /// Allow them (up to 2^24; quality unmeasured there).
+    Extrapolate,
+}
+
+/// Crash-safe resume: the run's state is saved to `path` after the prefill, at every page
+/// boundary and every `every_tokens` tokens (0: only those). With `resume` the run continues from
+/// it; `Session::text` then holds only the text generated since (see c_api/README.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub path: PathBuf,
+    pub every_tokens: i32,
+    pub resume: bool,
+}
+
+/// `uocr_session_params`, typed. `Default` is the library's defaults (`uocr_session_params_init_sized`);
+/// the integer fields keep the C meaning of 0 ("the library's default") and -1 (see uocr.h).
+#[derive(Clone, Debug)]
+pub struct SessionParams {
+    pub image_mode: ImageMode,
+    /// 0: until EOS or the context limit.
+    pub max_new_tokens: i64,
+    /// None: upstream's prompt; else it must contain one "<image>".
+    pub prompt: Option<String>,
+    /// R-SWA window; -1: the model's; 0: full attention.
+    pub window: i32,
+    /// 0: greedy.
+    pub temperature: f32,
+    pub top_p: f32,
+    /// No-repeat n-gram size; 0 disables the rule.
+    pub ngram_size: i32,
+    pub seed: u64,
+    pub ngram_window: i32,
+    pub loop_guard: bool,
+    pub max_image_pixels: u64,
+    pub backend: Backend,
+    pub device_index: i32,
+    /// Pages whose KV is held at once (>= 2; 0: 4).
+    pub pages_per_group: i32,
+    /// Pages kept when the group slides (1..G-1; 0: G - 1).
+    pub overlap_pages: i32,
+    /// Slide after this many tokens without a "<PAGE>" marker (0: 4096; -1: never).
+    pub page_fallback_tokens: i32,
+    pub reference: Reference,
+    pub positions: Positions,
+    /// None: no checkpoints.
+    pub checkpoint: Option<Checkpoint>,
+}
+
 impl Default for SessionParams {
     fn default() -> Self {
-        let mut p = std::mem::MaybeUninit::<SessionParams>::zeroed();
-        unsafe {
-            uocr_session_params_init(p.as_mut_ptr());
-            p.assume_init()
+        let raw = raw_defaults();
+        SessionParams {
+            image_mode: if raw.image_mode == 1 { ImageMode::Gundam } else { ImageMode::Base },
+            max_new_tokens: raw.max_new_tokens,
+            prompt: None,
+            window: raw.window,
+            temperature: raw.temperature,
+            top_p: raw.top_p,
+            ngram_size: raw.ngram_size,
+            seed: raw.seed,
+            ngram_window: raw.ngram_window,
+            loop_guard: raw.loop_guard != 0,
+            max_image_pixels: raw.max_image_pixels,
+            backend: Backend::Cpu,
+            device_index: raw.device_index,
+            pages_per_group: raw.pages_per_group,
+            overlap_pages: raw.overlap_pages,
+            page_fallback_tokens: raw.page_fallback_tokens,
+            reference: Reference::Dense,
+            positions: Positions::Limit,
+            checkpoint: None,
         }
     }
 }
@@ -361,6 +545,18 @@ pub enum Event<'a> {
     Block { page: i32, label: &'a str, box_: [i32; 4], box_px: [i32; 4] },
 }
 
+/// One page of a `Session::run_pages` document; its bytes borrowed or owned (`.into()` makes
+/// either). The library decodes or copies it before the source is asked for the next one.
+#[derive(Clone, Debug)]
+pub enum Page<'a> {
+    /// A PNG/JPEG/... file.
+    File(PathBuf),
+    /// PNG/JPEG/... bytes.
+    Encoded(Cow<'a, [u8]>),
+    /// Interleaved RGB rows, `stride` bytes apart (0: 3 * width).
+    Rgb { data: Cow<'a, [u8]>, width: i32, height: i32, stride: usize },
+}
+
 /// Pages plus one transcription at a time; `Send`, not `Sync`.
 pub struct Session {
     h: *mut RawSession,
@@ -369,9 +565,11 @@ pub struct Session {
 
 unsafe impl Send for Session {}
 
+type Panic = Box<dyn std::any::Any + Send>;
+
 struct RunState<'f> {
     f: &'f mut dyn FnMut(&Event) -> bool,
-    panic: Option<Box<dyn std::any::Any + Send>>,
+    panic: Option<Panic>,
 }
 
 extern "C" fn trampoline(e: *const RawEvent, user: *mut c_void) -> i32 {
@@ -405,9 +603,50 @@ extern "C" fn trampoline(e: *const RawEvent, user: *mut c_void) -> i32 {
     }
 }
 
+struct PageState<'f, 'p> {
+    f: &'f mut dyn FnMut(i64) -> Result<Page<'p>, Error>,
+    failure: Option<Error>,
+    panic: Option<Panic>,
+}
+
+extern "C" fn page_trampoline(index: i64, page: *mut RawPage, user: *mut c_void) -> i32 {
+    let state = unsafe { &mut *(user as *mut PageState) };
+    // The source's error (or panic) aborts the run; run_pages returns (or re-raises) it afterwards.
+    match panic::catch_unwind(AssertUnwindSafe(|| (state.f)(index).and_then(|p| set_page(page, &p)))) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            state.failure = Some(e);
+            1
+        }
+        Err(p) => {
+            state.panic = Some(p);
+            1
+        }
+    }
+}
+
+// A status returned by uocr_page_set_* needs no handling here: the library fails the run with it
+// and its message.
+fn set_page(page: *mut RawPage, p: &Page) -> Result<(), Error> {
+    match p {
+        Page::File(path) => {
+            let path = path_cstring(path)?;
+            unsafe { uocr_page_set_file(page, path.as_ptr()) };
+        }
+        Page::Encoded(data) => unsafe {
+            uocr_page_set_encoded(page, data.as_ptr() as *const c_void, data.len());
+        },
+        Page::Rgb { data, width, height, stride } => {
+            check_rgb(data, *width, *height, *stride)?;
+            unsafe { uocr_page_set_rgb(page, data.as_ptr(), *width, *height, *stride) };
+        }
+    }
+    Ok(())
+}
+
 impl Session {
     fn err(&self, st: i32) -> Error {
-        Error { status: st, message: cstr(unsafe { uocr_session_last_error(self.h) }), summary: None }
+        Error::new(st, cstr(unsafe { uocr_session_last_error(self.h) }))
     }
 
     fn check(&self, st: i32) -> Result<(), Error> {
@@ -430,16 +669,7 @@ impl Session {
 
     /// Interleaved RGB rows, `stride` bytes apart (0: 3 * width). Copied.
     pub fn add_image_rgb(&mut self, rgb: &[u8], width: i32, height: i32, stride: usize) -> Result<(), Error> {
-        let row = 3 * width.max(0) as usize;
-        let stride_eff = if stride == 0 { row } else { stride };
-        let need = if width > 0 && height > 0 { stride_eff * (height as usize - 1) + row } else { 0 };
-        if rgb.len() < need {
-            return Err(Error {
-                status: status::E_INVALID_ARGUMENT,
-                message: format!("rgb buffer has {} bytes, needs {}", rgb.len(), need),
-                summary: None,
-            });
-        }
+        check_rgb(rgb, width, height, stride)?;
         self.check(unsafe { uocr_session_add_image_rgb(self.h, rgb.as_ptr(), width, height, stride) })
     }
 
@@ -453,21 +683,49 @@ impl Session {
         Ok(n)
     }
 
-    /// Runs the pages; `on_event` returning false cancels (an `E_CANCELLED` error carrying the
-    /// partial summary; the partial transcript is in `text()`).
+    /// Runs the pages added; `on_event` returning false cancels (an `E_CANCELLED` error carrying
+    /// the partial summary; the partial transcript is in `text()`).
     pub fn run<F: FnMut(&Event) -> bool>(&mut self, mut on_event: F) -> Result<RunSummary, Error> {
-        let mut state = RunState { f: &mut on_event, panic: None };
-        let mut sum = RunSummary::default();
-        let st = unsafe {
-            uocr_run_summary_init(&mut sum);
-            uocr_session_run(self.h, Some(trampoline), &mut state as *mut RunState as *mut c_void, &mut sum)
-        };
+        self.run_with(&mut on_event, |h, cb, user, sum| unsafe { uocr_session_run(h, cb, user, sum) })
+    }
+
+    /// Runs a document of `page_count` pages that `pages(index)` hands over one at a time (0, 1,
+    /// ... each once), when the session needs them; the pages added with `add_image_*` are not
+    /// used. An `Err` from `pages` stops the run and is returned as it is (a panic is re-raised).
+    /// Events, cancellation and errors otherwise as `run`.
+    pub fn run_pages<'p, P, F>(&mut self, page_count: i64, mut pages: P, mut on_event: F) -> Result<RunSummary, Error>
+    where
+        P: FnMut(i64) -> Result<Page<'p>, Error>,
+        F: FnMut(&Event) -> bool,
+    {
+        let mut source = PageState { f: &mut pages, failure: None, panic: None };
+        let source_ptr = &mut source as *mut PageState as *mut c_void;
+        let result = self.run_with(&mut on_event, |h, cb, user, sum| unsafe {
+            uocr_session_run_pages(h, page_count, page_trampoline, source_ptr, cb, user, sum)
+        });
+        if let Some(p) = source.panic.take() {
+            panic::resume_unwind(p);
+        }
+        match source.failure.take() {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+
+    fn run_with(
+        &mut self,
+        on_event: &mut dyn FnMut(&Event) -> bool,
+        start: impl FnOnce(*mut RawSession, Option<Callback>, *mut c_void, *mut RunSummary) -> i32,
+    ) -> Result<RunSummary, Error> {
+        let mut state = RunState { f: on_event, panic: None };
+        let mut sum = RunSummary { struct_size: std::mem::size_of::<RunSummary>() as u32, ..Default::default() };
+        let st = start(self.h, Some(trampoline), &mut state as *mut RunState as *mut c_void, &mut sum);
         if let Some(p) = state.panic.take() {
             panic::resume_unwind(p);
         }
         if st == status::E_CANCELLED {
             let mut e = self.err(st);
-            e.summary = Some(sum);
+            e.summary = Some(Box::new(sum));
             return Err(e);
         }
         self.check(st)?;

@@ -122,6 +122,16 @@ class CudaDecoder {
   }
   int64_t position_limit() const { return position_limit_; }
 
+  // Bytes of working memory held: the device activation buffers and the host-side copies.
+  size_t scratch_bytes() const {
+    size_t n = host_.scratch_bytes() + logits_.capacity() * sizeof(float) + next_.capacity() * sizeof(int32_t);
+    for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &kb_, &vb_, &gate_, &up_, &ints_, &probs_, &weight_, &moe_ints_,
+                            &expert_in_, &expert_out_, &shared_, &logits_dev_, &seg_k_, &seg_v_, &rows_table_,
+                            &pointer_table_, &positions_})
+      n += b->bytes();
+    return n;
+  }
+
   // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
   std::vector<float> embed(const std::vector<int32_t>& ids) const { return host_.embed(ids); }
   std::vector<float> embed_prompt(const std::vector<int32_t>& ids, const std::vector<float>& visual,

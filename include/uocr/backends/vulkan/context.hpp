@@ -436,8 +436,9 @@ class Context {
     return b;
   }
 
-  // Host -> buffer, synchronous (the buffer must not be in use by a pending submission).
-  void upload(Buffer& dst, const void* src, size_t bytes, size_t offset = 0) {
+  // Host -> buffer, synchronous (the buffer must not be in use by a pending submission). Writes
+  // the buffer's memory, not the handle: const like the ops' output buffers.
+  void upload(const Buffer& dst, const void* src, size_t bytes, size_t offset = 0) {
     require(offset + bytes <= dst.size(), Status::internal, "Vulkan: upload past the end of a buffer");
     if (bytes == 0) return;
     std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -480,7 +481,7 @@ class Context {
   }
 
   // Synchronous buffer-to-buffer copy.
-  void copy_now(const Buffer& src, size_t src_off, Buffer& dst, size_t dst_off, size_t bytes) {
+  void copy_now(const Buffer& src, size_t src_off, const Buffer& dst, size_t dst_off, size_t bytes) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     VkCommandBuffer cb = begin_command_buffer(immediate_cb_);
     order_after_previous_submissions(cb);

@@ -3,7 +3,7 @@
 // a growing window for full attention) in device buffers.
 //
 //   vulkan::Context ctx;
-//   auto weights = vulkan::DecoderDeviceWeights::upload(ctx, config.decoder, model_weights.decoder);
+//   auto weights = vulkan::DecoderDeviceWeights::upload(ctx, model_weights.decoder);
 //   vulkan::VulkanDecoder dec(ctx, config.decoder, model_weights.decoder, weights);
 //   vulkan::VulkanKvCache cache(ctx, config.decoder, window);   // 0 = full attention
 //   std::vector<float> logits = dec.prefill(dec.embed_prompt(ids, visual), 0, cache);
@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -50,6 +51,16 @@ class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
   const Buffer& reference_v(int layer) const { return layers_[size_t(layer)].ref_v; }
   const Buffer& generated_k(int layer) const { return layers_[size_t(layer)].gen_k; }
   const Buffer& generated_v(int layer) const { return layers_[size_t(layer)].gen_v; }
+
+  // Checkpoints (BasicPageGroupDecoder::visit_kv): f(rows, floats) reads or rewrites the first
+  // `rows` rows of `b` (one of the arrays above) in a host copy, which is then written back.
+  // Same row layout as uocr::KvCache, so checkpoints move between the two.
+  void visit_rows(const Buffer& b, int64_t rows, const std::function<void(float*, size_t)>& f) {
+    std::vector<float> host(size_t(rows * row_));
+    ctx_->download(b, host.data(), host.size() * 4);
+    f(host.data(), host.size());
+    ctx_->upload(b, host.data(), host.size() * 4);
+  }
 
  private:
   friend class KvRing<VulkanKvCache>;
@@ -105,11 +116,11 @@ struct DecoderDeviceWeights {
     Mlp shared;
   };
   DeviceMatrix embed, lm_head;
-  Buffer final_norm, rope;
+  Buffer final_norm;
   std::vector<Layer> layers;
   size_t bytes = 0;
 
-  static std::shared_ptr<DecoderDeviceWeights> upload(Context& c, const DecoderConfig& cfg, const DecoderWeights& w) {
+  static std::shared_ptr<DecoderDeviceWeights> upload(Context& c, const DecoderWeights& w) {
     auto d = std::make_shared<DecoderDeviceWeights>();
     auto mat = [&](const TensorView* t) {
       DeviceMatrix m = upload_matrix(c, *t);
@@ -120,7 +131,6 @@ struct DecoderDeviceWeights {
     d->embed = mat(w.embed);
     d->lm_head = mat(w.lm_head);
     d->final_norm = upload_f32(c, *w.final_norm.weight);
-    d->rope = rope_table(c, cfg.head_dim, cfg.rope_theta, cfg.max_positions);
     for (const DecoderLayerWeights& lw : w.layers) {
       Layer l;
       l.input_norm = upload_f32(c, *lw.input_norm.weight);
@@ -146,8 +156,8 @@ class VulkanDecoder {
  public:
   VulkanDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
                 std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
-      : ctx_(ctx), c_(config), w_(weights), host_(config, weights),
-        d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, config, weights)),
+      : ctx_(ctx), c_(config), w_(weights), host_(config, weights), rope_(config.head_dim, config.rope_theta),
+        d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, weights)),
         dims_{config.heads, config.kv_heads, config.head_dim} {
     require(int(d_->layers.size()) == c_.layers, Status::invalid_argument, "device weights were uploaded for a different config");
     require(c_.head_dim <= ops::kMaxAttentionHeadDim, Status::unsupported, [&] {
@@ -164,19 +174,22 @@ class VulkanDecoder {
   const DecoderConfig& config() const { return c_; }
   Context& context() { return ctx_; }
 
-  // As uocr::Decoder::set_position_limit, up to max_position_embeddings: the RoPE table on the
-  // device covers those positions only, so extrapolating past them is not supported here.
-  void set_position_limit(int64_t limit) {
-    require(limit > 0, Status::invalid_argument, "position limit must be > 0");
-    require(limit <= c_.max_positions, Status::unsupported, [&] {
-      return "Vulkan backend: positions up to " + std::to_string(limit) + " requested, but it supports at most " +
-             std::to_string(c_.max_positions) + " (max_position_embeddings; position extrapolation is CPU-only)";
-    });
-    position_limit_ = limit;
-  }
-  int64_t position_limit() const { return position_limit_; }
+  // As uocr::Decoder::set_position_limit (up to 2^24): each call's RoPE cos/sin are computed on
+  // the host for the positions it rotates, so any position the CPU takes works here too.
+  void set_position_limit(int64_t limit) { host_.set_position_limit(limit); }
+  int64_t position_limit() const { return host_.position_limit(); }
 
   const DecoderDeviceWeights& device_weights() const { return *d_; }
+
+  // Bytes of working memory held: the device activation buffers and the host-side copies.
+  size_t scratch_bytes() const {
+    size_t n = host_.scratch_bytes() + (probs_host_.capacity() + weight_.capacity() + logits_.capacity()) * sizeof(float) +
+               choice_.capacity() * sizeof(int32_t);
+    for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &gate_, &up_, &probs_, &rows_in_, &rows_out_, &shared_, &logits_buf_,
+                            &seg_k_, &seg_v_, &cos_sin_})
+      n += b->size();
+    return n;
+  }
 
   // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
   std::vector<float> embed(const std::vector<int32_t>& ids) const { return host_.embed(ids); }
@@ -198,6 +211,9 @@ class VulkanDecoder {
     cache.reset(t);
     ensure_scratch(t);
     ctx_.upload(x_, embeddings.data(), embeddings.size() * 4);
+    std::vector<int64_t> positions(static_cast<size_t>(t));
+    std::iota(positions.begin(), positions.end(), first_position);
+    load_rope(positions.data(), t);
 
     Recorder rec(ctx_);
     for (int l = 0; l < c_.layers; ++l) {
@@ -208,8 +224,8 @@ class VulkanDecoder {
       ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
       ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, 0, kr);
       ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, 0, kr);
-      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, d_->rope, first_position);
-      ops::rope(rec, k, 0, t, c_.kv_heads, c_.head_dim, kr, d_->rope, first_position);
+      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, cos_sin_);
+      ops::rope(rec, k, 0, t, c_.kv_heads, c_.head_dim, kr, cos_sin_);
       ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
       ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
       ops::add(rec, x_, 0, f_, 0, t * hidden);
@@ -232,18 +248,15 @@ class VulkanDecoder {
     return logits;
   }
 
-  // As uocr::Decoder::prefill_segment (page groups), with consecutive positions. Per layer the
-  // context rows and the segment's own keys/values are gathered into one buffer, context first,
-  // so the causal attention shader with causal_base = context rows gives each new token the
-  // context (unmasked) and the segment up to itself.
+  // As uocr::Decoder::prefill_segment (page groups). Per layer the context rows and the
+  // segment's own keys/values are gathered into one buffer, context first, so the causal
+  // attention shader with causal_base = context rows gives each new token the context (unmasked)
+  // and the segment up to itself.
   std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, VulkanKvCache& cache,
                                      int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
     const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
     require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
-    for (int64_t i = 0; i < t; ++i)
-      require(positions[i] == positions[0] + i, Status::unsupported,
-              "Vulkan backend: a reference segment needs consecutive positions");
-    check_positions(positions[0], t);
+    for (int64_t i = 0; i < t; ++i) check_positions(positions[i], 1);
     check_cache(cache);
     const int64_t rows = cache.reference_rows();
     require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
@@ -264,6 +277,7 @@ class VulkanDecoder {
       segment_rows_ = ctx_rows + t;
     }
     ctx_.upload(x_, embeddings, size_t(t * hidden) * 4);
+    load_rope(positions, t);
 
     Recorder rec(ctx_);
     const size_t row_bytes = size_t(kr) * 4;
@@ -275,8 +289,8 @@ class VulkanDecoder {
       ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
       ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, dst * kr, kr);
       ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, dst * kr, kr);
-      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, d_->rope, positions[0]);
-      ops::rope(rec, k, dst * kr, t, c_.kv_heads, c_.head_dim, kr, d_->rope, positions[0]);
+      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, cos_sin_);
+      ops::rope(rec, k, dst * kr, t, c_.kv_heads, c_.head_dim, kr, cos_sin_);
       int64_t at = 0;
       for (const RowSpan& c : context) {
         if (c.rows == 0) continue;
@@ -314,6 +328,7 @@ class VulkanDecoder {
     const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
     ensure_scratch(1);
     ensure_logits(1);
+    load_rope(&position, 1);
 
     Recorder rec(ctx_);
     const uint32_t id = uint32_t(token);
@@ -326,8 +341,8 @@ class VulkanDecoder {
       ops::linear(rec, a_, 0, 1, hidden, L.q, nullptr, q_, 0, qr);
       ops::linear(rec, a_, 0, 1, hidden, L.k, nullptr, gk, slot * kr, kr);
       ops::linear(rec, a_, 0, 1, hidden, L.v, nullptr, gv, slot * kr, kr);
-      ops::rope(rec, q_, 0, 1, c_.heads, c_.head_dim, qr, d_->rope, position);
-      ops::rope(rec, gk, slot * kr, 1, c_.kv_heads, c_.head_dim, kr, d_->rope, position);
+      ops::rope(rec, q_, 0, 1, c_.heads, c_.head_dim, qr, cos_sin_);
+      ops::rope(rec, gk, slot * kr, 1, c_.kv_heads, c_.head_dim, kr, cos_sin_);
       ops::attention(rec, q_, 0, 1, qr, dims_, ops::KvSet{&cache.reference_k(l), &cache.reference_v(l), ref},
                      ops::KvSet{&gk, &gv, gen}, false, 0, attn_, 0, qr);
       ops::linear(rec, attn_, 0, 1, qr, L.o, nullptr, f_, 0, hidden);
@@ -388,10 +403,11 @@ class VulkanDecoder {
 
  private:
   void check_positions(int64_t first, int64_t count) const {
-    require(first >= 0 && first + count <= position_limit_, Status::invalid_argument, [&] {
+    const int64_t limit = position_limit();
+    require(first >= 0 && first + count <= limit, Status::invalid_argument, [&] {
       return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
-             " exceed the model's range [0, " + std::to_string(position_limit_) + ")" +
-             (position_limit_ == c_.max_positions ? " (max_position_embeddings)" : " (position limit)");
+             " exceed the model's range [0, " + std::to_string(limit) + ")" +
+             (limit == c_.max_positions ? " (max_position_embeddings)" : " (position limit)");
     });
   }
 
@@ -420,7 +436,15 @@ class VulkanDecoder {
       rows_out_ = buf(t * hidden, "MoE expert outputs");
       shared_ = buf(t * hidden, "MoE shared expert output");
     }
+    // Host-visible: load_rope() writes it in place before each submission.
+    cos_sin_ = ctx_.buffer(size_t(t * c_.head_dim) * 4, MemoryUse::staging, "RoPE cos/sin");
     rows_ = t;
+  }
+
+  // The cos/sin of the `t` positions the next submission rotates (ensure_scratch(t) first; no
+  // submission may be pending, which holds between calls).
+  void load_rope(const int64_t* positions, int64_t t) {
+    rope_cos_sin(rope_, c_.head_dim, positions, t, static_cast<float*>(cos_sin_.mapped()));
   }
 
   void ensure_logits(int64_t rows) {
@@ -490,13 +514,14 @@ class VulkanDecoder {
   Context& ctx_;
   const DecoderConfig& c_;
   const DecoderWeights& w_;
-  Decoder host_;  // embeddings of the prompt (host-side, like the CPU path)
+  Decoder host_;  // embeddings of the prompt (host-side, like the CPU path) and the position limit
+  Rope rope_;     // the CPU's RoPE angles (load_rope)
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
-  int64_t position_limit_ = c_.max_positions;
   int64_t max_inter_ = 1;
   int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
+  Buffer cos_sin_;        // RoPE cos/sin of the rows being rotated (load_rope)
   Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
   std::vector<float> probs_host_, weight_, logits_;
   std::vector<int32_t> choice_;

@@ -6,9 +6,10 @@
 // session's decoder has its own KV cache and scratch buffers. The Context serialises concurrent
 // users; the shared vision encoder (it caches size-dependent tables) is used under its own lock.
 //
-// Not supported on Vulkan (Status::unsupported when asked for): SR-SWA, positions past
-// max_position_embeddings (allow_position_extrapolation).
+// Not supported on Vulkan (Status::unsupported when asked for): SR-SWA. Checkpoints / resume
+// and position extrapolation work as on the CPU (a checkpoint resumes on either backend).
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,7 +28,7 @@ namespace uocr::vulkan {
 struct DeviceModel {
   DeviceModel(const Model& model, int device_index)
       : ctx(options(device_index)),
-        decoder(DecoderDeviceWeights::upload(ctx, model.config().decoder, model.weights().decoder)),
+        decoder(DecoderDeviceWeights::upload(ctx, model.weights().decoder)),
         vision(ctx, model.config(), model.weights()) {}
 
   Context ctx;
@@ -57,12 +58,18 @@ class VulkanVisionEngine final : public VisionEngine {
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
                                    int tiles_x, int tiles_y) override {
     std::lock_guard<std::mutex> lock(dev_->vision_mutex);
-    return dev_->vision.visual_tokens(global_view, tiles, tiles_x, tiles_y);
+    dev_->vision.reset_peak();
+    std::vector<float> out = dev_->vision.visual_tokens(global_view, tiles, tiles_x, tiles_y);
+    peak_ = std::max(peak_, dev_->vision.peak_activation_bytes());
+    return out;
   }
+  // The device activation buffers of the largest view encoded (allocated per view).
+  size_t scratch_bytes() const override { return peak_; }
 
  private:
   std::shared_ptr<const Model> model_;  // owns dev_ (backend_state) and the weights its encoder reads
   std::shared_ptr<DeviceModel> dev_;
+  size_t peak_ = 0;
 };
 
 class VulkanEngine final : public Engine {

@@ -11,6 +11,7 @@
 
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/core/dtype.hpp"
+#include "uocr/decoder/rope.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr_vulkan_spirv.hpp"  // generated at build time (backends/vulkan/meson.build)
 
@@ -90,19 +91,12 @@ inline Buffer upload_f32(Context& c, const TensorView& t) {
   return upload_f32(c, v.data(), v.size(), MemoryUse::weights, t.name);
 }
 
-// RoPE cos/sin for positions [0, positions): [position][head_dim/2][2], computed exactly like
-// uocr::Rope (float32 inverse frequencies and angle, then std::cos / std::sin).
-inline Buffer rope_table(Context& c, int head_dim, float theta, int64_t positions) {
-  const int half = head_dim / 2;
-  std::vector<float> inv(size_t(half), 0.f), t(size_t(positions * half * 2));
-  for (int i = 0; i < half; ++i) inv[size_t(i)] = 1.0f / std::pow(theta, float(2 * i) / float(head_dim));
-  for (int64_t p = 0; p < positions; ++p)
-    for (int i = 0; i < half; ++i) {
-      const float angle = float(p) * inv[size_t(i)];
-      t[size_t((p * half + i) * 2)] = std::cos(angle);
-      t[size_t((p * half + i) * 2 + 1)] = std::sin(angle);
-    }
-  return upload_f32(c, t.data(), t.size(), MemoryUse::weights, "rope table");
+// RoPE cos/sin of the rows a rope() call rotates: out[r] = Rope::cos_sin(positions[r]), i.e.
+// [rows][head_dim/2][2] computed on the host exactly as the CPU does. Per call rather than one
+// table over every position: position extrapolation reaches 2^24 positions, and shader sin/cos
+// carry no accuracy guarantee outside [-pi, pi] while these angles reach ~2^24 rad.
+inline void rope_cos_sin(const Rope& rope, int head_dim, const int64_t* positions, int64_t rows, float* out) {
+  for (int64_t r = 0; r < rows; ++r) rope.cos_sin(positions[r], out + r * head_dim);
 }
 
 namespace ops {
@@ -168,15 +162,15 @@ inline void layer_norm(Recorder& r, const Buffer& x, int64_t x_off, int64_t rows
   dispatch_groups(r, kernel(r.context(), "layernorm", 4), {in(x), in(w), in(b), out(y)}, &pc, sizeof pc, uint64_t(rows));
 }
 
-// In place: RoPE (half-split pairs) on `rows` rows of `heads` vectors of head_dim, row i at
-// position pos0 + i; table from rope_table().
+// In place: RoPE (half-split pairs) on `rows` rows of `heads` vectors of head_dim; row i's cos/sin
+// at cos_sin[i * head_dim ..] (from rope_cos_sin()).
 inline void rope(Recorder& r, const Buffer& x, int64_t x_off, int64_t rows, int64_t heads, int64_t head_dim,
-                 int64_t row_stride, const Buffer& table, int64_t pos0) {
+                 int64_t row_stride, const Buffer& cos_sin) {
   struct {
-    uint32_t rows, heads, half_dim, x_off, row_stride, pos0;
-  } pc{u32(rows), u32(heads), u32(head_dim / 2), u32(x_off), u32(row_stride), u32(pos0)};
+    uint32_t rows, heads, half_dim, x_off, row_stride;
+  } pc{u32(rows), u32(heads), u32(head_dim / 2), u32(x_off), u32(row_stride)};
   const uint64_t threads = uint64_t(rows) * uint64_t(heads) * uint64_t(head_dim / 2);
-  dispatch_groups(r, kernel(r.context(), "rope", 2), {out(x), in(table)}, &pc, sizeof pc, (threads + 63) / 64);
+  dispatch_groups(r, kernel(r.context(), "rope", 2), {out(x), in(cos_sin)}, &pc, sizeof pc, (threads + 63) / 64);
 }
 
 // g = silu(g) * u over n elements.

@@ -71,6 +71,10 @@ class VulkanVisionEncoder {
   }
 
   int hidden() const { return cfg_.decoder.hidden; }
+  // Most bytes of activation buffers one encode_view() held since reset_peak() (they are
+  // allocated per view and released when it returns).
+  size_t peak_activation_bytes() const { return peak_activation_bytes_; }
+  void reset_peak() { peak_activation_bytes_ = 0; }
   int64_t token_count(int global_size, int tile_size, int tiles_x, int tiles_y) const {
     return host_.token_count(global_size, tile_size, tiles_x, tiles_y);
   }
@@ -91,11 +95,16 @@ class VulkanVisionEncoder {
     const int64_t t = int64_t(g) * g, W = cc.width, c3 = sc.net3_chans, hid = hidden();
     require(int64_t(sc.patch) * sc.patch * 3 * N > 0, Status::invalid_argument, "empty view");
 
+    size_t held = 0;  // this view's activation buffers (peak_activation_bytes())
     auto act = [&](int64_t floats, const char* what) {
-      return ctx_.buffer(size_t(std::max<int64_t>(1, floats)) * 4, MemoryUse::activations, what);
+      Buffer b = ctx_.buffer(size_t(std::max<int64_t>(1, floats)) * 4, MemoryUse::activations, what);
+      held += b.size();
+      peak_activation_bytes_ = std::max(peak_activation_bytes_, held);
+      return b;
     };
     const int64_t mlp = std::max<int64_t>(int64_t(4) * C, cc.ffn);
     Buffer img = upload_f32(ctx_, chw, size_t(3) * size_t(size) * size_t(size), MemoryUse::activations, "vision view");
+    held += img.size();
     // im2col columns: the patch embedding and the three 3x3 convolutions.
     const int64_t cols = std::max({N * 3 * sc.patch * sc.patch, N * oc * 9, int64_t(G2) * G2 * oc * 9, t * sc.net2_chans * 9});
     Buffer col = act(cols, "im2col columns"), x = act(N * C, "SAM tokens"), tmp = act(N * C, "SAM normed tokens");
@@ -259,6 +268,7 @@ class VulkanVisionEncoder {
   std::vector<SamBlock> sam_;
   std::vector<ClipLayer> clip_;
   Lin projector_;
+  size_t peak_activation_bytes_ = 0;
   std::map<int, Buffer> sam_pos_, clip_pos_;
   std::map<std::pair<int, int>, std::pair<Buffer, Buffer>> rel_;
 };

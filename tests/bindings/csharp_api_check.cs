@@ -1,0 +1,168 @@
+// The C# binding's API beyond the transcript (binding_csharp* compare ocr.exe's output with the
+// C++ API): pages handed over by a delegate, its exceptions, checkpoints, errors.
+//   mcs -out:check.exe samples/csharp/Uocr.cs tests/bindings/csharp_api_check.cs
+//   mono check.exe MODEL_DIR PAGE0 PAGE1 PAGE2        (exit status: the number of failures)
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Linq;
+using Uocr;
+
+static class ApiCheck
+{
+    static int failures;
+
+    static void Check(bool ok, string what)
+    {
+        if (ok) return;
+        ++failures;
+        Console.WriteLine("FAILED: " + what);
+    }
+
+    class Jammed : Exception
+    {
+        public Jammed() : base("scanner jammed on page 2") { }
+    }
+
+    // Runs `run` with an event callback that records the token ids.
+    static List<int> Tokens(Func<Func<Event, bool>, RunSummary> run)
+    {
+        var ids = new List<int>();
+        run(e => { if (e.Type == EventType.Token) ids.Add(e.TokenId); return true; });
+        return ids;
+    }
+
+    static T Expect<T>(Action action, string what) where T : Exception
+    {
+        try
+        {
+            action();
+            Check(false, what + ": no exception");
+        }
+        catch (T e)
+        {
+            return e;
+        }
+        catch (Exception e)
+        {
+            Check(false, what + ": " + e.GetType().Name + ": " + e.Message);
+        }
+        return null;
+    }
+
+    // Slides after 5 tokens without a "<PAGE>" marker, so a 3-page document needs page 2 mid-run.
+    static SessionOptions Sliding(long maxNewTokens)
+    {
+        return new SessionOptions { MaxNewTokens = maxNewTokens, PagesPerGroup = 2, PageFallbackTokens = 5 };
+    }
+
+    static int Main(string[] args)
+    {
+        if (args.Length != 4)
+        {
+            Console.Error.WriteLine("usage: check.exe MODEL_DIR PAGE0 PAGE1 PAGE2");
+            return 2;
+        }
+        string[] pages = args.Skip(1).ToArray();
+        Func<long, Page> fromFile = i => Page.File(pages[i]);
+        using (var model = new Model(args[0]))
+        {
+            // Pages from a delegate (file, RGB, encoded) give the tokens of the same pages added up front.
+            byte[] png = File.ReadAllBytes(pages[2]);
+            byte[] rgb = Enumerable.Range(0, 3 * 64 * 48).Select(i => (byte)(7 * i % 251)).ToArray();
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 6 }))
+            {
+                s.AddImageFile(pages[0]);
+                s.AddImageRgb(rgb, 64, 48, 0);
+                s.AddImageEncoded(png);
+                var upFront = Tokens(s.Run);
+                var asked = new List<long>();
+                var handed = Tokens(f => s.RunPages(3, i =>
+                {
+                    asked.Add(i);
+                    return i == 0 ? Page.File(pages[0]) : i == 1 ? Page.Rgb(rgb, 64, 48) : Page.Encoded(png);
+                }, f));
+                Check(handed.Count == 6 && handed.SequenceEqual(upFront), "RunPages tokens equal the added pages' tokens");
+                Check(asked.SequenceEqual(new long[] { 0, 1, 2 }), "each page asked for once, in order");
+                Check(s.PageCount() == 3, "RunPages leaves the added pages alone");
+            }
+
+            // The delegate throws on page 2 (asked for when the group slides): the run ends and
+            // the exception reaches the caller as it was; the session stays usable.
+            using (var s = model.CreateSession(Sliding(24)))
+            {
+                int before = 0;
+                var jam = Expect<Jammed>(() => s.RunPages(3, i => { if (i == 2) throw new Jammed(); return fromFile(i); },
+                    e => { if (e.Type == EventType.Token) ++before; return true; }), "page source exception");
+                Check(jam != null && jam.Message == "scanner jammed on page 2", "page source exception message");
+                Check(before == 5, "page 2 asked for after 5 tokens, got " + before);
+                var summary = s.RunPages(3, fromFile, null);
+                Check(summary.Pages == 3, "run after a failed source");
+                Check(summary.PeakBytes >= summary.PeakKvBytes && summary.PeakKvBytes > 0, "peak bytes cover the KV");
+                Check(summary.ScratchBytes > 0 && summary.PeakScratchBytes >= summary.ScratchBytes, "scratch bytes");
+
+                var bad = Expect<UocrException>(() => s.RunPages(2, i => Page.Encoded(new byte[] { 1, 2, 3 }), null), "undecodable page");
+                Check(bad != null && bad.Status == Status.InvalidImage && bad.Message.Contains("cannot decode"), "undecodable page status");
+                Expect<ArgumentException>(() => s.RunPages(2, i => Page.Rgb(new byte[10], 4, 2), null), "short RGB page");
+                var none = Expect<UocrException>(() => s.RunPages(0, fromFile, null), "no pages");
+                Check(none != null && none.Status == Status.InvalidArgument, "no pages status");
+            }
+            var g1 = Expect<UocrException>(() => model.CreateSession(new SessionOptions { PagesPerGroup = 1 }), "pages_per_group 1");
+            Check(g1 != null && g1.Status == Status.InvalidArgument && g1.Message.Contains("pages_per_group"), "pages_per_group 1 message");
+
+            // The typed options reach the library: SR-SWA with full budgets is exactly dense
+            // attention, with one page and one block it is not; a missing device is refused.
+            Func<SessionOptions, List<int>> run = o => { using (var s = model.CreateSession(o)) return Tokens(f => s.RunPages(3, fromFile, f)); };
+            List<int> full = run(Sliding(24));
+            var all = Sliding(24);
+            all.Reference = ReferenceMode.Sparse;
+            all.ReferencePages = -1;
+            all.ReferenceBlocks = -1;
+            Check(run(all).SequenceEqual(full), "SR-SWA with full budgets equals dense");
+            var narrow = Sliding(24);
+            narrow.Reference = ReferenceMode.Sparse;
+            narrow.ReferencePages = 1;
+            narrow.ReferenceBlocks = 1;
+            Check(!run(narrow).SequenceEqual(full), "SR-SWA on one page and block differs from dense");
+            var device = Expect<UocrException>(() => model.CreateSession(new SessionOptions { Backend = Backend.Vulkan, DeviceIndex = 1000 }), "missing device");
+            Check(device != null && device.Status == Status.Unsupported, "missing device status");
+
+            // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
+            string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");
+            Func<bool, SessionOptions> withCheckpoint = resume =>
+            {
+                var o = Sliding(24);
+                o.CheckpointPath = ckpt;
+                o.CheckpointEveryTokens = 4;
+                o.Resume = resume;
+                return o;
+            };
+            using (var s = model.CreateSession(withCheckpoint(false)))
+            {
+                var seen = new List<int>();
+                var c = Expect<CancelledException>(() => s.RunPages(3, fromFile, e =>
+                {
+                    if (e.Type == EventType.Token) seen.Add(e.TokenId);
+                    return seen.Count < 14;
+                }), "cancelled checkpointed run");
+                Check(c != null && c.Summary.GeneratedTokens == 14, "cancelled after 14 tokens");
+                Check(full.Count == 24 && seen.SequenceEqual(full.Take(14)), "checkpointed run follows the same tokens");
+            }
+            using (var s = model.CreateSession(withCheckpoint(true)))
+            {
+                var rest = Tokens(f => s.RunPages(3, fromFile, f));
+                Check(rest.SequenceEqual(full.Skip(12)), "resumed run sends tokens 12.. exactly");
+            }
+            var other = withCheckpoint(true);
+            other.PagesPerGroup = 3;
+            using (var s = model.CreateSession(other))
+            {
+                var e = Expect<UocrException>(() => s.RunPages(3, fromFile, null), "checkpoint of other parameters");
+                Check(e != null && e.Status == Status.InvalidArgument && e.Message.Contains("other parameters"), "mismatch message");
+            }
+            File.Delete(ckpt);
+        }
+        Console.WriteLine("C# binding API checks: " + failures + " failures");
+        return failures;
+    }
+}
