@@ -22,9 +22,10 @@ struct Run {
   std::string output;  // stdout + stderr
 };
 
-Run run_cli(const std::string& arguments) {
+// `env` prefixes the command (e.g. "env -u VAR ").
+Run run_cli(const std::string& arguments, const std::string& env = "") {
   Run r;
-  const std::string cmd = "'" + uocr_test::cli_path() + "' " + arguments + " 2>&1";
+  const std::string cmd = env + "'" + uocr_test::cli_path() + "' " + arguments + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::array<char, 4096> buf{};
@@ -146,6 +147,16 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
     const Run r = run_cli("inspect vision --model '" + tiny() + "' -o /tmp/x.npy");
     CHECK(r.status != 0);
     CHECK(r.output.find("--image") != std::string::npos);
+  }
+}
+
+TEST_CASE("uocr run defaults OpenMP's wait policy to passive and keeps the user's") {
+  const std::string args = "run --model '" + tiny() + "' --max-tokens 1 --stats json --quiet '" + tiny() + "/page.png'";
+  for (const auto& [env, want] : {std::pair<std::string, std::string>{"env -u OMP_WAIT_POLICY ", "passive"},
+                                  {"env OMP_WAIT_POLICY=active ", "active"}}) {
+    const std::string out = run_cli(args, env).output;
+    INFO(out);
+    CHECK(out.find("\"openmp_wait_policy\": \"" + want + "\"") != std::string::npos);
   }
 }
 

@@ -18,11 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_process.hpp"
 #include "test_support.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
@@ -46,10 +45,6 @@ std::vector<std::string> page_files() {
 
 std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_resume_" + name)).string(); }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
@@ -154,7 +149,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     CHECK(mismatch(sampled(), groups(), swapped).find("other input pages") != std::string::npos);
   }
   {  // damaged checkpoints are refused, saying why
-    const std::string good = read_file(ck);
+    const std::string good = uocr_test::read_file(ck);
     auto resume_error = [&](const std::string& bytes) {
       write_file(ck, bytes);
       uocr::InfiniteSession s(tiny_model(), sampled(), groups());
@@ -188,34 +183,10 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
 
 namespace {
 
-// Runs the CLI with `args` (no shell), stdout/stderr to `log`; returns its pid.
-pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv_s = {uocr_test::cli_path()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int st = 0;
-  REQUIRE(waitpid(pid, &st, 0) == pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
-}
-
 int run_cli(const std::vector<std::string>& args, std::string* output = nullptr) {
   const std::string log = tmp("cli.log");
-  const int rc = wait_exit(spawn_cli(args, log));
-  if (output) *output = read_file(log);
+  const int rc = uocr_test::wait_exit(uocr_test::spawn_cli(args, log));
+  if (output) *output = uocr_test::read_file(log);
   return rc;
 }
 
@@ -238,12 +209,12 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
 
   std::string log;
   REQUIRE(run_cli(with({"-o", ref_out}), &log) == 3);  // --max-tokens reached
-  const std::string expected = read_file(ref_out);
+  const std::string expected = uocr_test::read_file(ref_out);
   REQUIRE(expected.size() > 1500);
 
   // Killed once the output has passed the slide (~8 bytes a token) and a checkpoint exists.
   const auto ckpt = with({"-o", out, "--checkpoint", ck, "--checkpoint-every", "30"});
-  const pid_t pid = spawn_cli(ckpt, tmp("killed.log"));
+  const pid_t pid = uocr_test::spawn_cli(ckpt, tmp("killed.log"));
   const auto t0 = std::chrono::steady_clock::now();
   bool killed = false;
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
@@ -253,12 +224,12 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
       break;
     }
     int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) FAIL("uocr run finished before it could be killed: " << read_file(tmp("killed.log")));
+    if (waitpid(pid, &st, WNOHANG) == pid) FAIL("uocr run finished before it could be killed: " << uocr_test::read_file(tmp("killed.log")));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   REQUIRE(killed);
-  CHECK(wait_exit(pid) == 128 + SIGKILL);
-  const std::string partial = read_file(out);
+  CHECK(uocr_test::wait_exit(pid) == 128 + SIGKILL);
+  const std::string partial = uocr_test::read_file(out);
   INFO("killed after " << partial.size() << " of " << expected.size() << " bytes");
   REQUIRE(partial.size() < expected.size());
 
@@ -267,7 +238,7 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
   CHECK(run_cli(other, &log) == 2);
   CHECK(log.find("other parameters") != std::string::npos);
   const std::string damaged = tmp("damaged.ckpt");
-  std::string bytes = read_file(ck);
+  std::string bytes = uocr_test::read_file(ck);
   bytes[bytes.size() - 3] ^= 0x01;
   write_file(damaged, bytes);
   CHECK(run_cli(with({"-o", out, "--checkpoint", damaged, "--resume"}), &log) == 1);
@@ -275,7 +246,7 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
   fs::remove(damaged);
   CHECK(run_cli(with({"-o", out, "--checkpoint", tmp("none.ckpt"), "--resume"}), &log) == 2);
   CHECK(log.find("no checkpoint") != std::string::npos);
-  CHECK(read_file(out) == partial);  // refused resumes leave the output alone
+  CHECK(uocr_test::read_file(out) == partial);  // refused resumes leave the output alone
 
   std::vector<std::string> resume = ckpt;
   resume.push_back("--resume");
@@ -283,7 +254,7 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
   CHECK(run_cli(resume, &log) == 3);
   INFO(log);
   CHECK(log.find("\"resumed_at_token\": -1") == std::string::npos);
-  CHECK(read_file(out) == expected);
+  CHECK(uocr_test::read_file(out) == expected);
   CHECK_FALSE(fs::exists(ck));  // a finished run removes its checkpoint
   for (const std::string& f : {ref_out, out, tmp("killed.log"), tmp("cli.log")}) fs::remove(f);
 }

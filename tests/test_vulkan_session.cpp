@@ -1,9 +1,9 @@
 // The Vulkan backend selected at run time (uocr/engine/): page groups on the device against the
 // CPU's, sessions with backend = vulkan against backend = cpu on the demo model, the C ABI and
 // `uocr run --backend vulkan`, checkpoints / resume (in process, across backends, and `uocr run
-// --checkpoint` killed and resumed), positions past max_position_embeddings, and the errors for a
-// device that does not exist or a feature the backend lacks. Runs on any Vulkan device (CI:
-// lavapipe) with the validation layers on.
+// --checkpoint` killed and resumed), positions past max_position_embeddings, SR-SWA (page groups
+// and a session, against the CPU's), and the errors for a device that does not exist. Runs on any
+// Vulkan device (CI: lavapipe) with the validation layers on.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,13 +19,12 @@
 #include <thread>
 #include <vector>
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "logit_agreement.hpp"
 #include "multi3_case.hpp"
+#include "cli_process.hpp"
 #include "test_support.hpp"
 #include "uocr.h"
 #include "uocr/backends/vulkan/engine.hpp"
@@ -104,19 +103,59 @@ TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and slidin
   check_no_validation_errors(ctx, "page groups");
 }
 
-TEST_CASE("features the Vulkan backend lacks are refused, not run elsewhere") {
+TEST_CASE("SR-SWA on Vulkan: partial budgets select and score as on the CPU, full budgets are dense R-SWA bit for bit") {
   Multi3& f = Multi3::get();
   vk::Context& ctx = test_context();
   const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
-  auto make = [&](const uocr::PageGroupParams& pp) {
-    vk::VulkanPageGroups eng(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
-                             vk::VulkanKvCache(ctx, f.cfg.decoder, 8), pp);
-  };
-  uocr::PageGroupParams sparse;
-  sparse.sparse = true;
-  const std::string m1 = uocr_test::message_of([&] { make(sparse); });
-  CHECK(uocr_test::status_of([&] { make(sparse); }) == Status::unsupported);
-  CHECK(m1.find("SR-SWA") != std::string::npos);
+  uocr::PageGroupParams pp;
+  pp.overlap_pages = 1;
+  pp.sparse = true;
+  for (int g : {3, 2}) {
+    // One page of the group and 4 blocks of 16 tokens per layer and head; G = 2 slides twice,
+    // so the summaries of a rewritten slot are read back too.
+    CAPTURE(g);
+    pp.group_pages = g;
+    pp.sparse_params = {16, 1, 4, true};
+    uocr::PageGroupDecoder cpu(f.cfg.decoder, f.w.decoder, f.window(), pp);
+    vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
+                             vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
+    const auto ref = page_group_rows(cpu, f);
+    const auto got = page_group_rows(gpu, f);
+    REQUIRE(got.size() == ref.size());
+    double worst = 0;
+    for (size_t r = 0; r < ref.size(); ++r) {
+      worst = std::max(worst, rel_err(got[r], ref[r]));
+      CHECK(argmax(got[r]) == argmax(ref[r]));
+    }
+    const uocr::SparseReference& cs = *cpu.sparse();
+    const uocr::SparseReference& gs = *gpu.sparse();
+    MESSAGE("G = " << g << ": worst relative error " << worst << ", reference rows attended " << gs.rows_attended() << " of "
+                   << gs.rows_dense());
+    CHECK(worst < 2e-6);
+    CHECK(gs.rows_attended() < gs.rows_dense());
+    // The same selections: every step, layer and head attended as many rows and scored as many
+    // bounds; the last step's spans are the same rows.
+    CHECK(gs.rows_attended() == cs.rows_attended());
+    CHECK(gs.bounds_evaluated() == cs.bounds_evaluated());
+    for (int h = 0; h < f.cfg.decoder.heads; ++h) {
+      const std::vector<uocr::RowSpan>& a = gs.last_selection(h);
+      const std::vector<uocr::RowSpan>& b = cs.last_selection(h);
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].begin == b[i].begin && a[i].rows == b[i].rows));
+    }
+  }
+
+  // Budgets covering everything: the dense path, the bits of dense R-SWA on Vulkan.
+  pp.group_pages = 2;
+  pp.sparse_params = {16, 0, 0, true};
+  vk::VulkanPageGroups full(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
+                            vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
+  pp.sparse = false;
+  vk::VulkanPageGroups dense(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
+                             vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
+  CHECK(page_group_rows(full, f) == page_group_rows(dense, f));
+  CHECK(full.sparse()->rows_attended() == full.sparse()->rows_dense());
+  check_no_validation_errors(ctx, "SR-SWA");
 }
 
 TEST_CASE("positions past max_position_embeddings (extrapolation) on Vulkan match the CPU") {
@@ -284,16 +323,27 @@ TEST_CASE("a session with backend = vulkan writes the CPU's transcript (demo mod
   check_no_validation_errors(demo_context(model), "session, three pages");
 }
 
-TEST_CASE("SR-SWA asked of a Vulkan session is refused with Status::unsupported") {
+TEST_CASE("SR-SWA in a Vulkan session writes the CPU's SR-SWA transcript (demo model, one page)") {
   const auto model = uocr::Model::load(demo_dir());
-  uocr::SessionParams p;
-  p.backend = uocr::Backend::vulkan;
-  uocr::InfiniteParams sparse;
-  sparse.groups.sparse = true;
-  uocr::InfiniteSession session(model, p, sparse);
-  uocr::FilePages pages({sample("demo-page1.png")});
-  CHECK(uocr_test::status_of([&] { session.run(pages); }) == Status::unsupported);
-  CHECK(uocr_test::message_of([&] { session.run(pages); }).find("SR-SWA") != std::string::npos);
+  uocr::InfiniteParams ip;
+  ip.groups.sparse = true;
+  ip.groups.sparse_params = {16, 1, 4, true};  // 4 of the page's blocks per layer and head
+  auto run = [&](uocr::Backend backend, uocr::InfiniteStats& stats) {
+    uocr::SessionParams p;
+    p.backend = backend;
+    uocr::InfiniteSession session(model, p, ip);
+    uocr::FilePages pages({sample("demo-page1.png")});
+    const uocr::RunSummary sum = session.run(pages);
+    stats = session.stats();
+    return sum.text;
+  };
+  uocr::InfiniteStats cpu, gpu;
+  const std::string ref = run(uocr::Backend::cpu, cpu);
+  CHECK(run(uocr::Backend::vulkan, gpu) == ref);
+  CHECK(!ref.empty());
+  CHECK(gpu.sparse_rows_attended < gpu.sparse_rows_dense);
+  CHECK(gpu.sparse_rows_attended == cpu.sparse_rows_attended);
+  check_no_validation_errors(demo_context(model), "session, SR-SWA");
 }
 
 namespace {
@@ -478,37 +528,6 @@ TEST_CASE("uocr run --backend vulkan on the 3-page PDF writes the CPU's text; a 
   CHECK(run_cli("run --backend metal" + common).exit_code == 2);
 }
 
-namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-// Starts the CLI with `args` (no shell), stdout and stderr to `log`; returns its pid.
-pid_t spawn_cli(std::vector<std::string> args, const std::string& log) {
-  args.insert(args.begin(), uocr_test::cli_path());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int st = 0;
-  REQUIRE(waitpid(pid, &st, 0) == pid);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
-}
-
-}  // namespace
 
 TEST_CASE("uocr run --backend vulkan --checkpoint, killed mid-document, then --resume writes the uninterrupted output") {
   const std::string ref_out = tmp("ref.md"), out = tmp("killed.md"), ck = tmp("cli.ckpt"), log = tmp("cli.log");
@@ -522,16 +541,16 @@ TEST_CASE("uocr run --backend vulkan --checkpoint, killed mid-document, then --r
     return extra;
   };
 
-  const int exit_code = wait_exit(spawn_cli(with({"-o", ref_out, "--stats", "json"}), log));
-  const std::string expected = read_file(ref_out);
-  INFO(read_file(log));
+  const int exit_code = uocr_test::wait_exit(uocr_test::spawn_cli(with({"-o", ref_out, "--stats", "json"}), log));
+  const std::string expected = uocr_test::read_file(ref_out);
+  INFO(uocr_test::read_file(log));
   REQUIRE((exit_code == 0 || exit_code == 3));  // EOS or --max-tokens
-  REQUIRE(read_file(log).find("\"slides\": 0") == std::string::npos);
+  REQUIRE(uocr_test::read_file(log).find("\"slides\": 0") == std::string::npos);
   REQUIRE(expected.size() > 60);
 
   // Killed once the output is past the slide and a checkpoint exists.
   const std::vector<std::string> ckpt = with({"-o", out, "--checkpoint", ck, "--checkpoint-every", "10"});
-  const pid_t pid = spawn_cli(ckpt, log);
+  const pid_t pid = uocr_test::spawn_cli(ckpt, log);
   const auto t0 = std::chrono::steady_clock::now();
   bool killed = false;
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300)) {
@@ -541,21 +560,21 @@ TEST_CASE("uocr run --backend vulkan --checkpoint, killed mid-document, then --r
       break;
     }
     int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) FAIL("uocr run finished before it could be killed: " << read_file(log));
+    if (waitpid(pid, &st, WNOHANG) == pid) FAIL("uocr run finished before it could be killed: " << uocr_test::read_file(log));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   REQUIRE(killed);
-  CHECK(wait_exit(pid) == 128 + SIGKILL);
-  const size_t partial = read_file(out).size();
+  CHECK(uocr_test::wait_exit(pid) == 128 + SIGKILL);
+  const size_t partial = uocr_test::read_file(out).size();
   MESSAGE("killed after " << partial << " of " << expected.size() << " bytes");
   REQUIRE(partial < expected.size());
 
   std::vector<std::string> resume = ckpt;
   resume.insert(resume.end(), {"--resume", "--stats", "json"});
-  CHECK(wait_exit(spawn_cli(resume, log)) == exit_code);
-  INFO(read_file(log));
-  CHECK(read_file(log).find("\"resumed_at_token\": -1") == std::string::npos);
-  CHECK(read_file(out) == expected);
+  CHECK(uocr_test::wait_exit(uocr_test::spawn_cli(resume, log)) == exit_code);
+  INFO(uocr_test::read_file(log));
+  CHECK(uocr_test::read_file(log).find("\"resumed_at_token\": -1") == std::string::npos);
+  CHECK(uocr_test::read_file(out) == expected);
   CHECK_FALSE(std::filesystem::exists(ck));  // a finished run removes its checkpoint
   for (const std::string& f : {ref_out, out, log}) std::filesystem::remove(f);
 }

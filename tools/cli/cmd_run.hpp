@@ -18,7 +18,9 @@
 // context limit), 4 stopped by the loop guard or because every token was banned, 5 empty
 // output, 130 interrupted (Ctrl-C; the text so far is kept).
 #pragma once
+#include <cctype>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -38,6 +40,15 @@ namespace uocr_cli {
 
 inline volatile std::sig_atomic_t g_interrupted = 0;
 
+// OMP_WAIT_POLICY as the process runs with it (main() defaults it to passive), JSON-safe.
+inline const char* openmp_wait_policy() {
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  if (v == nullptr) return "default";
+  for (const char* c = v; *c; ++c)
+    if (!std::isalnum(static_cast<unsigned char>(*c))) return "other";
+  return v;
+}
+
 inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::InfiniteStats& st, int window) {
   const double tps = s.decode_seconds > 0 ? double(s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token)) / s.decode_seconds : 0.0;
   std::fprintf(f,
@@ -46,13 +57,14 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                "\"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, \"reference_kv_bytes\": %zu, "
                "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"scratch_bytes\": %zu, "
                "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, "
-               "\"slides\": %lld, \"pages_encoded\": %lld, \"checkpoints\": %lld, \"resumed_at_token\": %lld}\n",
+               "\"slides\": %lld, \"pages_encoded\": %lld, \"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\"}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
                s.memory.peak_kv_bytes, s.memory.scratch_bytes, s.memory.peak_scratch_bytes, s.memory.peak_bytes,
                (long long)st.group_pages, (long long)st.slides, (long long)st.pages_encoded,
-               (long long)st.checkpoints_written, (long long)st.resumed_at_token);
+               (long long)st.checkpoints_written, (long long)st.resumed_at_token,
+               openmp_wait_policy());
 }
 
 inline int exit_code_for(const uocr::RunSummary& s) {

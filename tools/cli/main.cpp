@@ -1,6 +1,9 @@
 // uocr command-line tool: `uocr inspect ...` exposes the engine's intermediate results as .npy
 // files so that parity can be checked from outside; `uocr run` transcribes documents.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -34,9 +37,24 @@ int usage(FILE* out) {
   return out == stdout ? 0 : 2;
 }
 
+// libgomp spins at every barrier by default; where the cores are shared with other work (desktops,
+// CI, busy servers) that costs 1.3-5x per step (docs/PERFORMANCE.md, "On a shared machine").
+// libgomp reads OMP_WAIT_POLICY once, when it loads, so the CLI sets "passive" and re-executes
+// itself once; a value the user chose is kept, and a failed exec just goes on with the default.
+void prefer_passive_openmp_wait(char** argv) {
+#ifdef _OPENMP
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+#else
+  (void)argv;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  prefer_passive_openmp_wait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage(stderr);
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") return usage(stdout);

@@ -47,8 +47,8 @@
 // Backends: BasicPageGroupDecoder<Dec, Cache> runs this over any decoder + KV cache pair with
 // uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's reference API
 // (the Vulkan backend's VulkanDecoder + VulkanKvCache); PageGroupDecoder is the CPU one. SR-SWA
-// reads keys on the host, so it needs the CPU pair (Status::unsupported otherwise); checkpoints
-// need a cache with visit_rows (CPU, Vulkan).
+// summarizes keys on the host, so it needs the CPU cache or one with summarize_page (Vulkan: reads
+// a page's keys back), else Status::unsupported; checkpoints need a cache with visit_rows (CPU, Vulkan).
 //
 // Thread-safety: one PageGroupDecoder per document, used by one thread at a time.
 #pragma once
@@ -137,21 +137,27 @@ template <class Cache, class = void>
 struct HasVisitRows : std::false_type {};
 template <class Cache>
 struct HasVisitRows<Cache, std::void_t<decltype(&Cache::visit_rows)>> : std::true_type {};
+template <class Cache, class = void>
+struct HasSummarizePage : std::false_type {};
+template <class Cache>
+struct HasSummarizePage<Cache, std::void_t<decltype(&Cache::summarize_page)>> : std::true_type {};
 }  // namespace detail
 
 template <class Dec, class Cache>
 class BasicPageGroupDecoder {
  public:
-  // SR-SWA needs the keys in host memory (uocr::KvCache).
+  // SR-SWA summarizes the keys on the host: in place (uocr::KvCache) or read back a page at a
+  // time (Cache::summarize_page).
   static constexpr bool kHostKv = std::is_same_v<Cache, KvCache>;
+  static constexpr bool kSparse = kHostKv || detail::HasSummarizePage<Cache>::value;
   // Checkpoints need the cache's rows readable and writable from the host (Cache::visit_rows).
   static constexpr bool kVisitableKv = detail::HasVisitRows<Cache>::value;
 
   BasicPageGroupDecoder(Dec decoder, Cache cache, PageGroupParams params = {})
       : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params) {
     validate(p_);
-    require(kHostKv || !p_.sparse, Status::unsupported,
-            "SR-SWA (sparse reference attention) runs on the CPU backend only; turn it off for this backend");
+    require(kSparse || !p_.sparse, Status::unsupported,
+            "SR-SWA (sparse reference attention) runs on the CPU and Vulkan backends only; turn it off for this backend");
     if (p_.allow_position_extrapolation) dec_.set_position_limit(kMaxExtrapolatedPosition);
   }
 
@@ -315,8 +321,8 @@ class BasicPageGroupDecoder {
       const auto t1 = std::chrono::steady_clock::now();
       dec_.prefill_segment(page_.data(), t, pos.data(), cache_, slot_span(s).begin, held_context());
       slot_page_[size_t(s)] = p;
-      if constexpr (kHostKv)
-        if (sparse_) sparse_->update_page(cache_, size_t(s));
+      if constexpr (kSparse)
+        if (sparse_) summarize(size_t(s));
       prefill_seconds_ += seconds_since(t1);
       ++entered;
     }
@@ -410,16 +416,24 @@ class BasicPageGroupDecoder {
 
   void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
 
+  // SR-SWA summaries of slot s's page (after it was prefilled).
+  void summarize(size_t s) {
+    if constexpr (kHostKv)
+      sparse_->update_page(cache_, s);
+    else
+      cache_.summarize_page(*sparse_, s);
+  }
+
   // SR-SWA over the held slots, its key summaries computed from the cache as it is now.
   void attach_sparse() {
-    if constexpr (kHostKv) {
+    if constexpr (kSparse) {
       if (p_.sparse) {
         ReferenceLayout rl;
         if (head_rows_) rl.always.push_back({0, head_rows_});
         for (int64_t s = 0; s < g_; ++s) rl.pages.push_back(slot_span(s));
         if (tail_rows_) rl.always.push_back({tail_row(), tail_rows_});
         sparse_ = std::make_unique<SparseReference>(dec_.config(), std::move(rl), p_.sparse_params);
-        sparse_->rebuild(cache_);
+        for (size_t s = 0; s < size_t(g_); ++s) summarize(s);
         dec_.set_decode_attention(sparse_.get());
       } else {
         sparse_.reset();

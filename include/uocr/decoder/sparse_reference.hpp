@@ -241,7 +241,13 @@ class SparseReference final : public DecodeAttention {
   // One layer's summaries of one page from that layer's reference keys [rows, kv_heads·d]: its
   // blocks, the page, then the page's ancestors in the gate tree (each from its children).
   void summarize(int layer, size_t page, const float* ref_k) {
+    summarize_rows(layer, page, ref_k + layout_.pages[page].begin * int64_t(kv_heads_) * d_);
+  }
+  // The same from the page's own key rows only (page_k: its first row; a device backend reads
+  // back one page at a time).
+  void summarize_rows(int layer, size_t page, const float* page_k) {
     const int64_t kr = int64_t(kv_heads_) * d_;
+    const int64_t first_row = layout_.pages[page].begin;
     for (int g = 0; g < kv_heads_; ++g) {
       std::fill_n(node_min(layer, g, page), d_, std::numeric_limits<float>::infinity());
       std::fill_n(node_max(layer, g, page), d_, -std::numeric_limits<float>::infinity());
@@ -254,7 +260,7 @@ class SparseReference final : public DecodeAttention {
         std::fill(mn, mn + d_, std::numeric_limits<float>::infinity());
         std::fill(mx, mx + d_, -std::numeric_limits<float>::infinity());
         for (int64_t r = blk.begin; r < blk.end(); ++r) {
-          const float* k = ref_k + r * kr + int64_t(g) * d_;
+          const float* k = page_k + (r - first_row) * kr + int64_t(g) * d_;
           for (int i = 0; i < d_; ++i) {
             mn[i] = std::min(mn[i], k[i]);
             mx[i] = std::max(mx[i], k[i]);
@@ -314,42 +320,49 @@ class SparseReference final : public DecodeAttention {
   int64_t bounds_evaluated() const { return bounds_evaluated_; }
   void reset_counters() { rows_attended_ = rows_dense_ = bounds_evaluated_ = 0; }
 
-  // The reference spans head `h` selected in the last attend() call (merged, by row).
+  // The reference spans head `h` selected in the last attend() or select_step() call (merged, by row).
   const std::vector<RowSpan>& last_selection(int h) const { return heads_[size_t(h)].spans; }
+
+  // One step's selection in `layer` without the attention, for a backend that attends on its own
+  // (Vulkan reads q back and attends on the device). True: the dense kernel serves this step
+  // (budgets covering a layout that is the whole reference); else head h's reference spans are in
+  // last_selection(h). q [heads·d] after RoPE; counted as attend() counts.
+  bool select_step(int layer, const float* q, int64_t reference_rows, const AttentionShape& s) {
+    require(layer >= 0 && layer < layers_ && s.kv_heads == kv_heads_ && s.head_dim == d_, Status::invalid_argument,
+            "SR-SWA was built for a different decoder configuration");
+    require(rows_ <= reference_rows, Status::invalid_argument, "SR-SWA layout is larger than the reference");
+    require(missing_ == 0, Status::invalid_argument, "SR-SWA summaries are missing: call rebuild() after prefill");
+    if (int(heads_.size()) < s.heads) heads_.resize(size_t(s.heads));
+    rows_dense_ += int64_t(s.heads) * reference_rows;
+    // Budgets that pass every page and every block select the whole layout, whatever the query:
+    // when that is the whole reference, this is dense R-SWA, so run its kernel.
+    if (p_.dense_when_complete && selects_all() && coverage_ == reference_rows) {
+      for (int h = 0; h < s.heads; ++h) heads_[size_t(h)].spans.assign(1, RowSpan{0, reference_rows});
+      rows_attended_ += int64_t(s.heads) * reference_rows;
+      return true;
+    }
+    // Split heads across threads only when that is sizeable (as decode_attention does).
+#pragma omp parallel for schedule(static) if (select_work() * s.kv_row() > (int64_t(1) << 18))
+    for (int h = 0; h < s.heads; ++h) select(layer, s.kv_head_of(h), q + int64_t(h) * d_, heads_[size_t(h)]);
+    for (int h = 0; h < s.heads; ++h) {
+      for (const RowSpan& sp : heads_[size_t(h)].spans) rows_attended_ += sp.rows;
+      bounds_evaluated_ += heads_[size_t(h)].bounds;
+    }
+    return false;
+  }
 
   void attend(int layer, const float* q, const KvRows& reference, const KvRows& generated, const AttentionShape& s,
               float* out) override {
-    require(layer >= 0 && layer < layers_ && s.kv_heads == kv_heads_ && s.head_dim == d_, Status::invalid_argument,
-            "SR-SWA was built for a different decoder configuration");
-    require(rows_ <= reference.rows, Status::invalid_argument, "SR-SWA layout is larger than the reference");
-    require(missing_ == 0, Status::invalid_argument, "SR-SWA summaries are missing: call rebuild() after prefill");
-    if (int(heads_.size()) < s.heads) heads_.resize(size_t(s.heads));
-    rows_dense_ += int64_t(s.heads) * reference.rows;
-    // Budgets that pass every page and every block select the whole layout, whatever the query:
-    // when that is the whole reference, this is dense R-SWA, so run its kernel.
-    if (p_.dense_when_complete && selects_all() && coverage_ == reference.rows) {
-      for (int h = 0; h < s.heads; ++h) heads_[size_t(h)].spans.assign(1, RowSpan{0, reference.rows});
-      rows_attended_ += int64_t(s.heads) * reference.rows;
+    if (select_step(layer, q, reference.rows, s)) {
       dense_scores_.resize(size_t(s.heads * (reference.rows + generated.rows)));
       decode_attention(q, reference, generated, s, dense_scores_.data(), out);
       return;
     }
     const int64_t kr = s.kv_row();
-    const int64_t budget_blocks = p_.block_budget ? std::min<int64_t>(p_.block_budget, int64_t(blocks_.size())) : int64_t(blocks_.size());
-    // Rows streamed, roughly, per head: window + always rows + gate nodes + gated blocks + selected rows.
-    const int64_t work = generated.rows + always_rows_ + gate_work_ + budget_blocks * (p_.block_tokens + 1);
-    // Split heads across threads only when that is sizeable (as decode_attention does).
-#pragma omp parallel for schedule(static) if (work * kr > (int64_t(1) << 18))
-    for (int h = 0; h < s.heads; ++h) {
-      Head& hs = heads_[size_t(h)];
-      select(layer, s.kv_head_of(h), q + int64_t(h) * d_, hs);
-      detail::span_attention_head(q + int64_t(h) * d_, reference.k, reference.v, hs.spans, generated, kr,
-                                  int64_t(s.kv_head_of(h)) * d_, d_, hs.scores, out + int64_t(h) * d_);
-    }
-    for (int h = 0; h < s.heads; ++h) {
-      for (const RowSpan& sp : heads_[size_t(h)].spans) rows_attended_ += sp.rows;
-      bounds_evaluated_ += heads_[size_t(h)].bounds;
-    }
+#pragma omp parallel for schedule(static) if ((select_work() + generated.rows) * kr > (int64_t(1) << 18))
+    for (int h = 0; h < s.heads; ++h)
+      detail::span_attention_head(q + int64_t(h) * d_, reference.k, reference.v, heads_[size_t(h)].spans, generated, kr,
+                                  int64_t(s.kv_head_of(h)) * d_, d_, heads_[size_t(h)].scores, out + int64_t(h) * d_);
   }
 
  private:
@@ -398,6 +411,13 @@ class SparseReference final : public DecodeAttention {
     std::nth_element(c.begin(), c.begin() + budget, c.end(),
                      [](const Scored& a, const Scored& b) { return a.score > b.score || (a.score == b.score && a.id < b.id); });
     c.resize(size_t(budget));
+  }
+
+  // Rows streamed, roughly, per head and step besides the window: always rows + gate nodes +
+  // gated blocks + selected rows.
+  int64_t select_work() const {
+    const int64_t budget_blocks = p_.block_budget ? std::min<int64_t>(p_.block_budget, int64_t(blocks_.size())) : int64_t(blocks_.size());
+    return always_rows_ + gate_work_ + budget_blocks * (p_.block_tokens + 1);
   }
 
   bool gates() const { return p_.page_budget > 0 && int64_t(layout_.pages.size()) > p_.page_budget; }

@@ -12,7 +12,7 @@
 // groups (uocr/decoder/page_groups.hpp) over the backend's decoder + KV cache pair: a backend
 // implements uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's
 // reference API and wraps BasicPageGroupDecoder<ItsDecoder, ItsCache> in PageGroupEngine below.
-// A feature a backend lacks (SR-SWA off the CPU, say) is Status::unsupported, never a silent
+// A feature a backend lacks (SR-SWA or checkpoints on CUDA, say) is Status::unsupported, never a silent
 // fallback to another backend.
 //
 // Thread-safety: an Engine may be shared by threads; each VisionEngine / DecoderEngine is used by

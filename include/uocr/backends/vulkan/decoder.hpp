@@ -17,6 +17,13 @@
 // Page groups (uocr/decoder/page_groups.hpp) run over it as vulkan::VulkanPageGroups
 // (engine.hpp): prefill_segment and VulkanKvCache::resize_reference are the calls they need.
 //
+// SR-SWA (set_decode_attention): the CPU's SparseReference holds the key summaries and selects,
+// on the host; VulkanKvCache::summarize_page reads a page's keys back after it was prefilled. In a
+// decode step each layer reads q back (one more wait per layer), SparseReference::select_step
+// picks each head's reference spans, and per head those rows and the window are gathered
+// (copy_rows) and attended by the attention shader. Budgets covering everything take the dense
+// path: the same bits as dense R-SWA.
+//
 // Thread-safety: one VulkanDecoder and its caches per thread; the Context and the device weights
 // may be shared by several (the Context serialises their submissions).
 #pragma once
@@ -33,6 +40,7 @@
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
 
@@ -51,6 +59,19 @@ class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
   const Buffer& reference_v(int layer) const { return layers_[size_t(layer)].ref_v; }
   const Buffer& generated_k(int layer) const { return layers_[size_t(layer)].gen_k; }
   const Buffer& generated_v(int layer) const { return layers_[size_t(layer)].gen_v; }
+
+  // SR-SWA summaries of `page` of s's layout (BasicPageGroupDecoder, after the page's rows were
+  // written): its key rows are read back one layer at a time and summarized on the host.
+  void summarize_page(SparseReference& s, size_t page) const {
+    require(page < s.page_count() && s.layout().pages[page].end() <= reference_rows(), Status::invalid_argument,
+            "SR-SWA page is outside the cache's reference");
+    const RowSpan span = s.layout().pages[page];
+    std::vector<float> host(size_t(span.rows * row_));
+    for (int l = 0; l < layers(); ++l) {
+      ctx_->download(layers_[size_t(l)].ref_k, host.data(), host.size() * 4, size_t(span.begin * row_) * 4);
+      s.summarize_rows(l, page, host.data());
+    }
+  }
 
   // Checkpoints (BasicPageGroupDecoder::visit_kv): f(rows, floats) reads or rewrites the first
   // `rows` rows of `b` (one of the arrays above) in a host copy, which is then written back.
@@ -181,13 +202,18 @@ class VulkanDecoder {
 
   const DecoderDeviceWeights& device_weights() const { return *d_; }
 
+  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). The selection runs on
+  // the host, the attention on the device (see the top of this file).
+  void set_decode_attention(SparseReference* sparse) { sparse_ = sparse; }
+
   // Bytes of working memory held: the device activation buffers and the host-side copies.
   size_t scratch_bytes() const {
     size_t n = host_.scratch_bytes() + (probs_host_.capacity() + weight_.capacity() + logits_.capacity()) * sizeof(float) +
                choice_.capacity() * sizeof(int32_t);
     for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &gate_, &up_, &probs_, &rows_in_, &rows_out_, &shared_, &logits_buf_,
-                            &seg_k_, &seg_v_, &cos_sin_})
+                            &seg_k_, &seg_v_, &cos_sin_, &sel_k_, &sel_v_})
       n += b->size();
+    n += q_host_.capacity() * sizeof(float);
     return n;
   }
 
@@ -343,8 +369,11 @@ class VulkanDecoder {
       ops::linear(rec, a_, 0, 1, hidden, L.v, nullptr, gv, slot * kr, kr);
       ops::rope(rec, q_, 0, 1, c_.heads, c_.head_dim, qr, cos_sin_);
       ops::rope(rec, gk, slot * kr, 1, c_.kv_heads, c_.head_dim, kr, cos_sin_);
-      ops::attention(rec, q_, 0, 1, qr, dims_, ops::KvSet{&cache.reference_k(l), &cache.reference_v(l), ref},
-                     ops::KvSet{&gk, &gv, gen}, false, 0, attn_, 0, qr);
+      if (!sparse_ || !select(rec, l, ref))
+        ops::attention(rec, q_, 0, 1, qr, dims_, ops::KvSet{&cache.reference_k(l), &cache.reference_v(l), ref},
+                       ops::KvSet{&gk, &gv, gen}, false, 0, attn_, 0, qr);
+      else
+        sparse_attention(rec, l, cache, gen);
       ops::linear(rec, attn_, 0, 1, qr, L.o, nullptr, f_, 0, hidden);
       ops::add(rec, x_, 0, f_, 0, hidden);
       ops::rms_norm(rec, x_, 0, 1, hidden, L.post_norm, c_.rms_eps, a_, 0);
@@ -414,6 +443,48 @@ class VulkanDecoder {
   void check_cache(const VulkanKvCache& cache) const {
     require(cache.layers() == c_.layers && cache.row_floats() == int64_t(c_.kv_heads) * c_.head_dim,
             Status::invalid_argument, "KV cache was built for a different decoder configuration");
+  }
+
+  // SR-SWA's selection of layer l for the recorded step's q (read back); false: the dense path.
+  bool select(Recorder& rec, int l, int64_t ref) {
+    rec.submit();  // the selection needs q on the host
+    q_host_.resize(size_t(c_.heads) * size_t(c_.head_dim));
+    ctx_.download(q_, q_host_.data(), q_host_.size() * 4);
+    return !sparse_->select_step(l, q_host_.data(), ref, AttentionShape{c_.heads, c_.kv_heads, c_.head_dim});
+  }
+
+  // attn_ = each head's attention over its selected reference spans + the window: the rows of its
+  // KV head gathered into sel_k_/sel_v_ ([rows, head_dim], heads one after another), then the
+  // attention shader over them, one dispatch per head. Runs right after select() (nothing pending).
+  void sparse_attention(Recorder& rec, int l, const VulkanKvCache& cache, int64_t gen) {
+    const int64_t d = c_.head_dim, qr = int64_t(c_.heads) * d, kr = int64_t(c_.kv_heads) * d;
+    const AttentionShape shape{c_.heads, c_.kv_heads, c_.head_dim};
+    int64_t total = 0;
+    for (int h = 0; h < c_.heads; ++h) {
+      total += gen;
+      for (const RowSpan& sp : sparse_->last_selection(h)) total += sp.rows;
+    }
+    if (total > selected_rows_) {
+      sel_k_ = ctx_.buffer(size_t(total * d) * 4, MemoryUse::activations, "SR-SWA selected keys");
+      sel_v_ = ctx_.buffer(size_t(total * d) * 4, MemoryUse::activations, "SR-SWA selected values");
+      selected_rows_ = total;
+    }
+    const Buffer& rk = cache.reference_k(l);
+    const Buffer& rv = cache.reference_v(l);
+    int64_t at = 0;
+    for (int h = 0; h < c_.heads; ++h) {
+      const int64_t col = int64_t(shape.kv_head_of(h)) * d, first = at;
+      auto gather = [&](const Buffer& k, const Buffer& v, int64_t row, int64_t rows) {
+        ops::copy_rows(rec, k, row * kr + col, kr, rows, d, sel_k_, at * d, d);
+        ops::copy_rows(rec, v, row * kr + col, kr, rows, d, sel_v_, at * d, d);
+        at += rows;
+      };
+      for (const RowSpan& sp : sparse_->last_selection(h)) gather(rk, rv, sp.begin, sp.rows);
+      if (gen) gather(cache.generated_k(l), cache.generated_v(l), 0, gen);
+      ops::attention(rec, q_, int64_t(h) * d, 1, qr, ops::AttentionDims{1, 1, c_.head_dim},
+                     ops::KvSet{&sel_k_, &sel_v_, at - first}, ops::KvSet{}, false, 0, attn_, int64_t(h) * d, qr, d,
+                     first * d, first * d);
+    }
   }
 
   static constexpr int64_t kMlpChunk = 256;  // rows per dense-MLP pass, as the CPU path
@@ -519,10 +590,13 @@ class VulkanDecoder {
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
   int64_t max_inter_ = 1;
-  int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0;
+  int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0, selected_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
   Buffer cos_sin_;        // RoPE cos/sin of the rows being rotated (load_rope)
   Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
+  Buffer sel_k_, sel_v_;  // SR-SWA: each head's selected keys/values and window, gathered
+  SparseReference* sparse_ = nullptr;
+  std::vector<float> q_host_;  // SR-SWA: the step's q, read back for the selection
   std::vector<float> probs_host_, weight_, logits_;
   std::vector<int32_t> choice_;
 };

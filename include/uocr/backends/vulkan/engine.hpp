@@ -6,8 +6,8 @@
 // session's decoder has its own KV cache and scratch buffers. The Context serialises concurrent
 // users; the shared vision encoder (it caches size-dependent tables) is used under its own lock.
 //
-// Not supported on Vulkan (Status::unsupported when asked for): SR-SWA. Checkpoints / resume
-// and position extrapolation work as on the CPU (a checkpoint resumes on either backend).
+// SR-SWA, checkpoints / resume and position extrapolation work as on the CPU (a checkpoint
+// resumes on either backend); SR-SWA selects on the host (VulkanDecoder, decoder.hpp).
 #pragma once
 #include <algorithm>
 #include <memory>
