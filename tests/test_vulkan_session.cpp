@@ -46,6 +46,19 @@ namespace {
 
 std::string demo_dir() { return uocr_test::source_dir() + "/models/uocr-demo"; }
 
+// Vulkan logits rows against the CPU's: same row count, same argmax in every row, relative error
+// within the Vulkan budget; returns the worst relative error.
+double compare(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
+  REQUIRE(got.size() == ref.size());
+  double worst = 0;
+  for (size_t r = 0; r < ref.size(); ++r) {
+    worst = std::max(worst, rel_err(got[r], ref[r]));
+    CHECK(argmax(got[r]) == argmax(ref[r]));
+  }
+  CHECK(worst < 2e-6);
+  return worst;
+}
+
 vk::Context& test_context() {
   static vk::Context ctx;
   return ctx;
@@ -87,15 +100,9 @@ TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and slidin
                              vk::VulkanKvCache(ctx, f.cfg.decoder, f.cfg.decoder.sliding_window), pp);
     const auto ref = page_group_rows(cpu, f);
     const auto got = page_group_rows(gpu, f);
-    REQUIRE(got.size() == ref.size());
-    double worst = 0;
-    for (size_t r = 0; r < ref.size(); ++r) {
-      worst = std::max(worst, rel_err(got[r], ref[r]));
-      CHECK(argmax(got[r]) == argmax(ref[r]));
-    }
+    const double worst = compare(got, ref);
     MESSAGE("G = " << g << ": " << ref.size() << " logits rows, " << gpu.slides() << " slides, worst relative error "
                    << worst);
-    CHECK(worst < 2e-6);
     CHECK(gpu.slides() == cpu.slides());
     CHECK(gpu.reference_bytes() == cpu.reference_bytes());
     CHECK(gpu.peak_kv_bytes() == cpu.peak_kv_bytes());
@@ -121,17 +128,11 @@ TEST_CASE("SR-SWA on Vulkan: partial budgets select and score as on the CPU, ful
                              vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
     const auto ref = page_group_rows(cpu, f);
     const auto got = page_group_rows(gpu, f);
-    REQUIRE(got.size() == ref.size());
-    double worst = 0;
-    for (size_t r = 0; r < ref.size(); ++r) {
-      worst = std::max(worst, rel_err(got[r], ref[r]));
-      CHECK(argmax(got[r]) == argmax(ref[r]));
-    }
+    const double worst = compare(got, ref);
     const uocr::SparseReference& cs = *cpu.sparse();
     const uocr::SparseReference& gs = *gpu.sparse();
     MESSAGE("G = " << g << ": worst relative error " << worst << ", reference rows attended " << gs.rows_attended() << " of "
                    << gs.rows_dense());
-    CHECK(worst < 2e-6);
     CHECK(gs.rows_attended() < gs.rows_dense());
     // The same selections: every step, layer and head attended as many rows and scored as many
     // bounds; the last step's spans are the same rows.
@@ -162,17 +163,6 @@ TEST_CASE("positions past max_position_embeddings (extrapolation) on Vulkan matc
   Multi3& f = Multi3::get();
   vk::Context& ctx = test_context();
   const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
-  auto compare = [](const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
-    REQUIRE(got.size() == ref.size());
-    double worst = 0;
-    for (size_t r = 0; r < ref.size(); ++r) {
-      worst = std::max(worst, rel_err(got[r], ref[r]));
-      CHECK(argmax(got[r]) == argmax(ref[r]));
-    }
-    CHECK(worst < 2e-6);
-    return worst;
-  };
-
   SUBCASE("page groups past the limit") {
     // tiny-b's own 32,768 positions would take ~120 page prefills on lavapipe: the same model
     // with max_position_embeddings = 4 pages instead. multi_3's pages cycled over 7 pages, G = 2
