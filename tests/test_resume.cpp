@@ -22,10 +22,14 @@
 #include <unistd.h>
 
 #include "cli_process.hpp"
+#include "resume_case.hpp"
 #include "test_support.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/page_source.hpp"
+
+using uocr_test::resume_groups;
+using uocr_test::resume_params;
 
 extern char** environ;
 
@@ -50,22 +54,6 @@ void write_file(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-// Sampled (so the RNG state matters), three pages, two held, the fallback sliding every 8 tokens.
-uocr::SessionParams sampled() {
-  uocr::SessionParams p;
-  p.max_new_tokens = 40;
-  p.sampling.temperature = 0.8f;
-  p.sampling.seed = 7;
-  return p;
-}
-uocr::InfiniteParams groups() {
-  uocr::InfiniteParams ip;
-  ip.groups.group_pages = 2;
-  ip.groups.overlap_pages = 1;
-  ip.page_fallback_tokens = 8;
-  return ip;
-}
-
 struct Recorded {
   std::vector<int32_t> tokens;
   std::string text;
@@ -75,7 +63,7 @@ struct Recorded {
 
 TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as if never stopped") {
   Recorded full;
-  uocr::InfiniteSession ref(tiny_model(), sampled(), groups());
+  uocr::InfiniteSession ref(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages ref_pages(page_files());
   const uocr::RunSummary a = ref.run(ref_pages, [&](const uocr::Event& e) {
     if (e.type == uocr::Event::Type::token) full.tokens.push_back(e.token), full.text += e.text;
@@ -93,7 +81,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   opt.save_caller_state = [&] { return "caller state " + std::to_string(++saves); };
 
   // Stopped at token 23: the last checkpoint is the one of token 20 (after the slide at 16).
-  uocr::InfiniteSession first(tiny_model(), sampled(), groups());
+  uocr::InfiniteSession first(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages first_pages(page_files());
   int64_t seen = 0;
   const uocr::RunSummary b = first.run(
@@ -106,7 +94,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   std::string caller;
   opt.restore_caller_state = [&](const std::string& s) { caller = s; };
   Recorded rest;
-  uocr::InfiniteSession second(tiny_model(), sampled(), groups());
+  uocr::InfiniteSession second(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages second_pages(page_files());
   const uocr::RunSummary c = second.run(second_pages, [&](const uocr::Event& e) {
     if (e.type == uocr::Event::Type::token) rest.tokens.push_back(e.token), rest.text += e.text;
@@ -136,23 +124,23 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
       CHECK(uocr_test::status_of([&] { s.run(p, {}, o); }) == uocr::Status::invalid_argument);
       return uocr_test::message_of([&] { s.run(p, {}, o); });
     };
-    uocr::SessionParams other = sampled();
+    uocr::SessionParams other = resume_params();
     other.sampling.seed = 8;
-    const std::string m1 = mismatch(other, groups(), page_files());
+    const std::string m1 = mismatch(other, resume_groups(), page_files());
     CHECK(m1.find("other parameters") != std::string::npos);
     CHECK(m1.find("seed=7") != std::string::npos);
-    uocr::InfiniteParams bigger = groups();
+    uocr::InfiniteParams bigger = resume_groups();
     bigger.groups.group_pages = 3;
-    CHECK(mismatch(sampled(), bigger, page_files()).find("other parameters") != std::string::npos);
+    CHECK(mismatch(resume_params(), bigger, page_files()).find("other parameters") != std::string::npos);
     std::vector<std::string> swapped = page_files();
     std::swap(swapped[1], swapped[2]);
-    CHECK(mismatch(sampled(), groups(), swapped).find("other input pages") != std::string::npos);
+    CHECK(mismatch(resume_params(), resume_groups(), swapped).find("other input pages") != std::string::npos);
   }
   {  // damaged checkpoints are refused, saying why
     const std::string good = uocr_test::read_file(ck);
     auto resume_error = [&](const std::string& bytes) {
       write_file(ck, bytes);
-      uocr::InfiniteSession s(tiny_model(), sampled(), groups());
+      uocr::InfiniteSession s(tiny_model(), resume_params(), resume_groups());
       uocr::FilePages p(page_files());
       uocr::CheckpointOptions o;
       o.path = ck;
@@ -172,7 +160,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     fs::remove(ck);
     CHECK(resume_error("").find("not a uocr checkpoint") != std::string::npos);
     fs::remove(ck);
-    uocr::InfiniteSession s(tiny_model(), sampled(), groups());
+    uocr::InfiniteSession s(tiny_model(), resume_params(), resume_groups());
     uocr::FilePages p(page_files());
     uocr::CheckpointOptions o;
     o.path = ck;

@@ -24,6 +24,7 @@
 
 #include "logit_agreement.hpp"
 #include "multi3_case.hpp"
+#include "resume_case.hpp"
 #include "cli_process.hpp"
 #include "test_support.hpp"
 #include "uocr.h"
@@ -342,28 +343,11 @@ std::string tmp(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("uocr_vulkan_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
-// As tests/test_resume.cpp, on the demo model (tiny-a's 129k-token vocabulary is slow on
-// lavapipe): three pages, two held, sampled (so the RNG state matters), the fallback sliding
-// after 8 tokens without <PAGE>.
+// tests/resume_case.hpp's document, on the demo model (tiny-a's 129k-token vocabulary is slow on
+// lavapipe).
 std::vector<std::string> resume_pages() {
   return {sample("demo-page1.png"), sample("demo-page2.png"), sample("demo-page3.png")};
 }
-uocr::SessionParams resume_params(uocr::Backend backend) {
-  uocr::SessionParams p;
-  p.backend = backend;
-  p.max_new_tokens = 40;
-  p.sampling.temperature = 0.8f;
-  p.sampling.seed = 7;
-  return p;
-}
-uocr::InfiniteParams resume_groups() {
-  uocr::InfiniteParams ip;
-  ip.groups.group_pages = 2;
-  ip.groups.overlap_pages = 1;
-  ip.page_fallback_tokens = 8;
-  return ip;
-}
-
 struct ResumeRun {
   std::vector<int32_t> tokens;
   uocr::RunSummary summary;
@@ -374,7 +358,7 @@ struct ResumeRun {
 // checkpoint every 5, or resumed from `path`.
 ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend, const std::string& path = "",
                      int64_t stop_at = 0) {
-  uocr::InfiniteSession session(model, resume_params(backend), resume_groups());
+  uocr::InfiniteSession session(model, uocr_test::resume_params(backend), uocr_test::resume_groups());
   uocr::FilePages pages(resume_pages());
   uocr::CheckpointOptions ck;
   ck.path = path;
