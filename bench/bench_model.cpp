@@ -38,10 +38,6 @@
 #include <string>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "roofline.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -73,14 +69,6 @@ std::string env_or(const char* name, const std::string& fallback) {
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::max(1, std::atoi(v)) : fallback;
-}
-
-int threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
 }
 
 bool file_exists(const std::string& path) { return std::ifstream(path).good(); }
@@ -249,26 +237,26 @@ double prefill_flops(const uocr::DecoderConfig& d, int64_t t) {
 
 // ---- cases ----------------------------------------------------------------------------------
 
-void BM_GemmPeak(benchmark::State& st) {
+// A ceiling case: `measure` once per iteration, the best kept in `best` (for the model cases)
+// and reported as counter `unit` (wall) and cpu_`unit`.
+template <class Measure>
+void ceiling_case(benchmark::State& st, uocr_bench::Rate& best, Measure&& measure, const std::string& unit) {
   for (auto _ : st) {
-    const uocr_bench::Rate r = uocr_bench::measure_gemm_gflops();
-    g_gemm_peak.wall = std::max(g_gemm_peak.wall, r.wall);
-    g_gemm_peak.cpu = std::max(g_gemm_peak.cpu, r.cpu);
+    const uocr_bench::Rate r = measure();
+    best.wall = std::max(best.wall, r.wall);
+    best.cpu = std::max(best.cpu, r.cpu);
   }
-  st.counters["GFLOPps"] = g_gemm_peak.wall;
-  st.counters["cpu_GFLOPps"] = g_gemm_peak.cpu;
-  st.counters["threads"] = threads();
+  st.counters[unit] = best.wall;
+  st.counters["cpu_" + unit] = best.cpu;
+  st.counters["threads"] = uocr_bench::omp_threads();
+}
+
+void BM_GemmPeak(benchmark::State& st) {
+  ceiling_case(st, g_gemm_peak, [] { return uocr_bench::measure_gemm_gflops(); }, "GFLOPps");
 }
 
 void BM_ReadBandwidth(benchmark::State& st) {
-  for (auto _ : st) {
-    const uocr_bench::Rate r = uocr_bench::measure_read_bandwidth_gbs();
-    g_bandwidth.wall = std::max(g_bandwidth.wall, r.wall);
-    g_bandwidth.cpu = std::max(g_bandwidth.cpu, r.cpu);
-  }
-  st.counters["GBps"] = g_bandwidth.wall;
-  st.counters["cpu_GBps"] = g_bandwidth.cpu;
-  st.counters["threads"] = threads();
+  ceiling_case(st, g_bandwidth, [] { return uocr_bench::measure_read_bandwidth_gbs(); }, "GBps");
 }
 
 void BM_Encoder1024(benchmark::State& st) {
@@ -293,7 +281,7 @@ void BM_Encoder1024(benchmark::State& st) {
   st.counters["pct_peak"] = 100 * gflop / best / peak.wall;
   st.counters["cpu_s"] = best_cpu;
   st.counters["cpu_pct_peak"] = 100 * gflop / best_cpu / peak.cpu;
-  st.counters["threads"] = threads();
+  st.counters["threads"] = uocr_bench::omp_threads();
   st.SetLabel(std::to_string(f.view_size) + " px view of " + f.image);
 }
 
@@ -349,7 +337,7 @@ void BM_Prefill(benchmark::State& st) {
   st.counters["pct_peak"] = 100 * gflop / best / gemm_peak().wall;
   st.counters["cpu_s"] = best_cpu;
   st.counters["cpu_tok_per_s"] = double(tokens) / best_cpu;
-  st.counters["threads"] = threads();
+  st.counters["threads"] = uocr_bench::omp_threads();
 }
 
 void BM_DecodeStep(benchmark::State& st) {
@@ -389,7 +377,7 @@ void BM_DecodeStep(benchmark::State& st) {
   st.counters["weight_MB"] = b.weights() / 1e6;
   st.counters["kv_MB"] = b.kv / 1e6;
   st.counters["kv_rows"] = double(kv_rows);
-  st.counters["threads"] = threads();
+  st.counters["threads"] = uocr_bench::omp_threads();
 }
 
 // The decoder proposal in numbers: a MoE layer's decode FFN (6 routed experts + the shared
@@ -460,7 +448,7 @@ void BM_MoeLayerDecode(benchmark::State& st) {
   st.counters["separate_cpu_ms"] = Times::median(ts.cpu) * 1e3;
   st.counters["batched_cpu_ms"] = Times::median(tb.cpu) * 1e3;
   st.counters["speedup"] = sep / bat;
-  st.counters["threads"] = threads();
+  st.counters["threads"] = uocr_bench::omp_threads();
 #endif
 }
 
@@ -468,9 +456,10 @@ void print_setup() {
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
   const char* policy = std::getenv("OMP_WAIT_POLICY");
-  std::fprintf(stderr, "uocr bench: %d OpenMP thread(s), OMP_WAIT_POLICY=%s, load average %.2f %.2f %.2f\n", threads(),
-               policy ? policy : "(unset: libgomp spins, then sleeps)", load[0], load[1], load[2]);
-  if (!policy && load[0] > threads())
+  std::fprintf(stderr, "uocr bench: %d OpenMP thread(s), OMP_WAIT_POLICY=%s, load average %.2f %.2f %.2f\n",
+               uocr_bench::omp_threads(), policy ? policy : "(unset: libgomp spins, then sleeps)", load[0], load[1],
+               load[2]);
+  if (!policy && load[0] > uocr_bench::omp_threads())
     std::fprintf(stderr,
                  "uocr bench: the machine is oversubscribed; with spinning barriers the wall times mostly measure "
                  "that (see docs/PERFORMANCE.md: OMP_WAIT_POLICY=passive)\n");

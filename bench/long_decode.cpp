@@ -49,10 +49,6 @@
 #include <string>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include <nlohmann/json.hpp>
 
 #include "roofline.hpp"
@@ -177,14 +173,6 @@ std::vector<double> load_average() {
   return {l[0], l[1], l[2]};
 }
 
-int threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
-
 int run(const Options& o) {
   const auto model = uocr::Model::load(o.model);
   const uocr::DecoderConfig& d = model->config().decoder;
@@ -193,14 +181,15 @@ int run(const Options& o) {
   out["model"] = {{"dir", o.model}, {"layers", d.layers}, {"hidden", d.hidden}, {"heads", d.heads},
                   {"kv_heads", d.kv_heads}, {"head_dim", d.head_dim}, {"vocab", d.vocab},
                   {"routed_experts", d.n_routed_experts}, {"experts_per_token", d.experts_per_token}};
-  out["omp_threads"] = threads();
+  out["omp_threads"] = uocr_bench::omp_threads();
   out["omp_wait_policy"] = policy ? policy : "";
   out["load_average_start"] = load_average();
   out["window"] = o.window;
   out["steps"] = o.steps;
   out["warmup"] = o.warmup;
   std::fprintf(stderr, "long_decode: %s, %d layers, %d threads, OMP_WAIT_POLICY=%s, load %.2f\n", o.model.c_str(),
-               d.layers, threads(), policy ? policy : "(unset)", out["load_average_start"][0].get<double>());
+               d.layers, uocr_bench::omp_threads(), policy ? policy : "(unset)",
+               out["load_average_start"][0].get<double>());
 
   // The base single-page prompt's length: BOS + 273 visual tokens + "document parsing." (3 tokens).
   constexpr int64_t prompt_tokens = 1 + 273 + 3;

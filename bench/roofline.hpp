@@ -10,6 +10,9 @@
 #include <vector>
 
 #include <Eigen/Core>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -18,6 +21,15 @@
 #include "uocr/model/config.hpp"
 
 namespace uocr_bench {
+
+// The OpenMP threads a parallel loop uses (1 without OpenMP).
+inline int omp_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

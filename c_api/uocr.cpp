@@ -1,7 +1,8 @@
-// The C ABI over the header-only C++ core. Every exported function body is UOCR_C_BEGIN ...
-// UOCR_C_END: whatever the core throws (uocr::Error, std::bad_alloc, any std::exception, or
-// anything else) becomes a status code plus a message here, and nothing unwinds into the
-// caller. See uocr.h for the contract of each function and README.md for the overview.
+// The C ABI over the header-only C++ core. Every exported function body runs inside c_call or
+// session_call (or is otherwise sealed): whatever the core throws (uocr::Error, std::bad_alloc,
+// any std::exception, or anything else) becomes a status code plus a message here, and nothing
+// unwinds into the caller. See uocr.h for the contract of each function and README.md for the
+// overview.
 #include "uocr.h"
 
 #include <algorithm>
@@ -257,6 +258,13 @@ uocr_status record(uocr_status status, const char* message, const uocr_session* 
   return status;
 }
 
+// Records the exception in flight (see current_exception_status) and returns its status.
+uocr_status record_exception(const uocr_session* s) noexcept {
+  std::string msg;
+  const uocr_status st = current_exception_status(msg);
+  return record(st, msg.c_str(), s);
+}
+
 const char* message_or_status(const std::string& msg, uocr_status status) noexcept {
   if (!msg.empty() || status == UOCR_OK) return msg.c_str();
   return uocr_status_string(status);
@@ -471,7 +479,19 @@ void add_page(uocr_session* s, uocr::ImageU8 image) {
   s->pages.push_back(std::move(image));
 }
 
-// Raw RGB rows as a page, checked as the header promises.
+// A page from an image file, from encoded bytes, or from raw RGB rows, checked as the header
+// promises (the same for pages added to a session and pages set in a page callback).
+uocr::ImageU8 file_image(const char* path, const uocr::DecodeLimits& limits) {
+  if (path == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image path is NULL");
+  return uocr::load_image(path, limits);
+}
+
+uocr::ImageU8 encoded_image(const void* data, size_t size, const uocr::DecodeLimits& limits) {
+  if (data == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image data is NULL");
+  if (size == 0) fail(UOCR_E_INVALID_IMAGE, "cannot decode image: 0 bytes");
+  return uocr::decode_image(static_cast<const uint8_t*>(data), size, limits);
+}
+
 uocr::ImageU8 rgb_image(const uint8_t* rgb, int32_t width, int32_t height, size_t stride, const uocr::DecodeLimits& limits) {
   if (rgb == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "RGB pixel pointer is NULL");
   if (width <= 0 || height <= 0)
@@ -501,9 +521,7 @@ uocr_status set_page(uocr_page* page, Make&& make) noexcept {
     }
     return record(UOCR_OK, "", nullptr);
   } catch (...) {
-    std::string msg;
-    const uocr_status st = current_exception_status(msg);
-    return record(st, msg.c_str(), nullptr);
+    return record_exception(nullptr);
   }
 }
 
@@ -540,7 +558,7 @@ uocr_event to_c(const uocr::Event& e) {
 }
 
 // The one run of the C ABI: the session's parameters over `pages`, events forwarded to the
-// caller's callback, the summary and transcript stored. Throws on failure (UOCR_C_END reports).
+// caller's callback, the summary and transcript stored. Throws on failure (session_call reports).
 void run_document(uocr_session* session, uocr::PageSource& pages, uocr_event_callback callback, void* user_data,
                   uocr_run_summary* summary) {
   session->text.clear();
@@ -559,21 +577,52 @@ void run_document(uocr_session* session, uocr::PageSource& pages, uocr_event_cal
                                " generated tokens; the partial transcript is available");
 }
 
-}  // namespace
-
-// Every status-returning body runs inside these. A session function sets c_err_session once
-// it holds the session (validated and not busy), so the outcome also lands in that session's
-// error slot; before that, only the thread-local slot receives it.
-#define UOCR_C_BEGIN                             \
-  const uocr_session* c_err_session = nullptr; \
+// Every status-returning entry point runs its body through c_call or session_call: a failure
+// becomes the returned status and the thread's message. session_call first holds the session
+// (validated and not busy) and sets `held`; from then on the outcome also lands in that
+// session's error slot.
+template <class Body>
+uocr_status sealed_call(Body&& body) noexcept {
+  const uocr_session* held = nullptr;
   try {
-#define UOCR_C_END                                                 \
-  }                                                                \
-  catch (...) {                                                    \
-    std::string c_msg;                                             \
-    const uocr_status c_st = current_exception_status(c_msg);      \
-    return record(c_st, c_msg.c_str(), c_err_session);             \
+    body(held);
+    return record(UOCR_OK, "", held);
+  } catch (...) {
+    return record_exception(held);
   }
+}
+
+template <class Body>
+uocr_status c_call(Body&& body) noexcept {
+  return sealed_call([&](const uocr_session*&) { body(); });
+}
+
+template <class Session, class Body>
+uocr_status session_call(Session* session, Body&& body) noexcept {
+  return sealed_call([&](const uocr_session*& held) {
+    check_session(session);
+    BusyGuard busy(session);
+    held = session;
+    body();
+  });
+}
+
+// Frees a live handle (NULL: nothing); `check` validates it and may refuse, which is recorded as
+// the thread's error.
+template <class Handle, class Check>
+void free_handle(Handle* h, Check&& check) noexcept {
+  if (h == nullptr) return;
+  try {
+    check(h);
+    unregister_handle(h);
+    h->magic = kDeadMagic;
+    delete h;
+  } catch (...) {
+    record_exception(nullptr);
+  }
+}
+
+}  // namespace
 
 // ---- library information --------------------------------------------------------------------
 
@@ -664,42 +713,29 @@ UOCR_API void uocr_model_params_init_sized(uocr_model_params* p, uint32_t struct
 UOCR_API void(uocr_model_params_init)(uocr_model_params* p) { uocr_model_params_init_sized(p, kApi2Size.model_params); }
 
 UOCR_API uocr_status uocr_model_load(const char* dir, const uocr_model_params* params, uocr_model** out_model) {
-  UOCR_C_BEGIN
-  if (out_model == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_model is NULL");
-  *out_model = nullptr;
-  if (dir == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "model directory is NULL");
-  uocr_model_params defaults;
-  uocr_model_params_init(&defaults);
-  const uocr_model_params p = read_params(params, defaults, UOCR_MODEL_PARAMS_MIN_SIZE, "uocr_model_params");
-  if (p.api_version == 0)
-    fail(UOCR_E_INVALID_ARGUMENT, "uocr_model_params.api_version is 0 (call uocr_model_params_init first)");
-  if (p.api_version > UOCR_API_VERSION)
-    fail(UOCR_E_VERSION_MISMATCH, "the caller was built against uocr.h API version " + std::to_string(p.api_version) +
-                                      " but this library (uocr " + uocr_version_string() + ") implements API version " +
-                                      std::to_string(UOCR_API_VERSION) + "; use a newer libuocr");
-  if (p.flags != 0 || p.reserved0 != 0)
-    fail(UOCR_E_INVALID_ARGUMENT, "uocr_model_params.flags and reserved0 must be 0");
-  auto handle = std::make_unique<uocr_model>();
-  handle->model = uocr::Model::load(dir);
-  register_handle(handle.get(), kModelMagic);
-  *out_model = handle.release();
-  return record(UOCR_OK, "", nullptr);
-  UOCR_C_END
+  return c_call([&] {
+    if (out_model == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_model is NULL");
+    *out_model = nullptr;
+    if (dir == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "model directory is NULL");
+    uocr_model_params defaults;
+    uocr_model_params_init(&defaults);
+    const uocr_model_params p = read_params(params, defaults, UOCR_MODEL_PARAMS_MIN_SIZE, "uocr_model_params");
+    if (p.api_version == 0)
+      fail(UOCR_E_INVALID_ARGUMENT, "uocr_model_params.api_version is 0 (call uocr_model_params_init first)");
+    if (p.api_version > UOCR_API_VERSION)
+      fail(UOCR_E_VERSION_MISMATCH, "the caller was built against uocr.h API version " + std::to_string(p.api_version) +
+                                        " but this library (uocr " + uocr_version_string() + ") implements API version " +
+                                        std::to_string(UOCR_API_VERSION) + "; use a newer libuocr");
+    if (p.flags != 0 || p.reserved0 != 0)
+      fail(UOCR_E_INVALID_ARGUMENT, "uocr_model_params.flags and reserved0 must be 0");
+    auto handle = std::make_unique<uocr_model>();
+    handle->model = uocr::Model::load(dir);
+    register_handle(handle.get(), kModelMagic);
+    *out_model = handle.release();
+  });
 }
 
-UOCR_API void uocr_model_free(uocr_model* model) {
-  if (model == nullptr) return;
-  try {
-    check_model(model);
-    unregister_handle(model);
-    model->magic = kDeadMagic;
-    delete model;
-  } catch (...) {
-    std::string msg;
-    const uocr_status st = current_exception_status(msg);
-    record(st, ("uocr_model_free: " + msg).c_str(), nullptr);
-  }
-}
+UOCR_API void uocr_model_free(uocr_model* model) { free_handle(model, check_model); }
 
 UOCR_API void uocr_model_info_init_sized(uocr_model_info* info, uint32_t struct_size) {
   uocr_model_info d;
@@ -710,24 +746,23 @@ UOCR_API void uocr_model_info_init_sized(uocr_model_info* info, uint32_t struct_
 UOCR_API void(uocr_model_info_init)(uocr_model_info* info) { uocr_model_info_init_sized(info, kApi2Size.model_info); }
 
 UOCR_API uocr_status uocr_model_get_info(const uocr_model* model, uocr_model_info* info) {
-  UOCR_C_BEGIN
-  check_model(model);
-  check_output(info, UOCR_MODEL_INFO_MIN_SIZE, "info");
-  const uocr::ModelConfig& c = model->model->config();
-  uocr_model_info o;
-  uocr_model_info_init(&o);
-  o.hidden_size = c.decoder.hidden;
-  o.layers = c.decoder.layers;
-  o.vocab_size = c.decoder.vocab;
-  o.sliding_window = c.decoder.sliding_window;
-  o.image_size = c.sam.image_size;
-  o.max_positions = c.decoder.max_positions;
-  o.bos_id = c.decoder.bos_id;
-  o.eos_id = c.decoder.eos_id;
-  o.image_token_id = model->model->image_token_id();
-  write_output(info, o);
-  return record(UOCR_OK, "", nullptr);
-  UOCR_C_END
+  return c_call([&] {
+    check_model(model);
+    check_output(info, UOCR_MODEL_INFO_MIN_SIZE, "info");
+    const uocr::ModelConfig& c = model->model->config();
+    uocr_model_info o;
+    uocr_model_info_init(&o);
+    o.hidden_size = c.decoder.hidden;
+    o.layers = c.decoder.layers;
+    o.vocab_size = c.decoder.vocab;
+    o.sliding_window = c.decoder.sliding_window;
+    o.image_size = c.sam.image_size;
+    o.max_positions = c.decoder.max_positions;
+    o.bos_id = c.decoder.bos_id;
+    o.eos_id = c.decoder.eos_id;
+    o.image_token_id = model->model->image_token_id();
+    write_output(info, o);
+  });
 }
 
 // ---- session --------------------------------------------------------------------------------
@@ -748,39 +783,30 @@ UOCR_API void(uocr_session_params_init)(uocr_session_params* p) {
 
 UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_session_params* params,
                                          uocr_session** out_session) {
-  UOCR_C_BEGIN
-  if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
-  *out_session = nullptr;
-  check_model(model);
-  const uocr_session_params p =
-      read_params(params, default_session_params(), UOCR_SESSION_PARAMS_MIN_SIZE, "uocr_session_params");
-  auto s = std::make_unique<uocr_session>();
-  s->model = model->model;
-  s->params = to_core(p);
-  if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
-  s->checkpoint = to_checkpoint(p);
-  s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p));  // validates the rest
-  register_handle(s.get(), kSessionMagic);
-  *out_session = s.release();
-  return record(UOCR_OK, "", nullptr);
-  UOCR_C_END
+  return c_call([&] {
+    if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
+    *out_session = nullptr;
+    check_model(model);
+    const uocr_session_params p =
+        read_params(params, default_session_params(), UOCR_SESSION_PARAMS_MIN_SIZE, "uocr_session_params");
+    auto s = std::make_unique<uocr_session>();
+    s->model = model->model;
+    s->params = to_core(p);
+    if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
+    s->checkpoint = to_checkpoint(p);
+    s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p));  // validates the rest
+    register_handle(s.get(), kSessionMagic);
+    *out_session = s.release();
+  });
 }
 
 UOCR_API void uocr_session_free(uocr_session* session) {
-  if (session == nullptr) return;
-  try {
-    check_session(session);
+  free_handle(session, [](uocr_session* s) {
+    check_session(s);
     int expected = 0;
-    if (!session->busy.compare_exchange_strong(expected, 1, std::memory_order_acquire))
+    if (!s->busy.compare_exchange_strong(expected, 1, std::memory_order_acquire))
       fail(UOCR_E_BUSY, "uocr_session_free: the session is in a call (from its own event callback?); not freed");
-    unregister_handle(session);
-    session->magic = kDeadMagic;
-    delete session;
-  } catch (...) {
-    std::string msg;
-    const uocr_status st = current_exception_status(msg);
-    record(st, msg.c_str(), nullptr);
-  }
+  });
 }
 
 UOCR_API const char* uocr_session_last_error(const uocr_session* session) {
@@ -794,58 +820,27 @@ UOCR_API const char* uocr_session_last_error(const uocr_session* session) {
 }
 
 UOCR_API uocr_status uocr_session_add_image_file(uocr_session* session, const char* path) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  if (path == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image path is NULL");
-  add_page(session, uocr::load_image(path, session->limits));
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] { add_page(session, file_image(path, session->limits)); });
 }
 
 UOCR_API uocr_status uocr_session_add_image_encoded(uocr_session* session, const void* data, size_t size) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  if (data == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image data is NULL");
-  if (size == 0) fail(UOCR_E_INVALID_IMAGE, "cannot decode image: 0 bytes");
-  add_page(session, uocr::decode_image(static_cast<const uint8_t*>(data), size, session->limits));
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] { add_page(session, encoded_image(data, size, session->limits)); });
 }
 
 UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session* session, const uint8_t* rgb, int32_t width,
                                                 int32_t height, size_t stride) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  add_page(session, rgb_image(rgb, width, height, stride, session->limits));
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] { add_page(session, rgb_image(rgb, width, height, stride, session->limits)); });
 }
 
 UOCR_API uocr_status uocr_session_clear_pages(uocr_session* session) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  session->pages.clear();
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] { session->pages.clear(); });
 }
 
 UOCR_API uocr_status uocr_session_page_count(const uocr_session* session, int32_t* out_count) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  if (out_count == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_count is NULL");
-  *out_count = int32_t(session->pages.size());
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] {
+    if (out_count == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_count is NULL");
+    *out_count = int32_t(session->pages.size());
+  });
 }
 
 UOCR_API void uocr_run_summary_init_sized(uocr_run_summary* summary, uint32_t struct_size) {
@@ -860,31 +855,20 @@ UOCR_API void(uocr_run_summary_init)(uocr_run_summary* summary) {
 
 UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback callback, void* user_data,
                                       uocr_run_summary* summary) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
-  if (session->pages.empty()) fail(UOCR_E_INVALID_ARGUMENT, "no pages were added to the session");
-  uocr::ImageListPages pages(session->pages);
-  run_document(session, pages, callback, user_data, summary);
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] {
+    if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
+    if (session->pages.empty()) fail(UOCR_E_INVALID_ARGUMENT, "no pages were added to the session");
+    uocr::ImageListPages pages(session->pages);
+    run_document(session, pages, callback, user_data, summary);
+  });
 }
 
 UOCR_API uocr_status uocr_page_set_file(uocr_page* page, const char* path) {
-  return set_page(page, [&] {
-    if (path == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image path is NULL");
-    return uocr::load_image(path, *page->limits);
-  });
+  return set_page(page, [&] { return file_image(path, *page->limits); });
 }
 
 UOCR_API uocr_status uocr_page_set_encoded(uocr_page* page, const void* data, size_t size) {
-  return set_page(page, [&] {
-    if (data == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image data is NULL");
-    if (size == 0) fail(UOCR_E_INVALID_IMAGE, "cannot decode image: 0 bytes");
-    return uocr::decode_image(static_cast<const uint8_t*>(data), size, *page->limits);
-  });
+  return set_page(page, [&] { return encoded_image(data, size, *page->limits); });
 }
 
 UOCR_API uocr_status uocr_page_set_rgb(uocr_page* page, const uint8_t* rgb, int32_t width, int32_t height, size_t stride) {
@@ -894,57 +878,50 @@ UOCR_API uocr_status uocr_page_set_rgb(uocr_page* page, const uint8_t* rgb, int3
 UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_count, uocr_page_callback pages,
                                             void* pages_user_data, uocr_event_callback callback, void* user_data,
                                             uocr_run_summary* summary) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
-  if (pages == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "page callback is NULL");
-  if (page_count < 1) fail(UOCR_E_INVALID_ARGUMENT, "page_count must be >= 1, got " + std::to_string(page_count));
-  const uocr::DecodeLimits limits = session->limits;
-  uocr::CallbackPages source(page_count, [&](int64_t index, uocr::ImageU8& out) {
-    uocr_page page;
-    page.limits = &limits;
-    register_handle(&page, kPageMagic);
-    int32_t rc;
-    try {
-      rc = pages(index, &page, pages_user_data);
-    } catch (...) {
+  return session_call(session, [&] {
+    if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
+    if (pages == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "page callback is NULL");
+    if (page_count < 1) fail(UOCR_E_INVALID_ARGUMENT, "page_count must be >= 1, got " + std::to_string(page_count));
+    const uocr::DecodeLimits limits = session->limits;
+    uocr::CallbackPages source(page_count, [&](int64_t index, uocr::ImageU8& out) {
+      uocr_page page;
+      page.limits = &limits;
+      register_handle(&page, kPageMagic);
+      int32_t rc;
+      try {
+        rc = pages(index, &page, pages_user_data);
+      } catch (...) {
+        unregister_handle(&page);
+        throw;
+      }
       unregister_handle(&page);
-      throw;
-    }
-    unregister_handle(&page);
-    page.magic = kDeadMagic;
-    if (rc != 0) fail(UOCR_E_CANCELLED, "the page callback returned " + std::to_string(rc) + " for page " + std::to_string(index));
-    if (!page.set) {
-      if (page.error != UOCR_OK) fail(page.error, "page " + std::to_string(index) + ": " + page.message);
-      fail(UOCR_E_INVALID_ARGUMENT, "the page callback set no page for page " + std::to_string(index) +
-                                        " (call uocr_page_set_file, _encoded or _rgb)");
-    }
-    out = std::move(page.image);
-    return true;
+      page.magic = kDeadMagic;
+      if (rc != 0)
+        fail(UOCR_E_CANCELLED, "the page callback returned " + std::to_string(rc) + " for page " + std::to_string(index));
+      if (!page.set) {
+        if (page.error != UOCR_OK) fail(page.error, "page " + std::to_string(index) + ": " + page.message);
+        fail(UOCR_E_INVALID_ARGUMENT, "the page callback set no page for page " + std::to_string(index) +
+                                          " (call uocr_page_set_file, _encoded or _rgb)");
+      }
+      out = std::move(page.image);
+      return true;
+    });
+    run_document(session, source, callback, user_data, summary);
   });
-  run_document(session, source, callback, user_data, summary);
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
 }
 
 UOCR_API uocr_status uocr_session_text(const uocr_session* session, char* buf, size_t capacity, size_t* out_len) {
-  UOCR_C_BEGIN
-  check_session(session);
-  BusyGuard busy(session);
-  c_err_session = session;
-  const std::string& t = session->text;
-  if (out_len) *out_len = t.size();
-  if (buf == nullptr && capacity == 0) return record(UOCR_OK, "", session);
-  if (buf == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "buf is NULL but capacity is not 0");
-  if (capacity < t.size() + 1)
-    fail(UOCR_E_BUFFER_TOO_SMALL, "the transcript needs " + std::to_string(t.size() + 1) + " bytes (NUL included), buffer has " +
-                                      std::to_string(capacity));
-  std::memcpy(buf, t.data(), t.size());
-  buf[t.size()] = '\0';
-  return record(UOCR_OK, "", session);
-  UOCR_C_END
+  return session_call(session, [&] {
+    const std::string& t = session->text;
+    if (out_len) *out_len = t.size();
+    if (buf == nullptr && capacity == 0) return;
+    if (buf == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "buf is NULL but capacity is not 0");
+    if (capacity < t.size() + 1)
+      fail(UOCR_E_BUFFER_TOO_SMALL, "the transcript needs " + std::to_string(t.size() + 1) + " bytes (NUL included), buffer has " +
+                                        std::to_string(capacity));
+    std::memcpy(buf, t.data(), t.size());
+    buf[t.size()] = '\0';
+  });
 }
 
 }  // extern "C"

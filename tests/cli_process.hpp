@@ -1,5 +1,5 @@
-// Running the `uocr` CLI as a child process that a test can kill (the SIGKILL-and-resume tests),
-// and reading back the files it wrote.
+// Running the `uocr` CLI as a child process: through the shell with its output captured, or
+// spawned so that a test can kill it (the SIGKILL-and-resume tests); reading back the files it wrote.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -20,6 +21,25 @@ namespace uocr_test {
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+struct CliRun {
+  int status = -1;     // exit status, -1 when it did not exit normally
+  std::string output;  // stdout + stderr
+};
+
+// Runs the CLI through the shell: `arguments` as the shell reads them; `env` prefixes the command
+// (e.g. "env -u VAR ").
+inline CliRun run_cli(const std::string& arguments, const std::string& env = "") {
+  CliRun r;
+  const std::string cmd = env + "'" + cli_path() + "' " + arguments + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
 }
 
 // Starts the CLI with `args` (no shell), stdout and stderr to `log`; returns its pid.

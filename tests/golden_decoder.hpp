@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,30 @@ struct TinyAGolden {
   std::vector<int32_t> input_ids = tiny_a_ids("input_ids.npy");
   std::vector<int32_t> gen_ids = tiny_a_ids("gen_ids.npy");
   std::vector<float> vision = tiny_a_f32("vision_tokens.npy");
+};
+
+// TinyAGolden with a GPU backend's Context (or why there is none) and the decoder's device
+// weights (set by the test on first use). The Context is the first member, so it is destroyed
+// last: buffers must not outlive it.
+template <class Context, class DeviceWeights>
+struct DeviceGolden : TinyAGolden {
+  std::unique_ptr<Context> ctx;
+  std::string no_device;  // the Context's error when there is no usable device
+  uocr::Status no_device_status = uocr::Status::ok;
+  std::shared_ptr<DeviceWeights> dev_weights;
+
+  DeviceGolden() {
+    try {
+      ctx = std::make_unique<Context>();
+    } catch (const uocr::Error& e) {
+      no_device = e.what();
+      no_device_status = e.status();
+    }
+  }
+  ~DeviceGolden() {
+    dev_weights.reset();
+    ctx.reset();
+  }
 };
 
 constexpr double kGoldenRowRel = 1e-4;  // full logits rows against the upstream float32 run

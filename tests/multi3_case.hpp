@@ -2,6 +2,8 @@
 // 273 visual tokens, "<image>Multi page parsing.", 40 reference generated tokens. Shared by the
 // page-group tests on the CPU (test_infinite.cpp) and on Vulkan (test_vulkan_session.cpp).
 #pragma once
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -48,5 +51,23 @@ struct Multi3 {
     return f;
   }
 };
+
+// A device backend's SR-SWA made the CPU's selections: partial budgets attended fewer rows than
+// dense, every step, layer and head attended as many rows and scored as many bounds, and the last
+// step's spans are the same rows.
+inline void check_same_selections(const uocr::SparseReference& device, const uocr::SparseReference& cpu, int heads,
+                                  double worst, int group_pages) {
+  MESSAGE("G = " << group_pages << ": worst relative error " << worst << ", reference rows attended "
+                 << device.rows_attended() << " of " << device.rows_dense());
+  CHECK(device.rows_attended() < device.rows_dense());
+  CHECK(device.rows_attended() == cpu.rows_attended());
+  CHECK(device.bounds_evaluated() == cpu.bounds_evaluated());
+  for (int h = 0; h < heads; ++h) {
+    const std::vector<uocr::RowSpan>& a = device.last_selection(h);
+    const std::vector<uocr::RowSpan>& b = cpu.last_selection(h);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].begin == b[i].begin && a[i].rows == b[i].rows));
+  }
+}
 
 }  // namespace uocr_test

@@ -1,6 +1,7 @@
-// Inputs and float64 references for the backend op conformance tests (tests/test_vulkan.cpp,
-// backends/cuda/test_cuda.cpp): random activations, weight tensors in a checkpoint type, and the
-// reference linear layer and attention every backend is measured against.
+// Inputs and references for the backend op conformance tests (tests/test_vulkan.cpp,
+// backends/cuda/test_cuda.cpp), so that every backend is measured against the same cases: random
+// activations, weight tensors in a checkpoint type, linear and attention cases, the float64
+// references (linear, RMSNorm, RoPE, SiLU*mul, attention) and the CPU backend's results.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,8 @@
 
 #include "uocr/core/dtype.hpp"
 #include "uocr/decoder/attention.hpp"
+#include "uocr/decoder/moe.hpp"
+#include "uocr/decoder/rope.hpp"
 #include "uocr/io/safetensors.hpp"
 
 namespace uocr_test {
@@ -96,6 +99,134 @@ inline std::vector<double> ref_attention_row(const float* q, const std::vector<f
     }
   }
   return out;
+}
+
+// A linear-layer case: m input rows of k, an n x k weight in a checkpoint type, a bf16 bias (used
+// when `bias`), and y = x·wᵀ (+ b) in float64. Draws three seeds from `seed`.
+struct LinearShape {
+  int64_t m, n, k;
+  bool bias;
+};
+struct LinearCase {
+  LinearShape s;
+  std::vector<float> x;
+  HostTensor w, b;
+  std::vector<double> ref;
+  LinearCase(uocr::DType t, const LinearShape& shape, uint32_t& seed)
+      : s(shape),
+        x(randn(size_t(s.m * s.k), seed++)),
+        w(t, {s.n, s.k}, randn(size_t(s.n * s.k), seed++, 1.0f / std::sqrt(float(s.k)))),
+        b(uocr::DType::bf16, {s.n}, randn(size_t(s.n), seed++, 0.1f)),
+        ref(ref_linear(x, s.m, w, s.bias ? &b : nullptr)) {}
+  const uocr::TensorView* bias() const { return s.bias ? &b.view : nullptr; }
+};
+
+// y = w · x / sqrt(mean(x²) + eps) over rows of n, in float64.
+inline std::vector<double> ref_rms_norm(const std::vector<float>& x, int64_t rows, int64_t n, const std::vector<float>& w,
+                                        double eps) {
+  std::vector<double> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
+    const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
+    for (int64_t i = 0; i < n; ++i) ref[size_t(r * n + i)] = w[size_t(i)] * x[size_t(r * n + i)] * inv;
+  }
+  return ref;
+}
+
+// Rotary embedding (rotate-half) of rows x heads x d values, row r at position pos0 + r, in
+// float64 from the same float32 angles the backends use.
+inline std::vector<double> ref_rope(const std::vector<float>& x, int64_t rows, int heads, int d, float theta, int64_t pos0) {
+  std::vector<double> ref(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int i = 0; i < d / 2; ++i) {
+      const float angle = float(pos0 + r) * (1.0f / std::pow(theta, float(2 * i) / float(d)));
+      const double c = std::cos(double(angle)), s = std::sin(double(angle));
+      for (int h = 0; h < heads; ++h) {
+        const size_t base = size_t((r * heads + h) * d);
+        const double x1 = x[base + size_t(i)], x2 = x[base + size_t(i + d / 2)];
+        ref[base + size_t(i)] = x1 * c - x2 * s;
+        ref[base + size_t(i + d / 2)] = x2 * c + x1 * s;
+      }
+    }
+  return ref;
+}
+
+// silu(g) * u elementwise, in float64.
+inline std::vector<double> ref_silu_mul(const std::vector<float>& g, const std::vector<float>& u) {
+  std::vector<double> ref(g.size());
+  for (size_t i = 0; i < g.size(); ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+  return ref;
+}
+
+// An attention case. split 0: causal over t query rows (row i sees keys [0, i]); split > 0: one
+// query over split reference rows followed by t - split ring rows.
+struct AttnCase {
+  uocr::AttentionShape shape;
+  std::vector<float> q, k, v;
+  int64_t t = 0, split = 0;
+  bool causal() const { return split == 0; }
+};
+
+// Random q, k, v for an attention case from seeds seed, seed + 1, seed + 2.
+inline AttnCase make_attention(int heads, int kv_heads, int head_dim, int64_t t, int64_t split, uint32_t seed) {
+  AttnCase c;
+  c.shape = uocr::AttentionShape{heads, kv_heads, head_dim};
+  c.t = t;
+  c.split = split;
+  c.q = randn(size_t((split ? 1 : t) * c.shape.q_row()), seed);
+  c.k = randn(size_t(t * c.shape.kv_row()), seed + 1);
+  c.v = randn(size_t(t * c.shape.kv_row()), seed + 2);
+  return c;
+}
+
+// Every query row of an attention case, in float64.
+inline std::vector<double> ref_attention(const AttnCase& c) {
+  const int64_t rows = c.causal() ? c.t : 1, qr = c.shape.q_row();
+  std::vector<double> out;
+  for (int64_t i = 0; i < rows; ++i) {
+    const std::vector<double> row = ref_attention_row(c.q.data() + i * qr, c.k, c.v, c.causal() ? i + 1 : c.t, c.shape);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+// --- the CPU backend's results, which the GPU backends are also compared against -------------
+
+inline std::vector<float> cpu_rope(const std::vector<float>& x, int64_t rows, int heads, int head_dim, float theta,
+                                   int64_t pos0) {
+  std::vector<float> y(x);
+  uocr::Rope r(head_dim, theta);
+  for (int64_t i = 0; i < rows; ++i) r.apply(y.data() + i * heads * head_dim, heads, pos0 + i);
+  return y;
+}
+
+inline std::vector<float> cpu_attention(const AttnCase& c) {
+  std::vector<float> out(c.q.size());
+  if (c.causal()) {
+    uocr::causal_attention(c.q.data(), c.k.data(), c.v.data(), c.t, c.shape, out.data());
+    return out;
+  }
+  const int64_t kr = c.shape.kv_row();
+  std::vector<float> scores(size_t(c.shape.heads * c.t));
+  uocr::decode_attention(c.q.data(), uocr::KvRows{c.k.data(), c.v.data(), c.split},
+                         uocr::KvRows{c.k.data() + c.split * kr, c.v.data() + c.split * kr, c.t - c.split}, c.shape,
+                         scores.data(), out.data());
+  return out;
+}
+
+// The dense MLP or MoE half of decoder layer `layer` over the rows of x.
+inline std::vector<float> cpu_feed_forward(const uocr::DecoderConfig& d, const uocr::DecoderWeights& w, int layer,
+                                           const std::vector<float>& x) {
+  const uocr::DecoderLayerWeights& lw = w.layers[size_t(layer)];
+  const int64_t m = int64_t(x.size()) / d.hidden;
+  std::vector<float> y(x.size());
+  uocr::MoeScratch moe;
+  if (lw.moe)
+    uocr::moe_forward(d, lw, x.data(), m, y.data(), moe);
+  else
+    uocr::mlp_forward(lw.dense, x.data(), m, y.data(), moe.mlp);
+  return y;
 }
 
 }  // namespace uocr_test

@@ -223,23 +223,20 @@ TEST_CASE("c_api: model loading errors") {
   CHECK(m == nullptr);
   CHECK(std::string(uocr_last_error()).find("/nonexistent/uocr-model") != std::string::npos);
 
-  uocr_model_params bad = mp;
-  bad.struct_size = 0;
-  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
+  // The defaults with one change.
+  auto load_changed = [&](void (*change)(uocr_model_params&)) {
+    uocr_model_params bad = mp;
+    change(bad);
+    return uocr_model_load(model_dir().c_str(), &bad, &m);
+  };
+  CHECK(load_changed([](uocr_model_params& p) { p.struct_size = 0; }) == UOCR_E_INVALID_ARGUMENT);
   CHECK(std::string(uocr_last_error()).find("struct_size") != std::string::npos);
-  bad = mp;
-  bad.struct_size = 4;
-  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
-  bad = mp;
-  bad.api_version = UOCR_API_VERSION + 1;  // a header newer than the library
-  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_VERSION_MISMATCH);
+  CHECK(load_changed([](uocr_model_params& p) { p.struct_size = 4; }) == UOCR_E_INVALID_ARGUMENT);
+  // A header newer than the library.
+  CHECK(load_changed([](uocr_model_params& p) { p.api_version = UOCR_API_VERSION + 1; }) == UOCR_E_VERSION_MISMATCH);
   CHECK(std::string(uocr_last_error()).find("API version") != std::string::npos);
-  bad = mp;
-  bad.api_version = 0;
-  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
-  bad = mp;
-  bad.flags = 1;
-  CHECK(uocr_model_load(model_dir().c_str(), &bad, &m) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(load_changed([](uocr_model_params& p) { p.api_version = 0; }) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(load_changed([](uocr_model_params& p) { p.flags = 1; }) == UOCR_E_INVALID_ARGUMENT);
   CHECK(m == nullptr);
 
   // A successful call clears the thread's message.
@@ -352,45 +349,35 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     if (st != UOCR_OK) CHECK(s == nullptr);
     return st;
   };
+  // The defaults with one change are refused as an invalid argument; the message names `named`.
+  using Change = void (*)(uocr_session_params&);
+  auto refused = [&](Change change, const char* named = nullptr) {
+    uocr_session_params p = sp;
+    change(p);
+    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    if (named) CHECK(std::string(uocr_last_error()).find(named) != std::string::npos);
+  };
 
   SUBCASE("NULL params are the defaults") {
     REQUIRE(create(nullptr) == UOCR_OK);
     uocr_session_free(s);
   }
   SUBCASE("struct_size 0 or below the minimum") {
-    uocr_session_params p = sp;
-    p.struct_size = 0;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    CHECK(std::string(uocr_last_error()).find("uocr_session_params_init") != std::string::npos);
-    p.struct_size = UOCR_SESSION_PARAMS_MIN_SIZE - 4;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    refused([](uocr_session_params& p) { p.struct_size = 0; }, "uocr_session_params_init");
+    refused([](uocr_session_params& p) { p.struct_size = UOCR_SESSION_PARAMS_MIN_SIZE - 4; });
   }
   SUBCASE("out-of-range values") {
+    refused([](uocr_session_params& p) { p.image_mode = 7; });
+    refused([](uocr_session_params& p) { p.loop_guard = 2; });
+    refused([](uocr_session_params& p) { p.temperature = -1.f; }, "temperature");
+    refused([](uocr_session_params& p) { p.top_p = 0.f; });
+    refused([](uocr_session_params& p) { p.max_new_tokens = -5; });
+    refused([](uocr_session_params& p) { p.window = -3; });
+    refused([](uocr_session_params& p) { p.ngram_size = -1; });
+    // A whole-sequence n-gram window is not constant-memory ...
+    refused([](uocr_session_params& p) { p.ngram_window = 0; });
     uocr_session_params p = sp;
-    p.image_mode = 7;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.loop_guard = 2;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.temperature = -1.f;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    CHECK(std::string(uocr_last_error()).find("temperature") != std::string::npos);
-    p = sp;
-    p.top_p = 0.f;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.max_new_tokens = -5;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.window = -3;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.ngram_size = -1;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.ngram_window = 0;  // a whole-sequence n-gram window is not constant-memory
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
+    p.ngram_window = 0;
     p.ngram_size = 0;  // ... but irrelevant with the rule off
     REQUIRE(create(&p) == UOCR_OK);
     uocr_session_free(s);
@@ -464,32 +451,14 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     CHECK(sp.positions == UOCR_POSITIONS_LIMIT);
     CHECK(sp.checkpoint_path == nullptr);
     CHECK(sp.resume == 0);
+    refused([](uocr_session_params& p) { p.pages_per_group = 1; }, "pages_per_group");
+    refused([](uocr_session_params& p) { p.pages_per_group = p.overlap_pages = 3; }, "overlap");
+    refused([](uocr_session_params& p) { p.page_fallback_tokens = -2; });
+    refused([](uocr_session_params& p) { p.reference_mode = 2; });
+    refused([](uocr_session_params& p) { p.reference_blocks = -3; });
+    refused([](uocr_session_params& p) { p.positions = 5; });
+    refused([](uocr_session_params& p) { p.resume = 1; }, "checkpoint_path");  // without a checkpoint path
     uocr_session_params p = sp;
-    p.pages_per_group = 1;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    CHECK(std::string(uocr_last_error()).find("pages_per_group") != std::string::npos);
-    p = sp;
-    p.pages_per_group = 3;
-    p.overlap_pages = 3;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    CHECK(std::string(uocr_last_error()).find("overlap") != std::string::npos);
-    p = sp;
-    p.page_fallback_tokens = -2;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.reference_mode = 2;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.reference_blocks = -3;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.positions = 5;
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    p = sp;
-    p.resume = 1;  // without a checkpoint path
-    CHECK(create(&p) == UOCR_E_INVALID_ARGUMENT);
-    CHECK(std::string(uocr_last_error()).find("checkpoint_path") != std::string::npos);
-    p = sp;
     p.pages_per_group = 8;
     p.page_fallback_tokens = -1;
     p.reference_mode = UOCR_REFERENCE_SPARSE;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "cli_process.hpp"
 #include "test_support.hpp"
 #include "uocr/io/npy.hpp"
 
@@ -17,24 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int status = -1;
-  std::string output;  // stdout + stderr
-};
-
-// `env` prefixes the command (e.g. "env -u VAR ").
-Run run_cli(const std::string& arguments, const std::string& env = "") {
-  Run r;
-  const std::string cmd = env + "'" + uocr_test::cli_path() + "' " + arguments + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using uocr_test::run_cli;
+using Run = uocr_test::CliRun;
 
 std::string tiny() { return uocr_test::golden_dir("tiny-a"); }
 std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_cli_" + name)).string(); }
@@ -107,6 +92,15 @@ TEST_CASE("inspect model and tokenize describe the folder") {
 }
 
 TEST_CASE("bad input gives a clear error and a non-zero exit") {
+  // `inspect logits` on the tiny page with these input ids (written to a temporary file).
+  auto logits_with_ids = [](const std::string& name, const std::vector<int64_t>& ids) {
+    const std::string path = tmp(name);
+    uocr::write_npy(path, "<i8", {int64_t(ids.size())}, ids.data(), 8);
+    const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + tiny() + "/page.png' --input-ids '" + path +
+                          "' -o /tmp/x.npy");
+    fs::remove(path);
+    return r;
+  };
   SUBCASE("missing model folder") {
     const Run r = run_cli("inspect vision --model /nonexistent --image x.png -o /tmp/x.npy");
     CHECK(r.status != 0);
@@ -123,24 +117,14 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
     CHECK(r.output.find("/nonexistent.png") != std::string::npos);
   }
   SUBCASE("input ids that are not token ids") {
-    const std::string bad = tmp("bad_ids.npy");
-    const std::vector<int64_t> ids = {0, 999999999};
-    uocr::write_npy(bad, "<i8", {2}, ids.data(), 8);
-    const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + tiny() + "/page.png' --input-ids '" + bad +
-                          "' -o /tmp/x.npy");
+    const Run r = logits_with_ids("bad_ids.npy", {0, 999999999});
     CHECK(r.status != 0);
     CHECK(r.output.find("999999999") != std::string::npos);
-    fs::remove(bad);
   }
   SUBCASE("placeholder count that does not match the image") {
-    const std::string bad = tmp("few_ids.npy");
-    const std::vector<int64_t> ids = {0, 128815, 128815, 16};
-    uocr::write_npy(bad, "<i8", {4}, ids.data(), 8);
-    const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + tiny() + "/page.png' --input-ids '" + bad +
-                          "' -o /tmp/x.npy");
+    const Run r = logits_with_ids("few_ids.npy", {0, 128815, 128815, 16});
     CHECK(r.status != 0);
     CHECK(r.output.find("273") != std::string::npos);
-    fs::remove(bad);
   }
   SUBCASE("unknown command and missing option") {
     CHECK(run_cli("frobnicate").status != 0);
@@ -217,6 +201,26 @@ TEST_CASE("uocr run: page group, SR-SWA and checkpoint options are checked") {
   fails("--positions far", "--positions");
   fails("--resume", "--checkpoint");
   fails("--checkpoint-every -1 --checkpoint /tmp/x.ckpt", "--checkpoint-every");
+  fails("--separate-pages --checkpoint /tmp/x.ckpt", "--separate-pages");
+}
+
+TEST_CASE("uocr run --separate-pages: every page its own single-page run, each opened by the page marker") {
+  const std::string model = " --model '" + uocr_test::source_dir() + "/models/uocr-demo' --format raw --quiet ";
+  auto page = [](int i) { return " '" + uocr_test::source_dir() + "/samples/data/demo-page" + std::to_string(i) + ".png'"; };
+  const Run one = run_cli("run" + model + page(1));
+  const Run two = run_cli("run" + model + page(2));
+  REQUIRE(one.status == 0);
+  REQUIRE(two.status == 0);
+  const Run both = run_cli("run --separate-pages --stats json" + model + page(1) + page(2));
+  INFO(both.output);
+  REQUIRE(both.status == 0);
+  // Each run's text ends with one newline; the stats line (stderr) may come before the final one.
+  const std::string text = "<PAGE>" + one.output.substr(0, one.output.size() - 1) + "<PAGE>" +
+                           two.output.substr(0, two.output.size() - 1);
+  CHECK(both.output.compare(0, text.size(), text) == 0);
+  CHECK(both.output.find("\"pages\": 2,") != std::string::npos);
+  CHECK(both.output.find("\"pages_encoded\": 2,") != std::string::npos);
+  CHECK(both.output.find("\"stop\": \"eos\"") != std::string::npos);
 }
 
 TEST_CASE("uocr run: bad input is an error with a message") {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "event_recorder.hpp"
 #include "logit_agreement.hpp"
 #include "multi3_case.hpp"
 #include "test_support.hpp"
@@ -35,6 +36,8 @@
 using uocr::Status;
 using uocr_test::bit_identical;
 using uocr_test::Multi3;
+using uocr_test::recorder;
+using uocr_test::Recorded;
 using uocr_test::rel_err;
 using uocr_test::status_of;
 
@@ -472,24 +475,6 @@ std::vector<std::string> page_files(int n) {
   const std::vector<std::string> all = {uocr_test::golden_dir("tiny-a") + "/page.png", imgs + "page_a_800x1000.png",
                                         imgs + "page_b_1100x700.png"};
   return std::vector<std::string>(all.begin(), all.begin() + n);
-}
-
-struct Recorded {
-  std::vector<int32_t> tokens;
-  std::string text;
-  int pages = 0, blocks = 0;
-};
-
-std::function<bool(const uocr::Event&)> recorder(Recorded& r) {
-  return [&r](const uocr::Event& e) {
-    if (e.type == uocr::Event::Type::token) {
-      r.tokens.push_back(e.token);
-      r.text += e.text;
-    }
-    r.pages += e.type == uocr::Event::Type::page;
-    r.blocks += e.type == uocr::Event::Type::block;
-    return true;
-  };
 }
 
 }  // namespace

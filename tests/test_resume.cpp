@@ -22,12 +22,15 @@
 #include <unistd.h>
 
 #include "cli_process.hpp"
+#include "event_recorder.hpp"
 #include "resume_case.hpp"
 #include "test_support.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/page_source.hpp"
 
+using uocr_test::recorder;
+using uocr_test::Recorded;
 using uocr_test::resume_groups;
 using uocr_test::resume_params;
 
@@ -54,21 +57,13 @@ void write_file(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
 
-struct Recorded {
-  std::vector<int32_t> tokens;
-  std::string text;
-};
-
 }  // namespace
 
 TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as if never stopped") {
   Recorded full;
   uocr::InfiniteSession ref(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages ref_pages(page_files());
-  const uocr::RunSummary a = ref.run(ref_pages, [&](const uocr::Event& e) {
-    if (e.type == uocr::Event::Type::token) full.tokens.push_back(e.token), full.text += e.text;
-    return true;
-  });
+  const uocr::RunSummary a = ref.run(ref_pages, recorder(full));
   REQUIRE(a.generated_tokens == 40);
   REQUIRE(ref.stats().slides == 1);
 
@@ -96,10 +91,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   Recorded rest;
   uocr::InfiniteSession second(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages second_pages(page_files());
-  const uocr::RunSummary c = second.run(second_pages, [&](const uocr::Event& e) {
-    if (e.type == uocr::Event::Type::token) rest.tokens.push_back(e.token), rest.text += e.text;
-    return true;
-  }, opt);
+  const uocr::RunSummary c = second.run(second_pages, recorder(rest), opt);
   CHECK(caller == "caller state 7");  // the token-20 checkpoint's (written after the one of boundary 16)
   CHECK(second.stats().resumed_at_token == 20);
   CHECK(second.stats().pages_encoded == 3);
@@ -109,6 +101,8 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   CHECK(c.memory.reference_kv_bytes == a.memory.reference_kv_bytes);
   CHECK(c.memory.peak_kv_bytes == a.memory.peak_kv_bytes);
   CHECK(c.memory.kv_allocated_bytes == a.memory.kv_allocated_bytes);
+  CHECK(c.memory.peak_scratch_bytes == a.memory.peak_scratch_bytes);
+  CHECK(c.memory.peak_bytes == a.memory.peak_bytes);
   CHECK(second.stats().slides == 1);
   CHECK(second.stats().forced_boundaries == ref.stats().forced_boundaries);
   CHECK(full.text.size() > rest.text.size());

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "event_recorder.hpp"
 #include "test_support.hpp"
 #include "uocr/session/markdown.hpp"
 #include "uocr/session/output_parser.hpp"
@@ -69,21 +70,14 @@ TEST_CASE("a session streams tokens whose text adds up to the transcript, determ
   params.max_new_tokens = 24;
   uocr::Session s(tiny_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
-  std::string streamed;
-  int tokens = 0;
-  const uocr::RunSummary a = s.run([&](const uocr::Event& e) {
-    if (e.type == uocr::Event::Type::token) {
-      streamed += e.text;
-      ++tokens;
-    }
-    return true;
-  });
+  uocr_test::Recorded streamed;
+  const uocr::RunSummary a = s.run(uocr_test::recorder(streamed));
   CHECK(a.stop == uocr::StopReason::max_tokens);
   CHECK(a.generated_tokens == 24);
-  CHECK(tokens == 24);
+  CHECK(streamed.tokens.size() == 24);
   CHECK(a.visual_tokens == 273);
   CHECK(a.prompt_tokens == 277);  // BOS + 273 + "document parsing."
-  CHECK(streamed.find(a.text) != std::string::npos);
+  CHECK(streamed.text.find(a.text) != std::string::npos);
   CHECK_FALSE(a.empty);
   // R-SWA with the default window 128: after 24 tokens the window holds 24 rows.
   const size_t per_token = 2 * 32 * 4 * 2;  // K+V, hidden 32, float32, 2 layers

@@ -69,6 +69,16 @@ struct Case {
   }
 };
 
+// The attention dimensions SparseReference reads from a decoder config.
+uocr::DecoderConfig attention_config(int layers, int heads, int kv_heads, int head_dim) {
+  uocr::DecoderConfig c;
+  c.layers = layers;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  return c;
+}
+
 Case& tiny_a() {  // 1 page of 273, "document parsing.", 300 generated, R-SWA n = 128
   static Case c(uocr_test::golden_dir("tiny-a") + "/config.json", uocr_test::golden_dir("tiny-a"), uocr_test::golden_dir("tiny-a"), 1, 128);
   return c;
@@ -81,11 +91,7 @@ Case& multi3() {  // tiny-b, 3 pages of 273, 40 generated, R-SWA n = 8
 }  // namespace
 
 TEST_CASE("the Quest bound of a block bounds q·k of every key in it") {
-  uocr::DecoderConfig c;
-  c.layers = 1;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 16;
+  const uocr::DecoderConfig c = attention_config(1, 4, 2, 16);
   const uocr::ReferenceLayout layout = uocr::one_shot_layout(3, 5, 50, 4);
   uocr::SparseParams sp;
   sp.block_tokens = 7;
@@ -117,11 +123,7 @@ TEST_CASE("the Quest bound of a block bounds q·k of every key in it") {
 }
 
 TEST_CASE("SR-SWA attends exactly to the selected blocks + always rows + window (naive check, GQA)") {
-  uocr::DecoderConfig c;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 8;
+  const uocr::DecoderConfig c = attention_config(2, 4, 2, 8);
   const uocr::AttentionShape s{4, 2, 8};
   const uocr::ReferenceLayout layout = uocr::one_shot_layout(2, 12, 40, 3);
   const int64_t kr = s.kv_row(), rows = layout.rows(), gen_rows = 9;
@@ -179,11 +181,7 @@ TEST_CASE("SR-SWA attends exactly to the selected blocks + always rows + window 
 }
 
 TEST_CASE("the gate tree: a node's bound bounds every page and key under it; one page's update reaches its ancestors") {
-  uocr::DecoderConfig c;
-  c.layers = 2;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 12;  // one 8-lane pass + 4 leftover channels
+  const uocr::DecoderConfig c = attention_config(2, 4, 2, 12);  // one 8-lane pass + 4 leftover channels
   const int64_t pages = 19, t = 10, kr = 2 * 12;
   const uocr::ReferenceLayout layout = uocr::one_shot_layout(2, pages, t, 3);
   uocr::SparseParams sp;
@@ -244,11 +242,7 @@ TEST_CASE("the gate tree: a node's bound bounds every page and key under it; one
 }
 
 TEST_CASE("a tree gate whose beam covers every level passes the flat gate's pages; a narrow beam scores fewer nodes") {
-  uocr::DecoderConfig c;
-  c.layers = 1;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 8;
+  const uocr::DecoderConfig c = attention_config(1, 4, 2, 8);
   const uocr::AttentionShape s{4, 2, 8};
   const int64_t pages = 40, t = 12, gen_rows = 6;
   const uocr::ReferenceLayout layout = uocr::one_shot_layout(2, pages, t, 3);
@@ -442,11 +436,7 @@ TEST_CASE("SR-SWA vs dense attention step time (standalone timing)" * doctest::s
   const int64_t t = 273, window = 128, head = 1, tail = 5;
   for (const Dims& dm : {Dims{"tiny-a dims (4 heads x 8)", 4, 4, 8}, Dims{"real dims (10 heads x 128)", 10, 10, 128}}) {
     const uocr::AttentionShape s{dm.heads, dm.kv_heads, dm.head_dim};
-    uocr::DecoderConfig c;
-    c.layers = 1;
-    c.heads = dm.heads;
-    c.kv_heads = dm.kv_heads;
-    c.head_dim = dm.head_dim;
+    const uocr::DecoderConfig c = attention_config(1, dm.heads, dm.kv_heads, dm.head_dim);
     for (int64_t pages : page_counts) {
       const uocr::ReferenceLayout layout = uocr::one_shot_layout(head, pages, t, tail);
       const int64_t rows = layout.rows(), kr = s.kv_row();

@@ -8,11 +8,14 @@
 #include <vector>
 
 #include "test_support.hpp"
+#include "vision_stages.hpp"
 #include "uocr/io/npy.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
 #include "uocr/vision/encoder.hpp"
+
+using uocr_test::to_chw;
 
 namespace {
 
@@ -34,11 +37,6 @@ std::vector<float> golden(const std::string& name, const std::vector<int64_t>& s
   const uocr::NpyArray a = uocr::read_npy(tiny() + "/" + name);
   REQUIRE(a.shape == shape);
   return a.to_f32();
-}
-
-// Channels-last map -> NCHW order (batch 1), the layout of the reference files.
-std::vector<float> to_chw(const uocr::vision::FeatureMap& m) {
-  return uocr::vision::detail::transposed(m.data.data(), m.tokens(), m.c);
 }
 
 // ‖ours − ref‖/‖ref‖ and max |ours − ref|, both required ≤ 1e-3.

@@ -26,12 +26,13 @@
 #include "golden_decoder.hpp"
 #include "op_reference.hpp"
 #include "test_support.hpp"
+#include "vision_stages.hpp"
+#include "vulkan_env.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/vulkan/decoder.hpp"
 #include "uocr/backends/vulkan/vision.hpp"
 #include "uocr/decoder/attention.hpp"
 #include "uocr/decoder/decoder.hpp"
-#include "uocr/decoder/moe.hpp"
 #include "uocr/decoder/rope.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/vision/conv.hpp"
@@ -40,58 +41,20 @@
 
 namespace vk = uocr::vulkan;
 using uocr::Status;
+using uocr_test::AttnCase;
+using uocr_test::check_stage;
 using uocr_test::HostTensor;
 using uocr_test::randn;
-using uocr_test::ref_linear;
 using uocr_test::row_error;
 using uocr_test::RowError;
 using uocr_test::status_of;
+using uocr_test::to_chw;
 
 namespace {
 
-// Everything shared by the cases, built once. The Context is the first member, so it is
-// destroyed last (buffers must not outlive it).
-struct Env : uocr_test::TinyAGolden {
-  std::unique_ptr<vk::Context> ctx;
-  std::string ctx_error;
-  std::shared_ptr<vk::DecoderDeviceWeights> dev_weights;
+using Env = uocr_test::VulkanEnv;
 
-  Env() {
-    try {
-      ctx = std::make_unique<vk::Context>();
-    } catch (const uocr::Error& e) {
-      ctx_error = e.what();
-    }
-  }
-  ~Env() {
-    dev_weights.reset();
-    ctx.reset();
-  }
-
-  static Env& get() {
-    static Env e;
-    return e;
-  }
-  vk::Context& vk() {
-    if (!ctx)
-      FAIL("no usable Vulkan device (" << ctx_error
-                                        << "). Install Mesa's lavapipe (apt install mesa-vulkan-drivers) or build with "
-                                           "-Dvulkan=disabled");
-    return *ctx;
-  }
-  const std::shared_ptr<vk::DecoderDeviceWeights>& device_weights() {
-    if (!dev_weights) dev_weights = vk::DecoderDeviceWeights::upload(vk(), w.decoder);
-    return dev_weights;
-  }
-};
-
-void check_no_validation_errors(const std::string& where) {
-  vk::Context& c = Env::get().vk();
-  if (!c.validation_enabled()) return;
-  INFO(where);
-  for (const std::string& m : c.validation_messages()) INFO(m);
-  CHECK(c.validation_errors() == 0);
-}
+void check_no_validation_errors(const std::string& where) { uocr_test::check_no_validation_errors(Env::get().vk(), where); }
 
 // Worst error per op over all cases, printed at the end of the suite.
 std::map<std::string, std::array<RowError, 3>>& op_report() {  // [cpu vs f64, vulkan vs f64, vulkan vs cpu]
@@ -105,12 +68,6 @@ void note(const std::string& op, int which, const RowError& e) {
 }
 
 // --- the two backends behind one interface -------------------------------------------------
-
-struct AttnCase {
-  uocr::AttentionShape shape;
-  std::vector<float> q, k, v;  // causal: t rows of each; decode: one query, keys split at `split`
-  int64_t t = 0, split = 0;
-};
 
 class Backend {
  public:
@@ -164,44 +121,22 @@ class CpuBackend : public Backend {
   }
   std::vector<float> rope(const std::vector<float>& x, int64_t rows, int heads, int head_dim, float theta,
                           int64_t pos0) override {
-    std::vector<float> y(x);
-    uocr::Rope r(head_dim, theta);
-    for (int64_t i = 0; i < rows; ++i) r.apply(y.data() + i * heads * head_dim, heads, pos0 + i);
-    return y;
+    return uocr_test::cpu_rope(x, rows, heads, head_dim, theta, pos0);
   }
   std::vector<float> silu_mul(const std::vector<float>& g, const std::vector<float>& u) override {
     std::vector<float> y(g);
     for (size_t i = 0; i < y.size(); ++i) y[i] = y[i] / (1.0f + std::exp(-y[i])) * u[i];
     return y;
   }
-  std::vector<float> causal_attention(const AttnCase& c) override {
-    std::vector<float> out(c.q.size());
-    uocr::causal_attention(c.q.data(), c.k.data(), c.v.data(), c.t, c.shape, out.data());
-    return out;
-  }
-  std::vector<float> decode_attention(const AttnCase& c) override {
-    const int64_t kr = c.shape.kv_row();
-    std::vector<float> out(size_t(c.shape.q_row())), scores(size_t(c.shape.heads * c.t));
-    uocr::decode_attention(c.q.data(), uocr::KvRows{c.k.data(), c.v.data(), c.split},
-                           uocr::KvRows{c.k.data() + c.split * kr, c.v.data() + c.split * kr, c.t - c.split}, c.shape,
-                           scores.data(), out.data());
-    return out;
-  }
+  std::vector<float> causal_attention(const AttnCase& c) override { return uocr_test::cpu_attention(c); }
+  std::vector<float> decode_attention(const AttnCase& c) override { return uocr_test::cpu_attention(c); }
   std::vector<float> embed(const std::vector<int32_t>& ids) override {
     Env& e = Env::get();
     return uocr::Decoder(e.cfg.decoder, e.w.decoder).embed(ids);
   }
   std::vector<float> feed_forward(int layer, const std::vector<float>& x) override {
     Env& e = Env::get();
-    const uocr::DecoderLayerWeights& lw = e.w.decoder.layers[size_t(layer)];
-    const int64_t m = int64_t(x.size()) / e.cfg.decoder.hidden;
-    std::vector<float> y(x.size());
-    uocr::MoeScratch moe;
-    if (lw.moe)
-      uocr::moe_forward(e.cfg.decoder, lw, x.data(), m, y.data(), moe);
-    else
-      uocr::mlp_forward(lw.dense, x.data(), m, y.data(), moe.mlp);
-    return y;
+    return uocr_test::cpu_feed_forward(e.cfg.decoder, e.w.decoder, layer, x);
   }
   std::vector<float> conv2d(const uocr::vision::FeatureMap& x, const uocr::TensorView& w, const uocr::TensorView* b,
                             int stride, int pad) override {
@@ -411,30 +346,6 @@ void conform(const std::string& op, const std::vector<double>& ref, double budge
   check_no_validation_errors(op);
 }
 
-// --- float64 references ---------------------------------------------------------------------
-
-// Every query row of an attention case (causal: row i sees keys [0, i]; decode: one row sees all).
-std::vector<double> ref_attention(const AttnCase& c, bool causal) {
-  const int64_t rows = causal ? c.t : 1, qr = c.shape.q_row();
-  std::vector<double> out;
-  for (int64_t i = 0; i < rows; ++i) {
-    const std::vector<double> row = uocr_test::ref_attention_row(c.q.data() + i * qr, c.k, c.v, causal ? i + 1 : c.t, c.shape);
-    out.insert(out.end(), row.begin(), row.end());
-  }
-  return out;
-}
-
-AttnCase make_attention(int heads, int kv_heads, int head_dim, int64_t t, int64_t split, uint32_t seed) {
-  AttnCase c;
-  c.shape = uocr::AttentionShape{heads, kv_heads, head_dim};
-  c.t = t;
-  c.split = split;
-  c.q = randn(size_t((split ? 1 : t) * c.shape.q_row()), seed);
-  c.k = randn(size_t(t * c.shape.kv_row()), seed + 1);
-  c.v = randn(size_t(t * c.shape.kv_row()), seed + 2);
-  return c;
-}
-
 }  // namespace
 
 // ================================================================================================
@@ -453,22 +364,15 @@ TEST_CASE("a Vulkan device is available and set up") {
 }
 
 TEST_CASE("op conformance: linear (bf16, f16, f32 weights; decode mat-vec and GEMM paths)") {
-  struct Shape {
-    int64_t m, n, k;
-    bool bias;
-  };
-  const Shape shapes[] = {{1, 37, 64, false}, {3, 130, 33, true}, {4, 64, 1280, false},
-                          {5, 65, 40, true},  {37, 129, 95, false}, {130, 200, 256, true}};
+  const uocr_test::LinearShape shapes[] = {{1, 37, 64, false}, {3, 130, 33, true},   {4, 64, 1280, false},
+                                          {5, 65, 40, true},  {37, 129, 95, false}, {130, 200, 256, true}};
   uint32_t seed = 10;
   for (uocr::DType t : {uocr::DType::bf16, uocr::DType::f16, uocr::DType::f32})
-    for (const Shape& s : shapes) {
-      const std::vector<float> x = randn(size_t(s.m * s.k), seed++);
-      HostTensor w(t, {s.n, s.k}, randn(size_t(s.n * s.k), seed++, 1.0f / std::sqrt(float(s.k))));
-      HostTensor b(uocr::DType::bf16, {s.n}, randn(size_t(s.n), seed++, 0.1f));
-      const std::vector<double> ref = ref_linear(x, s.m, w, s.bias ? &b : nullptr);
+    for (const uocr_test::LinearShape& s : shapes) {
+      const uocr_test::LinearCase c(t, s, seed);
       INFO("linear " << uocr::dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k);
-      conform(std::string("linear_") + uocr::dtype_name(t), ref, 2e-6,
-              [&](Backend& be) { return be.linear(x, s.m, w.view, s.bias ? &b.view : nullptr); });
+      conform(std::string("linear_") + uocr::dtype_name(t), c.ref, 2e-6,
+              [&](Backend& be) { return be.linear(c.x, s.m, c.w.view, c.bias()); });
     }
 }
 
@@ -476,14 +380,7 @@ TEST_CASE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul") {
   {
     const int64_t rows = 7, n = 300;
     const std::vector<float> x = randn(size_t(rows * n), 1, 2.0f), w = randn(size_t(n), 2);
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
-      const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
-      for (int64_t i = 0; i < n; ++i) ref[size_t(r * n + i)] = w[size_t(i)] * x[size_t(r * n + i)] * inv;
-    }
-    conform("rms_norm", ref, 1e-6, [&](Backend& b) { return b.rms_norm(x, rows, n, w, 1e-6f); });
+    conform("rms_norm", uocr_test::ref_rms_norm(x, rows, n, w, 1e-6), 1e-6, [&](Backend& b) { return b.rms_norm(x, rows, n, w, 1e-6f); });
   }
   {
     const int64_t rows = 9, n = 260;
@@ -509,26 +406,11 @@ TEST_CASE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul") {
     const int64_t rows = 5;
     const int heads = 3, d = 16;
     const std::vector<float> x = randn(size_t(rows * heads * d), 6);
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int i = 0; i < d / 2; ++i) {
-        const float inv = 1.0f / std::pow(10000.f, float(2 * i) / float(d));
-        const float angle = float(pos0 + r) * inv;
-        const double c = std::cos(double(angle)), s = std::sin(double(angle));
-        for (int h = 0; h < heads; ++h) {
-          const size_t base = size_t((r * heads + h) * d);
-          const double x1 = x[base + size_t(i)], x2 = x[base + size_t(i + d / 2)];
-          ref[base + size_t(i)] = x1 * c - x2 * s;
-          ref[base + size_t(i + d / 2)] = x2 * c + x1 * s;
-        }
-      }
-    conform("rope", ref, 1e-6, [&](Backend& b) { return b.rope(x, rows, heads, d, 10000.f, pos0); });
+    conform("rope", uocr_test::ref_rope(x, rows, heads, d, 10000.f, pos0), 1e-6, [&](Backend& b) { return b.rope(x, rows, heads, d, 10000.f, pos0); });
   }
   {
     const std::vector<float> g = randn(1000, 7, 3.0f), u = randn(1000, 8);
-    std::vector<double> ref(g.size());
-    for (size_t i = 0; i < g.size(); ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
-    conform("silu_mul", ref, 1e-6, [&](Backend& b) { return b.silu_mul(g, u); });
+    conform("silu_mul", uocr_test::ref_silu_mul(g, u), 1e-6, [&](Backend& b) { return b.silu_mul(g, u); });
   }
 }
 
@@ -542,12 +424,12 @@ TEST_CASE("op conformance: causal prefill attention and decode attention over re
                         {4, 2, 16, 200, 192}, {3, 3, 256, 65, 64}, {2, 2, 8, 5, 5}};
   uint32_t seed = 100;
   for (const Case& cs : cases) {
-    const AttnCase c = make_attention(cs.heads, cs.kv_heads, cs.head_dim, cs.t, cs.split, seed += 3);
+    const AttnCase c = uocr_test::make_attention(cs.heads, cs.kv_heads, cs.head_dim, cs.t, cs.split, seed += 3);
     INFO("heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " t " << cs.t << " split " << cs.split);
-    if (cs.split == 0)
-      conform("causal_attention", ref_attention(c, true), 2e-6, [&](Backend& b) { return b.causal_attention(c); });
+    if (c.causal())
+      conform("causal_attention", uocr_test::ref_attention(c), 2e-6, [&](Backend& b) { return b.causal_attention(c); });
     else
-      conform("decode_attention", ref_attention(c, false), 2e-6, [&](Backend& b) { return b.decode_attention(c); });
+      conform("decode_attention", uocr_test::ref_attention(c), 2e-6, [&](Backend& b) { return b.decode_attention(c); });
   }
 }
 
@@ -744,21 +626,6 @@ TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, R-SWA n=8", Runner, Cp
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode rswa n8");
 }
 
-namespace {
-
-// ‖ours − ref‖/‖ref‖ and max |ours − ref| against an upstream reference (the CPU test's bounds).
-void check_vision(const char* name, const std::vector<float>& ours, const std::vector<float>& ref, const std::vector<float>& cpu) {
-  const RowError e = row_error(ours, ref), c = row_error(ours, cpu);
-  MESSAGE("vulkan " << std::string(name) << ": vs upstream rel " << e.rel << ", max abs " << e.max_abs << "; vs cpu rel " << c.rel);
-  CHECK(e.rel <= 1e-3);
-  CHECK(e.max_abs <= 1e-3);
-  CHECK(c.rel <= 1e-5);
-}
-
-std::vector<float> to_chw(const uocr::vision::FeatureMap& m) { return uocr::vision::detail::transposed(m.data.data(), m.tokens(), m.c); }
-
-}  // namespace
-
 TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, visual tokens, prefill logits") {
   Env& e = Env::get();
   const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
@@ -769,14 +636,14 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
   const std::vector<float> cf = cenc.encode_view(image.data(), 1024, &cc);
   REQUIRE(vc.sam_neck.h == 64);
   REQUIRE(vc.sam_out.h == 16);
-  check_vision("sam_neck", to_chw(vc.sam_neck), uocr_test::tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
-  check_vision("sam_out", to_chw(vc.sam_out), uocr_test::tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
-  check_vision("clip_out", vc.clip_out, uocr_test::tiny_a_f32("clip_out.npy"), cc.clip_out);
-  check_vision("projector_out", vf, uocr_test::tiny_a_f32("projector_out.npy"), cf);
+  check_stage("vulkan", "sam_neck", to_chw(vc.sam_neck), uocr_test::tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
+  check_stage("vulkan", "sam_out", to_chw(vc.sam_out), uocr_test::tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
+  check_stage("vulkan", "clip_out", vc.clip_out, uocr_test::tiny_a_f32("clip_out.npy"), cc.clip_out);
+  check_stage("vulkan", "projector_out", vf, uocr_test::tiny_a_f32("projector_out.npy"), cf);
   // visual_tokens() = encode_view() + the host layout; the layout of the features above:
   const std::vector<float> visual = cenc.layout_tokens(vf, {}, 0, 0);
   REQUIRE(int64_t(visual.size()) == venc.token_count(1024, 0, 0, 0) * e.cfg.decoder.hidden);
-  check_vision("vision_tokens", visual, e.vision, cenc.layout_tokens(cf, {}, 0, 0));
+  check_stage("vulkan", "vision_tokens", visual, e.vision, cenc.layout_tokens(cf, {}, 0, 0));
   check_no_validation_errors("golden vision");
 
   // End to end on the device: these visual tokens -> Vulkan prefill -> the reference logits.
@@ -791,10 +658,7 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
 
   // A 640 tile (interpolated SAM/CLIP position tables, 10x10 tokens) through visual_tokens()
   // with a 1x1 tile grid agrees with the CPU path.
-  std::vector<float> tile(size_t(3) * 640 * 640);
-  for (int c = 0; c < 3; ++c)
-    for (int y = 0; y < 640; ++y)
-      std::copy_n(image.data() + (size_t(c) * 1024 + y) * 1024, 640, tile.data() + (size_t(c) * 640 + y) * 640);
+  const std::vector<float> tile = uocr_test::crop_640(image);
   const std::vector<float> vt = venc.encode_view(tile.data(), 640), ct = cenc.encode_view(tile.data(), 640);
   const RowError t = row_error(vt, ct);
   MESSAGE("vulkan 640 tile vs cpu: rel " << t.rel << ", max abs " << t.max_abs);

@@ -27,6 +27,7 @@
 #include "resume_case.hpp"
 #include "cli_process.hpp"
 #include "test_support.hpp"
+#include "vulkan_env.hpp"
 #include "uocr.h"
 #include "uocr/backends/vulkan/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"
@@ -40,6 +41,7 @@ extern char** environ;
 namespace vk = uocr::vulkan;
 using uocr::Status;
 using uocr_test::argmax;
+using uocr_test::check_no_validation_errors;
 using uocr_test::Multi3;
 using uocr_test::rel_err;
 
@@ -63,13 +65,6 @@ double compare(const std::vector<std::vector<float>>& got, const std::vector<std
 vk::Context& test_context() {
   static vk::Context ctx;
   return ctx;
-}
-
-void check_no_validation_errors(vk::Context& c, const std::string& where) {
-  if (!c.validation_enabled()) return;
-  INFO(where);
-  for (const std::string& m : c.validation_messages()) INFO(m);
-  CHECK(c.validation_errors() == 0);
 }
 
 // Every logits row of a page-group run: the prefill's, then one per generated token, with the
@@ -130,21 +125,7 @@ TEST_CASE("SR-SWA on Vulkan: partial budgets select and score as on the CPU, ful
     const auto ref = page_group_rows(cpu, f);
     const auto got = page_group_rows(gpu, f);
     const double worst = compare(got, ref);
-    const uocr::SparseReference& cs = *cpu.sparse();
-    const uocr::SparseReference& gs = *gpu.sparse();
-    MESSAGE("G = " << g << ": worst relative error " << worst << ", reference rows attended " << gs.rows_attended() << " of "
-                   << gs.rows_dense());
-    CHECK(gs.rows_attended() < gs.rows_dense());
-    // The same selections: every step, layer and head attended as many rows and scored as many
-    // bounds; the last step's spans are the same rows.
-    CHECK(gs.rows_attended() == cs.rows_attended());
-    CHECK(gs.bounds_evaluated() == cs.bounds_evaluated());
-    for (int h = 0; h < f.cfg.decoder.heads; ++h) {
-      const std::vector<uocr::RowSpan>& a = gs.last_selection(h);
-      const std::vector<uocr::RowSpan>& b = cs.last_selection(h);
-      REQUIRE(a.size() == b.size());
-      for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].begin == b[i].begin && a[i].rows == b[i].rows));
-    }
+    uocr_test::check_same_selections(*gpu.sparse(), *cpu.sparse(), f.cfg.decoder.heads, worst, g);
   }
 
   // Budgets covering everything: the dense path, the bits of dense R-SWA on Vulkan.
@@ -348,69 +329,12 @@ std::string tmp(const std::string& name) {
 std::vector<std::string> resume_pages() {
   return {sample("demo-page1.png"), sample("demo-page2.png"), sample("demo-page3.png")};
 }
-struct ResumeRun {
-  std::vector<int32_t> tokens;
-  uocr::RunSummary summary;
-  int64_t resumed_at = -1, slides = 0;
-};
-
-// One run on `backend`: uninterrupted (no path), cancelled after `stop_at` tokens with a
-// checkpoint every 5, or resumed from `path`.
-ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend, const std::string& path = "",
-                     int64_t stop_at = 0) {
-  uocr::InfiniteSession session(model, uocr_test::resume_params(backend), uocr_test::resume_groups());
-  uocr::FilePages pages(resume_pages());
-  uocr::CheckpointOptions ck;
-  ck.path = path;
-  ck.every_tokens = path.empty() ? 0 : 5;
-  ck.resume = !path.empty() && stop_at == 0;
-  ResumeRun r;
-  r.summary = session.run(pages, [&](const uocr::Event& e) {
-    if (e.type != uocr::Event::Type::token) return true;
-    r.tokens.push_back(e.token);
-    return stop_at == 0 || int64_t(r.tokens.size()) < stop_at;
-  }, ck);
-  r.resumed_at = session.stats().resumed_at_token;
-  r.slides = session.stats().slides;
-  return r;
-}
 
 }  // namespace
 
 TEST_CASE("checkpoints on Vulkan: a cancelled run resumes exactly; CPU and Vulkan checkpoints resume on either backend") {
   const auto model = uocr::Model::load(demo_dir());
-  const ResumeRun full = resume_run(model, uocr::Backend::vulkan);
-  REQUIRE(full.summary.generated_tokens == 40);
-  REQUIRE(full.slides >= 1);
-  // The KV rows of both backends have one layout and agree to rounding, so their runs agree.
-  REQUIRE(resume_run(model, uocr::Backend::cpu).tokens == full.tokens);
-
-  // Stopped at token 23: the last checkpoint is the one of token 20 or of a page boundary after it.
-  const std::string gpu_ck = tmp("gpu.ckpt"), cpu_ck = tmp("cpu.ckpt"), copy = tmp("copy.ckpt");
-  CHECK(resume_run(model, uocr::Backend::vulkan, gpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
-  CHECK(resume_run(model, uocr::Backend::cpu, cpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
-  std::filesystem::copy_file(gpu_ck, copy, std::filesystem::copy_options::overwrite_existing);
-
-  struct Case {
-    const char* what;
-    std::string path;
-    uocr::Backend backend;
-  };
-  for (const Case& c : {Case{"vulkan -> vulkan", gpu_ck, uocr::Backend::vulkan},
-                        Case{"cpu -> vulkan", cpu_ck, uocr::Backend::vulkan},
-                        Case{"vulkan -> cpu", copy, uocr::Backend::cpu}}) {
-    CAPTURE(c.what);
-    const ResumeRun rest = resume_run(model, c.backend, c.path);
-    REQUIRE(rest.resumed_at >= 20);
-    REQUIRE(rest.resumed_at < 23);
-    CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + rest.resumed_at, full.tokens.end()));
-    CHECK(rest.slides == full.slides);
-    CHECK(rest.summary.stop == full.summary.stop);
-    CHECK(rest.summary.generated_tokens == full.summary.generated_tokens);
-    CHECK(rest.summary.memory.peak_kv_bytes == full.summary.memory.peak_kv_bytes);
-    CHECK(rest.summary.memory.kv_allocated_bytes == full.summary.memory.kv_allocated_bytes);
-    std::filesystem::remove(c.path);
-  }
+  uocr_test::check_resume_across_backends(model, uocr::Backend::vulkan, resume_pages(), tmp(""));
   check_no_validation_errors(demo_context(model), "checkpoints");
 }
 
@@ -467,39 +391,24 @@ TEST_CASE("C ABI: backend = vulkan runs, a device that does not exist is UOCR_E_
 
 namespace {
 
-struct Command {
-  int exit_code = -1;
-  std::string out;
-};
-
-Command run_cli(const std::string& args) {
-  const std::string cmd = uocr_test::cli_path() + " " + args + " 2>&1";
-  Command c;
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f != nullptr);
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) c.out.append(buf, n);
-  const int st = pclose(f);
-  c.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return c;
-}
+using uocr_test::run_cli;
 
 }  // namespace
 
 TEST_CASE("uocr run --backend vulkan on the 3-page PDF writes the CPU's text; a missing device is exit 1 with a message") {
   const std::string common = " --model " + demo_dir() + " --quiet " + sample("demo-doc.pdf");
-  const Command cpu = run_cli("run" + common);
-  const Command gpu = run_cli("run --backend vulkan" + common);
-  INFO(cpu.out);
-  CHECK(cpu.exit_code == 0);
-  CHECK(gpu.exit_code == cpu.exit_code);
-  CHECK(gpu.out == cpu.out);
+  const uocr_test::CliRun cpu = run_cli("run" + common);
+  const uocr_test::CliRun gpu = run_cli("run --backend vulkan" + common);
+  INFO(cpu.output);
+  CHECK(cpu.status == 0);
+  CHECK(gpu.status == cpu.status);
+  CHECK(gpu.output == cpu.output);
 
-  const Command bad = run_cli("run --backend vulkan --device 5" + common);
-  INFO(bad.out);
-  CHECK(bad.exit_code == 1);
-  CHECK(bad.out.find("device index 5 does not exist") != std::string::npos);
-  CHECK(run_cli("run --backend metal" + common).exit_code == 2);
+  const uocr_test::CliRun bad = run_cli("run --backend vulkan --device 5" + common);
+  INFO(bad.output);
+  CHECK(bad.status == 1);
+  CHECK(bad.output.find("device index 5 does not exist") != std::string::npos);
+  CHECK(run_cli("run --backend metal" + common).status == 2);
 }
 
 

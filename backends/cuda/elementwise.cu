@@ -1,10 +1,13 @@
-// Elementwise and row-movement kernels: SiLU·mul, residual add, bias add, embedding rows,
-// weight widening (bf16/f16 → f32 for the float32 GEMM path), rounding to bf16 (the bf16 GEMM
-// path), row gather (MoE grouping) and row scatter (new K/V rows into each sequence's cache).
+// Elementwise and row-movement kernels: SiLU·mul, GELU (erf, quick), residual add, bias add,
+// embedding rows, weight widening (bf16/f16 → f32 for the float32 GEMM path), rounding to bf16
+// (the bf16 GEMM path), row gather (MoE grouping, SR-SWA), row scatter (new K/V rows into each
+// sequence's cache) and strided row copies (the vision encoder's concatenations).
 // Layout: flat float32 arrays or row-major [rows, width]; one thread per element, grid-stride
 // loops so any size fits one launch.
-// Numerics: silu(g)·u = g / (1 + exp(-g)) · u in float32 with the accurate expf (no fast-math),
-// as the CPU's std::exp; everything else moves or widens values exactly.
+// Numerics: silu(g)·u = g / (1 + exp(-g)) · u and quick GELU x / (1 + exp(-1.702·x)) in float32
+// with the accurate expf (no fast-math), as the CPU's exp; erf GELU 0.5·x·(1 + erff(x·(1/√2)))
+// with the accurate erff (the CPU's Eigen erf differs by a few ulp); everything else moves or
+// widens values exactly.
 #include "common.cuh"
 
 namespace uocr::cuda {
@@ -23,6 +26,18 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
     const float v = g[i];
     g[i] = v / (1.0f + expf(-v)) * u[i];
   }
+}
+
+__global__ void gelu_kernel(float* x, int64_t n, bool quick) {
+  UOCR_GRID_STRIDE(i, n) {
+    const float v = x[i];
+    x[i] = quick ? v / (1.0f + expf(-1.702f * v)) : 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+  }
+}
+
+__global__ void copy_rows_kernel(const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst,
+                                 int64_t dst_stride) {
+  UOCR_GRID_STRIDE(i, rows * width) dst[(i / width) * dst_stride + i % width] = src[(i / width) * src_stride + i % width];
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -70,6 +85,19 @@ void ops::silu_mul(Context& c, float* g, const float* u, int64_t n) {
   if (n <= 0) return;
   silu_mul_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(g, u, n);
   check_launch("silu_mul");
+}
+
+void ops::gelu(Context& c, float* x, int64_t n, Gelu kind) {
+  if (n <= 0) return;
+  gelu_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(x, n, kind == Gelu::quick);
+  check_launch("gelu");
+}
+
+void ops::copy_rows(Context& c, const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst,
+                    int64_t dst_stride) {
+  if (rows * width <= 0) return;
+  copy_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream(c)>>>(src, src_stride, rows, width, dst, dst_stride);
+  check_launch("copy_rows");
 }
 
 void ops::add(Context& c, float* x, const float* y, int64_t n) {

@@ -2,7 +2,7 @@
 // first case (and the engine case) run for real: creating a Context must fail with
 // Status::unsupported and the message "no CUDA device: <cuda error string>"; the GPU cases are
 // skipped (doctest counts them as such), the last line says why, and the executable exits 77 so
-// `meson test` reports SKIP rather than a pass. With a GPU: each op
+// `meson test` reports SKIP rather than a pass (gpu_test.hpp). With a GPU: each op
 // against a float64 reference (and against the CPU backend), the golden tiny-a decoder checks
 // (prefill logits at every prefix position, teacher-forced decode with full attention and R-SWA
 // n=8) through CudaDecoder, batched decoding bit-identical to single-stream steps, page groups
@@ -12,54 +12,32 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "golden_decoder.hpp"
+#include "gpu_test.hpp"
 #include "op_reference.hpp"
 #include "test_support.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/cuda/decoder.hpp"
 #include "uocr/decoder/attention.hpp"
 #include "uocr/decoder/decoder.hpp"
-#include "uocr/decoder/moe.hpp"
 #include "uocr/decoder/page_groups.hpp"
-#include "uocr/decoder/rope.hpp"
 #include "uocr/engine/open.hpp"
 #include "uocr/model/checkpoint.hpp"
 
 namespace cu = uocr::cuda;
 using uocr::Status;
-using uocr_test::HostTensor;
+using uocr_test::no_gpu;
 using uocr_test::randn;
-using uocr_test::ref_attention_row;
-using uocr_test::ref_linear;
 using uocr_test::rel_err;
 
 namespace {
 
-// The device (or why there is none) and the tiny-a model, built once. The Context is the first
-// member, so it is destroyed last.
-struct Env : uocr_test::TinyAGolden {
-  std::unique_ptr<cu::Context> ctx;
-  std::string no_device;  // the Context error when there is no usable GPU
-  Status no_device_status = Status::ok;
-  std::shared_ptr<cu::DecoderDeviceWeights> dev_weights;
-
-  Env() {
-    try {
-      ctx = std::make_unique<cu::Context>();
-    } catch (const uocr::Error& e) {
-      no_device = e.what();
-      no_device_status = e.status();
-    }
-  }
-  ~Env() {
-    dev_weights.reset();
-    ctx.reset();
-  }
+// The device (or why there is none) and the tiny-a model, built once.
+struct Env : uocr_test::DeviceGolden<cu::Context, cu::DecoderDeviceWeights> {
   static Env& get() {
     static Env e;
     return e;
@@ -69,19 +47,6 @@ struct Env : uocr_test::TinyAGolden {
     return dev_weights;
   }
 };
-
-// Whether CUDA lists a device; evaluated once, as the cases register: the GPU cases carry
-// doctest::skip(no_gpu()), so a machine without one counts them as skipped.
-bool no_gpu() {
-  static const bool none = [] {
-    try {
-      return cu::list_devices().empty();
-    } catch (const uocr::Error&) {
-      return true;
-    }
-  }();
-  return none;
-}
 
 // In a GPU case: the device must also open (a listed but unusable GPU fails the case).
 void require_gpu() {
@@ -146,28 +111,21 @@ TEST_CASE("caching allocator: blocks are reused; an impossible allocation is Sta
 TEST_CASE("op conformance: linear (bf16, f16, f32 weights; mat-vec and cuBLAS paths; bf16 tensor-core mode)" * doctest::skip(no_gpu())) {
   require_gpu();
   cu::Context& c = *Env::get().ctx;
-  struct Shape {
-    int64_t m, n, k;
-    bool bias;
-  };
   // m <= 16: the mat-vec kernel (k % 8 == 0 takes the 16-byte loads); m > 16: cuBLAS (the last
   // shape has more than 2^24 weights: widened in two chunks).
-  const Shape shapes[] = {{1, 37, 64, false},   {3, 130, 33, true},     {4, 64, 1280, false},
-                          {16, 65, 40, true},   {17, 129, 95, false},   {130, 200, 256, true},
-                          {300, 2051, 64, false}, {17, 16500, 1024, false}};
+  const uocr_test::LinearShape shapes[] = {{1, 37, 64, false},     {3, 130, 33, true},      {4, 64, 1280, false},
+                                          {16, 65, 40, true},     {17, 129, 95, false},    {130, 200, 256, true},
+                                          {300, 2051, 64, false}, {17, 16500, 1024, false}};
   uint32_t seed = 10;
   for (uocr::DType t : {uocr::DType::bf16, uocr::DType::f16, uocr::DType::f32})
-    for (const Shape& s : shapes) {
-      const std::vector<float> x = randn(size_t(s.m * s.k), seed++);
-      HostTensor w(t, {s.n, s.k}, randn(size_t(s.n * s.k), seed++, 1.0f / std::sqrt(float(s.k))));
-      HostTensor b(uocr::DType::bf16, {s.n}, randn(size_t(s.n), seed++, 0.1f));
-      const std::vector<double> ref = ref_linear(x, s.m, w, s.bias ? &b : nullptr);
-      const cu::DeviceMatrix dw = cu::upload_matrix(c, w.view);
-      const cu::Buffer dx = up(x), db = cu::upload_f32(c, b.view), dy = zeros(size_t(s.m * s.n));
+    for (const uocr_test::LinearShape& s : shapes) {
+      const uocr_test::LinearCase lc(t, s, seed);
+      const cu::DeviceMatrix dw = cu::upload_matrix(c, lc.w.view);
+      const cu::Buffer dx = up(lc.x), db = cu::upload_f32(c, lc.b.view), dy = zeros(size_t(s.m * s.n));
       cu::ops::linear(c, dx.f32(), s.m, dw, s.bias ? db.f32() : nullptr, dy.f32());
-      const double err = rel_err(down(dy, size_t(s.m * s.n)), ref);
+      const double err = rel_err(down(dy, size_t(s.m * s.n)), lc.ref);
       std::vector<float> cpu(size_t(s.m * s.n));
-      uocr::cpu::linear(x.data(), s.m, w.view, s.bias ? &b.view : nullptr, cpu.data());
+      uocr::cpu::linear(lc.x.data(), s.m, lc.w.view, lc.bias(), cpu.data());
       INFO("linear " << uocr::dtype_name(t) << " m=" << s.m << " n=" << s.n << " k=" << s.k << ": rel " << err);
       CHECK(err <= 2e-6);
       CHECK(rel_err(down(dy, size_t(s.m * s.n)), cpu) <= 2e-6);
@@ -175,7 +133,7 @@ TEST_CASE("op conformance: linear (bf16, f16, f32 weights; mat-vec and cuBLAS pa
         c.set_gemm_precision(cu::GemmPrecision::bf16);
         cu::ops::linear(c, dx.f32(), s.m, dw, s.bias ? db.f32() : nullptr, dy.f32());
         c.set_gemm_precision(cu::GemmPrecision::f32);
-        const double e16 = rel_err(down(dy, size_t(s.m * s.n)), ref);
+        const double e16 = rel_err(down(dy, size_t(s.m * s.n)), lc.ref);
         INFO("bf16 tensor-core mode: rel " << e16);
         CHECK(e16 <= 1e-2);  // activations rounded to bf16 (8 bits of mantissa)
       }
@@ -188,16 +146,9 @@ TEST_CASE("op conformance: RMSNorm, RoPE at large positions, SiLU*mul, embedding
   {
     const int64_t rows = 7, n = 1300;
     const std::vector<float> x = randn(size_t(rows * n), 1, 2.0f), w = randn(size_t(n), 2);
-    std::vector<double> ref(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      double ss = 0;
-      for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
-      const double inv = 1.0 / std::sqrt(ss / double(n) + 1e-6);
-      for (int64_t i = 0; i < n; ++i) ref[size_t(r * n + i)] = w[size_t(i)] * x[size_t(r * n + i)] * inv;
-    }
     const cu::Buffer dx = up(x), dw = up(w), dy = zeros(x.size());
     cu::ops::rms_norm(c, dx.f32(), rows, n, dw.f32(), 1e-6f, dy.f32());
-    CHECK(rel_err(down(dy, x.size()), ref) <= 1e-6);
+    CHECK(rel_err(down(dy, x.size()), uocr_test::ref_rms_norm(x, rows, n, w, 1e-6)) <= 1e-6);
   }
   {
     // Positions around 8k and 30k (large angles); the reference uses the same float32 angles.
@@ -205,22 +156,8 @@ TEST_CASE("op conformance: RMSNorm, RoPE at large positions, SiLU*mul, embedding
       const int64_t rows = 5;
       const int heads = 3, d = 16;
       const std::vector<float> x = randn(size_t(rows * heads * d), 6);
-      std::vector<double> ref(x.size());
-      std::vector<float> cpu(x);
-      uocr::Rope rope(d, 10000.f);
-      for (int64_t r = 0; r < rows; ++r) {
-        rope.apply(cpu.data() + r * heads * d, heads, pos0 + r);
-        for (int i = 0; i < d / 2; ++i) {
-          const float angle = float(pos0 + r) * (1.0f / std::pow(10000.f, float(2 * i) / float(d)));
-          const double cs = std::cos(double(angle)), sn = std::sin(double(angle));
-          for (int h = 0; h < heads; ++h) {
-            const size_t base = size_t((r * heads + h) * d);
-            const double x1 = x[base + size_t(i)], x2 = x[base + size_t(i + d / 2)];
-            ref[base + size_t(i)] = x1 * cs - x2 * sn;
-            ref[base + size_t(i + d / 2)] = x2 * cs + x1 * sn;
-          }
-        }
-      }
+      const std::vector<double> ref = uocr_test::ref_rope(x, rows, heads, d, 10000.f, pos0);
+      const std::vector<float> cpu = uocr_test::cpu_rope(x, rows, heads, d, 10000.f, pos0);
       const std::vector<float> inv = cu::rope_inv_freq(d, 10000.f);
       const cu::Buffer dx = up(x), dinv = up(inv);
       cu::ops::rope(c, dx.f32(), rows, heads, d, heads * d, dinv.f32(), pos0, nullptr);
@@ -230,11 +167,9 @@ TEST_CASE("op conformance: RMSNorm, RoPE at large positions, SiLU*mul, embedding
   }
   {
     const std::vector<float> g = randn(1000, 7, 3.0f), u = randn(1000, 8);
-    std::vector<double> ref(g.size());
-    for (size_t i = 0; i < g.size(); ++i) ref[i] = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
     const cu::Buffer dg = up(g), du = up(u);
     cu::ops::silu_mul(c, dg.f32(), du.f32(), int64_t(g.size()));
-    CHECK(rel_err(down(dg, g.size()), ref) <= 1e-6);
+    CHECK(rel_err(down(dg, g.size()), uocr_test::ref_silu_mul(g, u)) <= 1e-6);
   }
   {
     Env& e = Env::get();
@@ -270,36 +205,24 @@ TEST_CASE("op conformance: causal prefill attention (all rows in one launch), de
                         {10, 10, 128, 401, 273}};
   uint32_t seed = 100;
   for (const Case& cs : cases) {
-    const uocr::AttentionShape s{cs.heads, cs.kv_heads, cs.head_dim};
-    const int64_t qrows = cs.split ? 1 : cs.t, qr = s.q_row(), kr = s.kv_row();
-    const std::vector<float> q = randn(size_t(qrows * qr), seed += 3), k = randn(size_t(cs.t * kr), seed + 1),
-                             v = randn(size_t(cs.t * kr), seed + 2);
-    const cu::Buffer dq = up(q), dk = up(k), dv = up(v), dout = zeros(q.size());
+    const uocr_test::AttnCase ac = uocr_test::make_attention(cs.heads, cs.kv_heads, cs.head_dim, cs.t, cs.split, seed += 3);
+    const uocr::AttentionShape& s = ac.shape;
+    const int64_t qr = s.q_row(), kr = s.kv_row();
+    const cu::Buffer dq = up(ac.q), dk = up(ac.k), dv = up(ac.v), dout = zeros(ac.q.size());
     std::vector<cu::ops::AttentionRow> rows;
-    std::vector<double> ref;
-    std::vector<float> cpu(q.size());
-    if (cs.split == 0) {
-      for (int64_t i = 0; i < cs.t; ++i) {
-        rows.push_back({dq.f32() + i * qr, dout.f32() + i * qr, {}, {dk.f32(), dv.f32(), i + 1}});
-        const std::vector<double> r = ref_attention_row(q.data() + i * qr, k, v, i + 1, s);
-        ref.insert(ref.end(), r.begin(), r.end());
-      }
-      uocr::causal_attention(q.data(), k.data(), v.data(), cs.t, s, cpu.data());
+    if (ac.causal()) {
+      for (int64_t i = 0; i < cs.t; ++i) rows.push_back({dq.f32() + i * qr, dout.f32() + i * qr, {}, {dk.f32(), dv.f32(), i + 1}});
     } else {
       rows.push_back({dq.f32(), dout.f32(), {dk.f32(), dv.f32(), cs.split},
                       {dk.f32() + cs.split * kr, dv.f32() + cs.split * kr, cs.t - cs.split}});
-      ref = ref_attention_row(q.data(), k, v, cs.t, s);
-      std::vector<float> scores(size_t(s.heads * cs.t));
-      uocr::decode_attention(q.data(), {k.data(), v.data(), cs.split},
-                             {k.data() + cs.split * kr, v.data() + cs.split * kr, cs.t - cs.split}, s, scores.data(), cpu.data());
     }
     cu::Buffer table = c.alloc(rows.size() * sizeof(rows[0]), "rows");
     c.upload(table, 0, rows.data(), rows.size() * sizeof(rows[0]));
     cu::ops::attention(c, table.as<cu::ops::AttentionRow>(), int64_t(rows.size()), {s.heads, s.kv_heads, s.head_dim}, cs.t);
-    const std::vector<float> got = down(dout, q.size());
+    const std::vector<float> got = down(dout, ac.q.size());
     INFO("heads " << cs.heads << "/" << cs.kv_heads << " d " << cs.head_dim << " t " << cs.t << " split " << cs.split);
-    CHECK(rel_err(got, ref) <= 2e-6);
-    CHECK(rel_err(got, cpu) <= 2e-6);
+    CHECK(rel_err(got, uocr_test::ref_attention(ac)) <= 2e-6);
+    CHECK(rel_err(got, uocr_test::cpu_attention(ac)) <= 2e-6);
   }
 }
 
@@ -325,14 +248,7 @@ TEST_CASE("op conformance: MoE routing ties and the tiny-a dense MLP / MoE layer
   for (int layer = 0; layer < d.layers; ++layer)
     for (int64_t m : {int64_t(1), int64_t(37), int64_t(600)}) {
       const std::vector<float> x = randn(size_t(m * d.hidden), uint32_t(500 + layer * 10 + m));
-      const uocr::DecoderLayerWeights& lw = e.w.decoder.layers[size_t(layer)];
-      std::vector<float> cpu(x.size());
-      uocr::MoeScratch moe;
-      if (lw.moe)
-        uocr::moe_forward(d, lw, x.data(), m, cpu.data(), moe);
-      else
-        uocr::mlp_forward(lw.dense, x.data(), m, cpu.data(), moe.mlp);
-      const double err = rel_err(dec.feed_forward(layer, x), cpu);
+      const double err = rel_err(dec.feed_forward(layer, x), uocr_test::cpu_feed_forward(d, e.w.decoder, layer, x));
       INFO("layer " << layer << " rows " << m << ": rel " << err);
       CHECK(err <= 2e-6);
     }
@@ -477,10 +393,7 @@ TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with o
   const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(model, uocr::Backend::cuda, 0);
   CHECK(engine->backend() == uocr::Backend::cuda);
   MESSAGE(engine->device());
-  CHECK(uocr_test::status_of([&] { engine->vision(); }) == Status::unsupported);
-  uocr::PageGroupParams params;
-  params.sparse = true;
-  CHECK(uocr_test::status_of([&] { engine->decoder(8, params); }) == Status::unsupported);  // SR-SWA is CPU-only
+  CHECK(engine->vision()->hidden() == e.cfg.decoder.hidden);  // vision parity: test_cuda_vision.cpp
   // One page (the golden prompt's visual tokens) through the engine's decoder vs the CPU engine.
   const uocr::DecoderConfig& d = e.cfg.decoder;
   const auto image = std::find(e.input_ids.begin(), e.input_ids.end(), uocr::kImageTokenId);
@@ -500,14 +413,4 @@ TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with o
   CHECK(worst <= 1e-5);
 }
 
-// Without a GPU the suite exits 77 (meson: SKIP) once everything that could run has passed.
-int main(int argc, char** argv) {
-  doctest::Context context(argc, argv);
-  const int failed = context.run();
-  if (context.shouldExit() || failed) return failed;
-  if (no_gpu()) {
-    std::cout << "GPU cases skipped: " << Env::get().no_device << "\n";
-    return 77;
-  }
-  return 0;
-}
+int main(int argc, char** argv) { return uocr_test::gpu_test_main(argc, argv); }

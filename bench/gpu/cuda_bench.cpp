@@ -5,12 +5,17 @@
 //                   [--batch 16,128] [--batch-steps 64] [--long 2048] [--json FILE]
 //
 // Measured (weights as stored, bf16; float32 activations unless said):
+//  - the vision encoder per view (SAM + CLIP + projector): the 1,024 global view and a 640 tile,
+//    random pixels, median of 3 after a warm-up;
 //  - prefill of 273 (one base page), 1,024 and 4,096 prompt tokens, and 1,024 with bf16 GEMMs;
 //  - single-stream decode with R-SWA (window n): decode_step (logits read back, argmax on the
 //    host, as a session does) and the device-greedy path (argmax on the GPU);
 //  - batched decode of B sequences per step (decode_batch_greedy), total tokens/s, and 16
 //    concurrent sessions the way the engine runs them now (a thread and a stream each, no batching);
 //  - full attention vs R-SWA: mean step time over the first and the last 128 of --long steps;
+//  - SR-SWA vs dense R-SWA over one reference of 15 pages (BOS + 15 x 273 tokens, the longest
+//    prompt timed above): decode_step with the selection attached (default budgets; one q read
+//    back per layer) and without, and the share of reference rows the selection attended;
 //  - peak device memory (allocator) and KV bytes per session.
 // Exit codes: 0 measured, 2 no usable GPU (Status::unsupported; the message says why), 1 other errors.
 #include <algorithm>
@@ -27,6 +32,8 @@
 #include <vector>
 
 #include "uocr/backends/cuda/decoder.hpp"
+#include "uocr/backends/cuda/vision.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -87,7 +94,7 @@ struct Row {
 class Bench {
  public:
   Bench(const Args& a, cu::Context& ctx, const uocr::ModelConfig& cfg, const uocr::ModelWeights& w)
-      : a_(a), ctx_(ctx), d_(cfg.decoder), w_(&w.decoder) {
+      : a_(a), ctx_(ctx), cfg_(cfg), mw_(w), d_(cfg.decoder), w_(&w.decoder) {
     double t0 = now();
     dw_ = cu::DecoderDeviceWeights::upload(ctx_, d_, w.decoder);
     ctx_.synchronize();
@@ -97,6 +104,29 @@ class Bench {
     std::uniform_int_distribution<int32_t> id(2, d_.vocab - 1);
     for (int64_t i = 0; i < 4096; ++i) ids_.push_back(id(rng));
     ids_[0] = d_.bos_id;
+  }
+
+  void vision() {
+    const double t0 = now();
+    cu::CudaVisionEncoder enc(ctx_, cfg_, mw_);
+    ctx_.synchronize();
+    add("vision weights upload", now() - t0, "s", "");
+    std::mt19937 rng(11);
+    std::normal_distribution<float> pixel(0.f, 1.f);
+    for (int size : {1024, 640}) {
+      std::vector<float> view(size_t(3) * size_t(size) * size_t(size));
+      for (float& v : view) v = pixel(rng);
+      enc.encode_view(view.data(), size);  // warm-up (tables, allocations, cuBLAS heuristics)
+      std::vector<double> t;
+      for (int i = 0; i < 3; ++i) {
+        const double s0 = now();
+        enc.encode_view(view.data(), size);
+        t.push_back(now() - s0);
+      }
+      std::sort(t.begin(), t.end());
+      add("vision encoder, one " + std::to_string(size) + " view", t[1] * 1e3, "ms",
+          size == 1024 ? "the global view of a page" : "one tile (gundam modes)");
+    }
   }
 
   void prefill() {
@@ -221,6 +251,38 @@ class Bench {
     }
   }
 
+  // Decode over a reference of kSparsePages pages, dense R-SWA then SR-SWA (default budgets),
+  // the same cache and weights: the summaries are read back per page as page groups do.
+  void sparse_decode() {
+    constexpr int64_t kPage = 273, kSparsePages = 15;
+    const int64_t rows = 1 + kSparsePages * kPage;
+    if (rows + a_.window + 3 * a_.decode > d_.max_positions) return;
+    cu::CudaKvCache cache(ctx_, d_, a_.window);
+    dec_->prefill(prompt(rows), 0, cache);
+    uocr::ReferenceLayout layout;
+    layout.always = {uocr::RowSpan{0, 1}};
+    for (int64_t p = 0; p < kSparsePages; ++p) layout.pages.push_back(uocr::RowSpan{1 + p * kPage, kPage});
+    uocr::SparseReference sparse(d_, layout, uocr::SparseParams{});
+    for (size_t p = 0; p < size_t(kSparsePages); ++p) cache.summarize_page(sparse, p);
+    int64_t pos = rows;
+    int32_t tok = 5;
+    auto steps = [&](int64_t n) {
+      ctx_.synchronize();
+      const double t0 = now();
+      for (int64_t i = 0; i < n; ++i) tok = argmax(dec_->decode_step(tok, pos++, cache));
+      return (now() - t0) / double(n);
+    };
+    const std::string ref = std::to_string(kSparsePages) + " pages (" + std::to_string(rows) + " rows)";
+    steps(a_.window);  // fills the ring: both timings see a full window
+    add("dense R-SWA over " + ref + ": step time", steps(a_.decode) * 1e3, "ms", "logits to host");
+    dec_->set_decode_attention(&sparse);
+    const double t = steps(a_.decode);
+    dec_->set_decode_attention(nullptr);
+    add("SR-SWA over " + ref + ": step time", t * 1e3, "ms",
+        std::to_string(100.0 * double(sparse.rows_attended()) / double(sparse.rows_dense())).substr(0, 4) +
+            "% of reference rows; selection on the host");
+  }
+
   void memory() {
     const cu::MemoryStats m = ctx_.memory();
     add("peak device memory (allocator)", double(m.peak_reserved) / (1 << 20), "MiB", "weights + all the above");
@@ -274,6 +336,8 @@ class Bench {
 
   const Args& a_;
   cu::Context& ctx_;
+  const uocr::ModelConfig& cfg_;
+  const uocr::ModelWeights& mw_;
   const uocr::DecoderConfig& d_;
   const uocr::DecoderWeights* w_;
   std::shared_ptr<cu::DecoderDeviceWeights> dw_;
@@ -297,11 +361,13 @@ int main(int argc, char** argv) {
                 cfg.decoder.hidden, cfg.decoder.layers, cfg.decoder.n_routed_experts, cfg.decoder.experts_per_token,
                 cfg.decoder.vocab);
     Bench b(a, ctx, cfg, w);
+    b.vision();
     b.prefill();
     b.single_stream();
     b.batched();
     b.concurrent(16);
     b.long_decode();
+    b.sparse_decode();
     b.memory();
     b.print(std::cout);
     if (!a.json.empty()) b.write_json(a.json, device);

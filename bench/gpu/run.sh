@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU run of the CUDA backend, in one go, on a machine with an NVIDIA GPU and this repository
 # (with ../shared beside it): builds the backend (meson + ninja, -Dcuda=enabled), runs its tests on
-# the GPU (op conformance, golden tiny-a parity, batching, page groups), writes a random-weight
-# checkpoint at the REAL dimensions (tools/checkpoint/make_random.py: python3 + numpy), times the
-# decoder (bench/gpu/cuda_bench.cpp) and prints a table last. Budget: 8 minutes.
+# the GPU (op conformance, golden tiny-a parity, batching, page groups, SR-SWA, the vision
+# encoder, checkpoints / resume), writes a random-weight checkpoint at the REAL dimensions (tools/checkpoint/make_random.py:
+# python3 + numpy), times the encoder and the decoder (bench/gpu/cuda_bench.cpp) and prints a
+# table last. Budget: 8 minutes.
 #
 #   bash bench/gpu/run.sh [options]
 #     --build-dir DIR   build directory (default: build-gpu)
@@ -17,7 +18,7 @@
 #     --without-gpu-ok  go on past "no usable GPU" (wait for the checkpoint, start the benchmark,
 #                       which then exits 2 with the no-device message): tests this script on a CPU machine
 #     --help
-# Results: $OUT (default <build-dir>/gpu-results): run.log, test.log, cuda_bench.json and
+# Results: $OUT (default <build-dir>/gpu-results): run.log, test*.log (one per test executable), cuda_bench.json and
 # cuda_results.md (the table with the GPU name and date, for docs/PERFORMANCE.md).
 # Exit status: 0 done; 2 no usable GPU (the tests ran their no-device checks and skipped the rest);
 # 1 a step failed (its log says which).
@@ -108,28 +109,37 @@ if [[ $skip_build -eq 0 ]]; then
       || die "meson setup failed: is the CUDA toolkit (nvcc, cuBLAS) installed? (see $log)"
   fi
   build_start=$(date +%s)
-  run_step 360 "build (ninja -j$jobs)" ninja -C "$build" -j"$jobs" backends/cuda/test_cuda backends/cuda/uocr_cuda_bench \
+  run_step 360 "build (ninja -j$jobs)" ninja -C "$build" -j"$jobs" backends/cuda/test_cuda backends/cuda/test_cuda_sparse \
+    backends/cuda/test_cuda_vision backends/cuda/test_cuda_resume backends/cuda/uocr_cuda_bench \
     || die "build failed (see $log)"
   say "build took $(( $(date +%s) - build_start ))s"
 fi
-[[ -x "$build/backends/cuda/test_cuda" && -x "$build/backends/cuda/uocr_cuda_bench" ]] \
-  || die "CUDA targets missing in $build (build with -Dcuda=enabled)"
+for exe in test_cuda test_cuda_sparse test_cuda_vision test_cuda_resume uocr_cuda_bench; do
+  [[ -x "$build/backends/cuda/$exe" ]] || die "CUDA target $exe missing in $build (build with -Dcuda=enabled)"
+done
 
 # 2. Tests on the GPU. Exit 77: no usable GPU (the no-device checks passed, the rest skipped).
-say "tests (conformance, golden parity, batching, page groups)"
-test_rc=0
-UOCR_SHARED_DIR="$shared" UOCR_SOURCE_DIR="$repo" timeout 300 "$build/backends/cuda/test_cuda" > "$out/test.log" 2>&1 || test_rc=$?
-tail -n 4 "$out/test.log" | tee -a "$log"
-if [[ $test_rc -eq 77 ]]; then
-  say "no usable GPU: $(grep -m1 'GPU cases skipped' "$out/test.log" || true)"
-  if [[ $without_gpu_ok -eq 0 ]]; then
-    say "nothing to time; exiting 2"
-    exit 2
+# run_tests NAME EXE LOG SECONDS
+run_tests() {
+  say "tests: $1"
+  local rc=0
+  UOCR_SHARED_DIR="$shared" UOCR_SOURCE_DIR="$repo" timeout "$4" "$2" > "$3" 2>&1 || rc=$?
+  tail -n 4 "$3" | tee -a "$log"
+  if [[ $rc -eq 77 ]]; then
+    say "no usable GPU: $(grep -m1 'GPU cases skipped' "$3" || true)"
+    if [[ $without_gpu_ok -eq 0 ]]; then
+      say "nothing to time; exiting 2"
+      exit 2
+    fi
+  elif [[ $rc -ne 0 ]]; then
+    die "CUDA tests failed (exit $rc): see $3"
   fi
-elif [[ $test_rc -ne 0 ]]; then
-  die "CUDA tests failed (exit $test_rc): see $out/test.log"
-fi
-grep -E "MESSAGE: (cuda|device|page groups|CUDA)" "$out/test.log" | sed 's/^.*MESSAGE: /  /' | tee -a "$log" || true
+  grep -E "MESSAGE: (cuda|device|page groups|CUDA|G = |engine)" "$3" | sed 's/^.*MESSAGE: /  /' | tee -a "$log" || true
+}
+run_tests "conformance, golden parity, batching, page groups" "$build/backends/cuda/test_cuda" "$out/test.log" 300
+run_tests "SR-SWA against the CPU's" "$build/backends/cuda/test_cuda_sparse" "$out/test_sparse.log" 120
+run_tests "vision encoder against the CPU's and upstream" "$build/backends/cuda/test_cuda_vision" "$out/test_vision.log" 120
+run_tests "checkpoints: CUDA -> CUDA, CPU -> CUDA, CUDA -> CPU" "$build/backends/cuda/test_cuda_resume" "$out/test_resume.log" 120
 
 # 3. The random-weight checkpoint (written meanwhile, see above).
 if [[ -n "$gen_pid" ]]; then

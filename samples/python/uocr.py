@@ -212,11 +212,56 @@ def _path(p):
     return os.fsencode(p) if not isinstance(p, bytes) else p
 
 
-class Model:
+def _rgb(rgb, width, height, stride, what):
+    """The pixels as bytes, refused (ValueError) when shorter than height rows of width pixels."""
+    rgb = bytes(rgb)
+    need = (stride or 3 * width) * (height - 1) + 3 * width if height > 0 and width > 0 else 0
+    if len(rgb) < need:
+        raise ValueError("%srgb buffer has %d bytes, needs %d" % (what, len(rgb), need))
+    return rgb
+
+
+def _sealed(fn, raised):
+    """fn as a C callback: an exception it raises is kept in `raised` and reported to C as 1, so
+    that nothing unwinds through C."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except BaseException as exc:
+            raised.append(exc)
+            return 1
+    return call
+
+
+class _Handle:
+    """A library handle freed by close(), on garbage collection, or at the end of a with block."""
+
+    _free = None  # the uocr_*_free function
+
+    def __init__(self):
+        self._h = ctypes.c_void_p()
+
+    def close(self):
+        if self._h.value:
+            type(self)._free(self._h)
+            self._h = ctypes.c_void_p()
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Model(_Handle):
     """A loaded model folder; immutable, may be shared by threads and sessions."""
 
+    _free = _lib.uocr_model_free
+
     def __init__(self, directory):
-        self._h = ctypes.c_void_p()
+        super().__init__()
         params = ModelParams()
         _init(_lib.uocr_model_params_init_sized, params)
         handle = ctypes.c_void_p()
@@ -233,21 +278,8 @@ class Model:
     def session(self, **params):
         return Session(self, **params)
 
-    def close(self):
-        if self._h.value:
-            _lib.uocr_model_free(self._h)
-            self._h = ctypes.c_void_p()
 
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class Session:
+class Session(_Handle):
     """Pages plus one transcription at a time; use from one thread at a time.
 
     Keyword parameters are the fields of uocr_session_params (max_new_tokens, prompt, window,
@@ -257,8 +289,10 @@ class Session:
     checkpoint_every_tokens, resume).
     """
 
+    _free = _lib.uocr_session_free
+
     def __init__(self, model, **kw):
-        self._h = ctypes.c_void_p()
+        super().__init__()
         params = SessionParams()
         _init(_lib.uocr_session_params_init_sized, params)
         for key, value in kw.items():
@@ -285,10 +319,7 @@ class Session:
         self._check(_lib.uocr_session_add_image_encoded(self._h, data, len(data)))
 
     def add_image_rgb(self, rgb, width, height, stride=0):
-        rgb = bytes(rgb)
-        need = (stride or 3 * width) * (height - 1) + 3 * width if height > 0 and width > 0 else 0
-        if len(rgb) < need:
-            raise ValueError("rgb buffer has %d bytes, needs %d" % (len(rgb), need))
+        rgb = _rgb(rgb, width, height, stride, "")
         self._check(_lib.uocr_session_add_image_rgb(self._h, rgb, width, height, stride))
 
     def clear_pages(self):
@@ -312,39 +343,29 @@ class Session:
         cancellation and errors as run(); an exception raised by get_page is re-raised here."""
         raised = []
 
-        def page_trampoline(index, page, _user):
-            try:
-                data = get_page(index)
-                if isinstance(data, (bytes, bytearray, memoryview)):
-                    data = bytes(data)
-                    _lib.uocr_page_set_encoded(page, data, len(data))
-                elif isinstance(data, tuple):
-                    rgb, width, height = bytes(data[0]), data[1], data[2]
-                    stride = data[3] if len(data) > 3 else 0
-                    need = (stride or 3 * width) * (height - 1) + 3 * width if height > 0 and width > 0 else 0
-                    if len(rgb) < need:
-                        raise ValueError("page %d: rgb buffer has %d bytes, needs %d" % (index, len(rgb), need))
-                    _lib.uocr_page_set_rgb(page, rgb, width, height, stride)
-                else:
-                    _lib.uocr_page_set_file(page, _path(data))
-                return 0  # a page that failed to decode makes the run fail with its status and message
-            except BaseException as exc:  # never unwind through C
-                raised.append(exc)
-                return 1
+        def set_page(index, page, _user):
+            data = get_page(index)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                data = bytes(data)
+                _lib.uocr_page_set_encoded(page, data, len(data))
+            elif isinstance(data, tuple):
+                width, height = data[1], data[2]
+                stride = data[3] if len(data) > 3 else 0
+                rgb = _rgb(data[0], width, height, stride, "page %d: " % index)
+                _lib.uocr_page_set_rgb(page, rgb, width, height, stride)
+            else:
+                _lib.uocr_page_set_file(page, _path(data))
+            return 0  # a page that failed to decode makes the run fail with its status and message
 
-        pages = PAGE_CALLBACK(page_trampoline)
+        pages = PAGE_CALLBACK(_sealed(set_page, raised))
         return self._run(lambda callback, summary: _lib.uocr_session_run_pages(
             self._h, page_count, pages, None, callback, None, summary), on_event, raised)
 
     def _run(self, start, on_event, raised):
-        def trampoline(event_ptr, _user):
-            try:
-                return 1 if on_event(Event(event_ptr.contents)) else 0
-            except BaseException as exc:  # never unwind through C
-                raised.append(exc)
-                return 1
+        def forward(event_ptr, _user):
+            return 1 if on_event(Event(event_ptr.contents)) else 0
 
-        callback = EVENT_CALLBACK(trampoline) if on_event else EVENT_CALLBACK()
+        callback = EVENT_CALLBACK(_sealed(forward, raised)) if on_event else EVENT_CALLBACK()
         summary = RunSummary()
         _init(_lib.uocr_run_summary_init_sized, summary)
         status = start(callback, ctypes.byref(summary))
@@ -362,19 +383,6 @@ class Session:
         buf = ctypes.create_string_buffer(n.value + 1)
         self._check(_lib.uocr_session_text(self._h, buf, n.value + 1, ctypes.byref(n)))
         return buf.raw[: n.value]
-
-    def close(self):
-        if self._h.value:
-            _lib.uocr_session_free(self._h)
-            self._h = ctypes.c_void_p()
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def stop_reason_name(stop_reason):

@@ -129,6 +129,30 @@ def draw(rng, shape, init):
     return (scale * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
 
+def write_checkpoint(cfg, seed, out_dir):
+    """Writes the BF16 checkpoint of `cfg` drawn with `seed` into out_dir (one shard, sorted names,
+    and its index); returns the tensor count and the data bytes."""
+    tensors = sorted(tensor_list(cfg))
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape, _ in tensors:
+        size = 2 * int(np.prod(shape))
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    hjson = json.dumps(header, separators=(",", ":")).encode()
+    hjson += b" " * ((8 - len(hjson) % 8) % 8)
+    shard = "model-00001-of-000001.safetensors"
+    rng = np.random.default_rng(seed)
+    with open(os.path.join(out_dir, shard), "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for name, shape, init in tensors:
+            f.write(to_bf16_bytes(draw(rng, shape, init)))
+    index = {"metadata": {"total_size": offset}, "weight_map": {n: shard for n, _, _ in tensors}}
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+    return len(tensors), offset
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default_cfg = os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "unlimited-ocr", "config.json"))
@@ -139,33 +163,15 @@ def main():
     args = ap.parse_args()
     with open(args.config) as f:
         cfg = json.load(f)
-    tensors = sorted(tensor_list(cfg))
     os.makedirs(args.out, exist_ok=True)
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape, _ in tensors:
-        size = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    hjson = json.dumps(header, separators=(",", ":")).encode()
-    hjson += b" " * ((8 - len(hjson) % 8) % 8)
-    shard = "model-00001-of-000001.safetensors"
-    rng = np.random.default_rng(args.seed)
-    with open(os.path.join(args.out, shard), "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for name, shape, init in tensors:
-            f.write(to_bf16_bytes(draw(rng, shape, init)))
-    index = {"metadata": {"total_size": offset}, "weight_map": {n: shard for n, _, _ in tensors}}
-    with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
-        json.dump(index, f, indent=2)
+    n_tensors, total = write_checkpoint(cfg, args.seed, args.out)
     cfg_dir = os.path.dirname(os.path.abspath(args.config))
     shutil.copy(args.config, os.path.join(args.out, "config.json"))
     for name in TOKENIZER_FILES:
         src = os.path.join(cfg_dir, name)
         if os.path.exists(src):
             shutil.copy(src, os.path.join(args.out, name))
-    params = offset // 2
-    print(f"{args.out}: {len(tensors)} tensors, {params:,} parameters, {offset:,} bytes", file=sys.stderr)
+    print(f"{args.out}: {n_tensors} tensors, {total // 2:,} parameters, {total:,} bytes", file=sys.stderr)
 
 
 if __name__ == "__main__":

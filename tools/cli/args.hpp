@@ -13,7 +13,7 @@ class Args {
   explicit Args(const std::vector<std::string>& argv) {
     for (size_t i = 0; i < argv.size(); ++i) {
       const std::string& a = argv[i];
-      if (a == "--quiet" || a == "--resume") {  // the options without a value
+      if (a == "--quiet" || a == "--resume" || a == "--separate-pages") {  // the options without a value
         options_[a] = "1";
       } else if (a.size() > 1 && a[0] == '-') {
         uocr::require(i + 1 < argv.size(), uocr::Status::invalid_argument,

@@ -123,6 +123,37 @@ inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::stri
   return std::make_unique<uocr::ChainedPages>(std::move(parts));
 }
 
+// One page of a shared source as a document of its own (--separate-pages): pulls the source's
+// next page, so the pages are still read one at a time and in order.
+class NextPageOf final : public uocr::PageSource {
+ public:
+  NextPageOf(uocr::PageSource& source, int64_t index) : source_(source), index_(index) {}
+  int64_t count() const override { return 1; }
+  bool next(uocr::ImageU8& page) override { return source_.next(page); }
+  std::string identity() const override { return source_.identity() + "#" + std::to_string(index_); }
+
+ private:
+  uocr::PageSource& source_;
+  int64_t index_;
+};
+
+// The run of every page as one summary: times and tokens add up, memory is the largest.
+inline void add_page_run(uocr::RunSummary& all, const uocr::RunSummary& page) {
+  if (all.stop == uocr::StopReason::eos) all.stop = page.stop;
+  all.empty = all.empty && page.empty;
+  all.pages += page.pages;
+  all.visual_tokens += page.visual_tokens;
+  all.prompt_tokens += page.prompt_tokens;
+  all.generated_tokens += page.generated_tokens;
+  all.vision_seconds += page.vision_seconds;
+  all.prefill_seconds += page.prefill_seconds;
+  all.decode_seconds += page.decode_seconds;
+  for (auto field : {&uocr::MemoryStats::reference_kv_bytes, &uocr::MemoryStats::window_kv_bytes,
+                     &uocr::MemoryStats::kv_allocated_bytes, &uocr::MemoryStats::peak_kv_bytes,
+                     &uocr::MemoryStats::scratch_bytes, &uocr::MemoryStats::peak_scratch_bytes, &uocr::MemoryStats::peak_bytes})
+    all.memory.*field = std::max(all.memory.*field, page.memory.*field);
+}
+
 // Where the text goes, and how much of it has been written (for checkpoints).
 struct Output {
   std::string path;  // "" = stdout
@@ -209,6 +240,11 @@ inline int cmd_run(const Args& args) {
   uocr::require(!ck.resume || std::filesystem::exists(ck.path), uocr::Status::invalid_argument,
                 [&] { return "--resume: there is no checkpoint " + ck.path + " (run without --resume to start)"; });
   uocr::require(ck.every_tokens >= 0, uocr::Status::invalid_argument, "--checkpoint-every must be >= 0");
+  // Each page its own document (single-page prompt, fresh KV): for models trained on single pages,
+  // such as DeepSeek-OCR's weights and the bundled demo model.
+  const bool separate = args.has("--separate-pages");
+  uocr::require(!separate || ck.path.empty(), uocr::Status::invalid_argument,
+                "--separate-pages runs each page on its own; it takes no --checkpoint");
 
   const auto model = uocr::Model::load(args.get("--model", "models/uocr-demo"));
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
@@ -231,21 +267,33 @@ inline int cmd_run(const Args& args) {
   int64_t tokens = 0;
   int page = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  const uocr::RunSummary sum = session.run(
-      *pages,
-      [&](const uocr::Event& e) {
-        if (e.type == uocr::Event::Type::page) page = e.page;
-        if (e.type != uocr::Event::Type::token) return g_interrupted == 0;
-        out.write(e.text);
-        ++tokens;
-        if (progress && tokens % 16 == 0) {
-          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          std::fprintf(stderr, "\r\033[Kpage %d/%lld  %lld tokens  %.1f tok/s", page + 1, (long long)pages->count(),
-                       (long long)tokens, s > 0 ? double(tokens) / s : 0.0);
-        }
-        return g_interrupted == 0;
-      },
-      ck);
+  auto on_event = [&](const uocr::Event& e) {
+    if (e.type == uocr::Event::Type::page && !separate) page = e.page;
+    if (e.type != uocr::Event::Type::token) return g_interrupted == 0;
+    out.write(e.text);
+    ++tokens;
+    if (progress && tokens % 16 == 0) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "\r\033[Kpage %d/%lld  %lld tokens  %.1f tok/s", page + 1, (long long)pages->count(),
+                   (long long)tokens, s > 0 ? double(tokens) / s : 0.0);
+    }
+    return g_interrupted == 0;
+  };
+  uocr::RunSummary sum;
+  uocr::InfiniteStats run_stats;
+  if (separate) {
+    // Each page opens with the marker a multi-page transcript has, so both read the same downstream.
+    for (int64_t i = 0; i < pages->count() && sum.stop != uocr::StopReason::cancelled; ++i) {
+      page = int(i);
+      if (pages->count() > 1) out.write("<PAGE>");
+      NextPageOf one(*pages, i);
+      add_page_run(sum, session.run(one, on_event));
+      run_stats.pages_encoded += session.stats().pages_encoded;
+    }
+  } else {
+    sum = session.run(*pages, on_event, ck);
+    run_stats = session.stats();
+  }
   if (!out.raw) {
     const std::string rest = out.filter.flush();
     std::fwrite(rest.data(), 1, rest.size(), out.file);
@@ -254,7 +302,7 @@ inline int cmd_run(const Args& args) {
   if (out.file != stdout) std::fclose(out.file);
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (stats == "json") write_json_stats(stderr, sum, session.stats(), session.effective_window());
+  if (stats == "json") write_json_stats(stderr, sum, run_stats, session.effective_window());
   if (!ck.path.empty() && sum.stop != uocr::StopReason::cancelled) std::filesystem::remove(ck.path);
   if (sum.stop != uocr::StopReason::eos)
     std::fprintf(stderr, "uocr: stopped: %s after %lld tokens\n", uocr::stop_reason_name(sum.stop),

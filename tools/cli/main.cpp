@@ -27,7 +27,7 @@ int usage(FILE* out) {
                "      [-o OUT.md] [--quiet]\n"
                "      [--pages-per-group G] [--overlap O] [--reference-budget PAGES,BLOCKS[,BLOCK_TOKENS]|off]\n"
                "      [--page-fallback-tokens N] [--positions limit|extrapolate]\n"
-               "      [--checkpoint FILE [--checkpoint-every N] [--resume]] IMAGE|PDF...\n"
+               "      [--checkpoint FILE [--checkpoint-every N] [--resume]] [--separate-pages] IMAGE|PDF...\n"
                "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 130 interrupted\n"
                "  inspect model    --model DIR\n"
                "  inspect tokenize --model DIR (--text STR | --ids ID,ID,...)\n"

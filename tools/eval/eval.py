@@ -16,6 +16,7 @@ Modes (the `uocr run` options each one adds):
   oneshot     --pages-per-group N (every page in one group: exactly one-shot R-SWA)
   infinite    page groups with the CLI defaults (G = 4, O = 3)
   sparse-A/B  page groups + SR-SWA at two reference budgets (--reference-budget PAGES,BLOCKS[,BLOCK])
+  separate    --separate-pages: every page its own single-page run (what single-page models need)
 
 Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what tools/train needs
 (Pillow, numpy; fonts-dejavu, fonts-liberation, wamerican).
@@ -49,6 +50,7 @@ MODES = {
     "infinite": lambda n: [],
     "sparse-A": lambda n: ["--reference-budget", "2,8"],
     "sparse-B": lambda n: ["--reference-budget", "1,4"],
+    "separate": lambda n: ["--separate-pages"],
 }
 
 

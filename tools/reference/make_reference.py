@@ -41,7 +41,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools", "checkpoint"))
-import make_random  # noqa: E402  (tensor_list / draw / to_bf16_bytes: the upstream tensor layout)
+import make_random  # noqa: E402  (tensor_list / write_checkpoint: the upstream tensor layout)
 
 UPSTREAM_SHA256 = {
     "modeling_unlimitedocr.py": "268bdcbe12cf37bf5a2debb53faf542e56570958a5d9f3314aab3cab2cf6cb48",
@@ -151,28 +151,6 @@ def make_config(shared, spec, name):
         w["sam_vit_b"][k] = v
     assert spec["clip"]["width"] == spec["sam"]["downsample_channels"][1]
     return cfg
-
-
-def write_checkpoint(cfg, seed, out_dir):
-    """Same bytes as tools/checkpoint/make_random.py --seed SEED (BF16, sorted names, one shard)."""
-    tensors = sorted(make_random.tensor_list(cfg))
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape, _ in tensors:
-        size = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    hjson = json.dumps(header, separators=(",", ":")).encode()
-    hjson += b" " * ((8 - len(hjson) % 8) % 8)
-    shard = "model-00001-of-000001.safetensors"
-    rng = np.random.default_rng(seed)
-    with open(os.path.join(out_dir, shard), "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for name, shape, init in tensors:
-            f.write(make_random.to_bf16_bytes(make_random.draw(rng, shape, init)))
-    index = {"metadata": {"total_size": offset}, "weight_map": {n: shard for n, _, _ in tensors}}
-    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
-        json.dump(index, f, indent=2)
 
 
 def read_safetensors_f32(path):
@@ -583,7 +561,7 @@ def main():
             json.dump(cfg, f, indent=2)
             f.write("\n")
         if spec["weights"] is None:
-            write_checkpoint(cfg, spec["seed"], mdir)
+            make_random.write_checkpoint(cfg, spec["seed"], mdir)
             shard = os.path.join(mdir, "model-00001-of-000001.safetensors")
         else:
             shard = os.path.join(args.shared, spec["weights"], "model-00001-of-000001.safetensors")

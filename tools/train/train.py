@@ -165,9 +165,9 @@ class BatchStream(torch.utils.data.IterableDataset):
     """Endless training batches; with DataLoader workers each worker renders its own pages.
     `level` is a shared multiprocessing.Value so the curriculum reaches the workers."""
 
-    def __init__(self, tok_path, d, batch_pages, level, multi_frac, seed):
+    def __init__(self, tok_path, d, batch_pages, level, multi_frac, multi_level, seed):
         self.tok_path, self.d, self.batch_pages = tok_path, d, batch_pages
-        self.level, self.multi_frac, self.seed = level, multi_frac, seed
+        self.level, self.multi_frac, self.multi_level, self.seed = level, multi_frac, multi_level, seed
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -177,7 +177,7 @@ class BatchStream(torch.utils.data.IterableDataset):
         while True:
             level = self.level.value
             n_pages = 1
-            if level >= 2 and r.rng.random() < self.multi_frac:
+            if level >= self.multi_level and r.rng.random() < self.multi_frac:
                 n_pages = r.rng.choice([2, 3])
             n_docs = max(1, self.batch_pages // n_pages)
             docs = [make_doc(r, n_pages, level) for _ in range(n_docs)]
@@ -284,7 +284,8 @@ def main():
     ap.add_argument("--level", type=int, default=0, help="starting curriculum level")
     ap.add_argument("--set-level", type=int, help="with --resume: continue at this curriculum level")
     ap.add_argument("--advance-cer", type=float, default=0.12, help="held-out CER that moves to the next level")
-    ap.add_argument("--multi-frac", type=float, default=0.25, help="share of multi-page steps from level 2 on")
+    ap.add_argument("--multi-frac", type=float, default=0.25, help="share of multi-page steps from --multi-level on")
+    ap.add_argument("--multi-level", type=int, default=2, help="curriculum level from which steps may hold 2-3 page documents")
     ap.add_argument("--eval-min", type=float, default=10.0)
     ap.add_argument("--ckpt-min", type=float, default=5.0)
     ap.add_argument("--eval-docs", type=int, default=8)
@@ -357,7 +358,8 @@ def main():
 
     import multiprocessing as mp
     level_v = mp.Value("i", level)
-    stream = BatchStream(a.tokenizer, d, a.batch_pages, level_v, a.multi_frac, a.seed + 7919 * step)
+    stream = BatchStream(a.tokenizer, d, a.batch_pages, level_v, a.multi_frac, a.multi_level,
+                         a.seed + 7919 * step)
     if a.workers > 0:
         loader = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=a.workers, prefetch_factor=4,
                                                   persistent_workers=True, pin_memory=dev.type == "cuda"))

@@ -64,6 +64,47 @@ class Decoder {
   }
   int64_t position_limit() const { return position_limit_; }
 
+  // The argument checks of prefill, prefill_segment and decode_step, public so that every backend's
+  // decoder (Vulkan, CUDA) refuses a bad call with the same error before touching its cache.
+  // Returns the prefill's token count.
+  template <class Cache>
+  int64_t check_prefill(size_t floats, int64_t first_position, const Cache& cache) const {
+    require(floats > 0 && floats % size_t(c_.hidden) == 0, Status::invalid_argument, [&] {
+      return "prefill input holds " + std::to_string(floats) + " floats, not a positive multiple of hidden size " +
+             std::to_string(c_.hidden);
+    });
+    const int64_t t = int64_t(floats) / c_.hidden;
+    check_positions(first_position, t);
+    check_cache(cache);
+    return t;
+  }
+  // Returns the number of context rows.
+  template <class Cache>
+  int64_t check_segment(int64_t t, const int64_t* positions, const Cache& cache, int64_t dst,
+                        const std::vector<RowSpan>& context) const {
+    require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
+    for (int64_t i = 0; i < t; ++i) check_positions(positions[i], 1);
+    check_cache(cache);
+    const int64_t rows = cache.reference_rows();
+    require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
+      return "segment rows " + std::to_string(dst) + ".." + std::to_string(dst + t - 1) + " are outside the reference (" +
+             std::to_string(rows) + " rows)";
+    });
+    int64_t context_rows = 0;
+    for (const RowSpan& c : context) {
+      require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
+              Status::invalid_argument, "segment context must be reference rows outside the segment");
+      context_rows += c.rows;
+    }
+    return context_rows;
+  }
+  template <class Cache>
+  void check_step(int32_t token, int64_t position, const Cache& cache) const {
+    check_positions(position, 1);
+    check_cache(cache);
+    check_token(token);
+  }
+
   // Replaces the dense reference attention of decode_step (nullptr: dense, the default). The
   // object must outlive its use; SR-SWA (uocr/decoder/sparse_reference.hpp) plugs in here.
   void set_decode_attention(DecodeAttention* attention) { attention_ = attention; }
@@ -107,13 +148,7 @@ class Decoder {
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, KvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
     const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
-    require(!embeddings.empty() && embeddings.size() % size_t(hidden) == 0, Status::invalid_argument, [&] {
-      return "prefill input holds " + std::to_string(embeddings.size()) + " floats, not a positive multiple of hidden size " +
-             std::to_string(hidden);
-    });
-    const int64_t t = int64_t(embeddings.size()) / hidden;
-    check_positions(first_position, t);
-    check_cache(cache);
+    const int64_t t = check_prefill(embeddings.size(), first_position, cache);
     cache.reset(t);
 
     float* const x = grow(x_, t * hidden);
@@ -157,17 +192,7 @@ class Decoder {
   std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, KvCache& cache,
                                      int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
     const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
-    require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
-    for (int64_t i = 0; i < t; ++i) check_positions(positions[i], 1);
-    check_cache(cache);
-    const int64_t rows = cache.reference_rows();
-    require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
-      return "segment rows " + std::to_string(dst) + ".." + std::to_string(dst + t - 1) + " are outside the reference (" +
-             std::to_string(rows) + " rows)";
-    });
-    for (const RowSpan& c : context)
-      require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
-              Status::invalid_argument, "segment context must be reference rows outside the segment");
+    check_segment(t, positions, cache, dst, context);
 
     float* const x = grow(x_, t * hidden);
     float* const a = grow(a_, t * hidden);
@@ -209,8 +234,7 @@ class Decoder {
   // cache's mode) and returns its logits [vocab]; the reference stays valid until the next call.
   const std::vector<float>& decode_step(int32_t token, int64_t position, KvCache& cache) {
     const int64_t hidden = c_.hidden, kr = shape_.kv_row();
-    check_positions(position, 1);
-    check_cache(cache);
+    check_step(token, position, cache);
     float* const x = grow(x_, hidden);
     float* const a = grow(a_, hidden);
     float* const f = grow(f_, hidden);
@@ -258,8 +282,7 @@ class Decoder {
 
  private:
   void embed_row(int32_t id, float* out) const {
-    require(id >= 0 && id < c_.vocab, Status::invalid_argument,
-            [&] { return "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")"; });
+    check_token(id);
     w_.embed->read_f32(int64_t(id) * c_.hidden, c_.hidden, out);
   }
 
@@ -271,7 +294,13 @@ class Decoder {
     });
   }
 
-  void check_cache(const KvCache& cache) const {
+  void check_token(int32_t id) const {
+    require(id >= 0 && id < c_.vocab, Status::invalid_argument,
+            [&] { return "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")"; });
+  }
+
+  template <class Cache>
+  void check_cache(const Cache& cache) const {
     require(cache.layers() == c_.layers && cache.row_floats() == shape_.kv_row(), Status::invalid_argument,
             "KV cache was built for a different decoder configuration");
   }

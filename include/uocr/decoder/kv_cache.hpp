@@ -91,7 +91,8 @@ class KvRing {
 // A KvRing whose storage is reallocated explicitly (device memory): the reference grows to exactly
 // the rows asked for, keeping the rows held, and never shrinks; allocated bytes are the rows
 // reserved. Cache also provides grow_reference(rows, keep): new storage for `rows` reference
-// rows with the first `keep` copied over.
+// rows with the first `keep` copied over, and read_rows / write_rows(array, host, floats): the
+// first `floats` floats of one of its arrays to / from the host.
 template <class Cache>
 class ReservedKvRing : public KvRing<Cache> {
  public:
@@ -110,6 +111,19 @@ class ReservedKvRing : public KvRing<Cache> {
     this->reference_rows_ = rows;
   }
   size_t allocated_bytes() const { return size_t(ref_capacity_ + this->capacity_) * this->bytes_per_token(); }
+
+  // Checkpoints (BasicPageGroupDecoder::visit_kv): f(data, floats) reads or rewrites the first
+  // `rows` rows of `array` (what reference_k(layer) and the like return) in a host copy, which
+  // is then written back. The rows are laid out as KvCache's, so a checkpoint of any backend
+  // resumes on any other.
+  template <class Array>
+  void visit_rows(const Array& array, int64_t rows, const std::function<void(float*, size_t)>& f) {
+    Cache& cache = static_cast<Cache&>(*this);
+    std::vector<float> host(size_t(rows * this->row_));
+    cache.read_rows(array, host.data(), host.size());
+    f(host.data(), host.size());
+    cache.write_rows(array, host.data(), host.size());
+  }
 
  protected:
   using KvRing<Cache>::KvRing;

@@ -73,6 +73,38 @@ struct MoeScratch {
   }
 };
 
+// The router's choice for `m` rows: probs [m, experts] holds the router logits and becomes their
+// softmax in place; choice/weight [m, top_k] get the greedy top-k experts, best first (on equal
+// scores the lower expert index wins: torch.topk leaves ties unspecified, real routing has no
+// exact ties), and their mixing weights (renormalised only if norm_topk_prob, times
+// routed_scaling_factor). The one statement of the rule: device routing (Vulkan) is tested
+// against it. rank: scratch.
+inline void moe_route(const DecoderConfig& c, float* probs, int64_t m, int32_t* choice, float* weight,
+                      std::vector<int32_t>& rank) {
+  const int64_t e_count = c.n_routed_experts, k = c.experts_per_token;
+  rank.resize(size_t(e_count));
+  for (int64_t r = 0; r < m; ++r) {
+    float* p = probs + r * e_count;
+    const float mx = *std::max_element(p, p + e_count);
+    float sum = 0.f;
+    for (int64_t e = 0; e < e_count; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (int64_t e = 0; e < e_count; ++e) p[e] /= sum;
+    std::iota(rank.begin(), rank.end(), 0);
+    std::partial_sort(rank.begin(), rank.begin() + k, rank.end(),
+                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    int32_t* ch = choice + r * k;
+    float* wt = weight + r * k;
+    float picked = 0.f;
+    for (int64_t j = 0; j < k; ++j) {
+      ch[j] = rank[size_t(j)];
+      wt[j] = p[ch[j]];
+      picked += wt[j];
+    }
+    for (int64_t j = 0; j < k; ++j)
+      wt[j] = (c.norm_topk_prob && k > 1 ? wt[j] / (picked + 1e-20f) : wt[j]) * c.routed_scaling;
+  }
+}
+
 // y[m, hidden] = Σ_j w_j · Expert_{e_j}(x) + Shared(x), with w = router softmax probabilities of
 // the top-k experts (renormalised only if norm_topk_prob) × routed_scaling_factor.
 inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, const float* x, int64_t m, float* y,
@@ -81,30 +113,8 @@ inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, c
   s.probs.resize(size_t(m * e_count));
   s.choice.resize(size_t(m * k));
   s.weight.resize(size_t(m * k));
-  s.rank.resize(size_t(e_count));
   cpu::linear(x, m, lw.router, s.probs.data());
-  for (int64_t r = 0; r < m; ++r) {
-    float* p = s.probs.data() + r * e_count;
-    const float mx = *std::max_element(p, p + e_count);
-    float sum = 0.f;
-    for (int64_t e = 0; e < e_count; ++e) sum += (p[e] = std::exp(p[e] - mx));
-    for (int64_t e = 0; e < e_count; ++e) p[e] /= sum;
-    // Greedy top-k; on equal scores the lower expert index wins (torch.topk leaves ties
-    // unspecified; real routing has no exact ties).
-    std::iota(s.rank.begin(), s.rank.end(), 0);
-    std::partial_sort(s.rank.begin(), s.rank.begin() + k, s.rank.end(),
-                      [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    int32_t* ch = s.choice.data() + r * k;
-    float* wt = s.weight.data() + r * k;
-    float picked = 0.f;
-    for (int64_t j = 0; j < k; ++j) {
-      ch[j] = s.rank[size_t(j)];
-      wt[j] = p[ch[j]];
-      picked += wt[j];
-    }
-    for (int64_t j = 0; j < k; ++j)
-      wt[j] = (c.norm_topk_prob && k > 1 ? wt[j] / (picked + 1e-20f) : wt[j]) * c.routed_scaling;
-  }
+  moe_route(c, s.probs.data(), m, s.choice.data(), s.weight.data(), s.rank);
 
   // Counting sort of the m·k assignments (row·k + j) by expert: expert e owns
   // order[start[e] .. start[e+1]).

@@ -46,9 +46,10 @@
 //
 // Backends: BasicPageGroupDecoder<Dec, Cache> runs this over any decoder + KV cache pair with
 // uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's reference API
-// (the Vulkan backend's VulkanDecoder + VulkanKvCache); PageGroupDecoder is the CPU one. SR-SWA
-// summarizes keys on the host, so it needs the CPU cache or one with summarize_page (Vulkan: reads
-// a page's keys back), else Status::unsupported; checkpoints need a cache with visit_rows (CPU, Vulkan).
+// (VulkanDecoder + VulkanKvCache, CudaDecoder + CudaKvCache); PageGroupDecoder is the CPU one.
+// SR-SWA summarizes keys on the host: in place on the CPU, read back a page at a time by a device
+// cache (summarize_page). Checkpoints go through the cache's visit_rows: in place on the CPU,
+// through a host copy on a device (ReservedKvRing's).
 //
 // Thread-safety: one PageGroupDecoder per document, used by one thread at a time.
 #pragma once
@@ -132,32 +133,16 @@ struct PageGroupState {
   uint64_t peak_total_bytes = 0;
 };
 
-namespace detail {
-template <class Cache, class = void>
-struct HasVisitRows : std::false_type {};
-template <class Cache>
-struct HasVisitRows<Cache, std::void_t<decltype(&Cache::visit_rows)>> : std::true_type {};
-template <class Cache, class = void>
-struct HasSummarizePage : std::false_type {};
-template <class Cache>
-struct HasSummarizePage<Cache, std::void_t<decltype(&Cache::summarize_page)>> : std::true_type {};
-}  // namespace detail
-
 template <class Dec, class Cache>
 class BasicPageGroupDecoder {
  public:
   // SR-SWA summarizes the keys on the host: in place (uocr::KvCache) or read back a page at a
   // time (Cache::summarize_page).
   static constexpr bool kHostKv = std::is_same_v<Cache, KvCache>;
-  static constexpr bool kSparse = kHostKv || detail::HasSummarizePage<Cache>::value;
-  // Checkpoints need the cache's rows readable and writable from the host (Cache::visit_rows).
-  static constexpr bool kVisitableKv = detail::HasVisitRows<Cache>::value;
 
   BasicPageGroupDecoder(Dec decoder, Cache cache, PageGroupParams params = {})
       : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params) {
     validate(p_);
-    require(kSparse || !p_.sparse, Status::unsupported,
-            "SR-SWA (sparse reference attention) runs on the CPU and Vulkan backends only; turn it off for this backend");
     if (p_.allow_position_extrapolation) dec_.set_position_limit(kMaxExtrapolatedPosition);
   }
 
@@ -236,19 +221,15 @@ class BasicPageGroupDecoder {
 
   // Calls f(data, floats) on every KV array the state depends on, in a fixed order: per layer
   // the reference keys and values, then the filled window rows' keys and values. A checkpoint
-  // reads them with it; resume() writes them back with it. Caches with visit_rows only (CPU and
-  // Vulkan: same row layout, so a checkpoint of one resumes on the other).
+  // reads them with it; resume() writes them back with it. Every backend's cache has the same
+  // row layout, so a checkpoint of one resumes on any other.
   void visit_kv(const std::function<void(float* data, size_t floats)>& f) {
-    require(kVisitableKv, Status::unsupported,
-            "checkpoints need a KV cache the host can read and write (the CPU and Vulkan backends)");
-    if constexpr (kVisitableKv) {
-      const int64_t ref = cache_.reference_rows(), gen = cache_.generated_rows();
-      for (int l = 0; l < cache_.layers(); ++l) {
-        cache_.visit_rows(cache_.reference_k(l), ref, f);
-        cache_.visit_rows(cache_.reference_v(l), ref, f);
-        cache_.visit_rows(cache_.generated_k(l), gen, f);
-        cache_.visit_rows(cache_.generated_v(l), gen, f);
-      }
+    const int64_t ref = cache_.reference_rows(), gen = cache_.generated_rows();
+    for (int l = 0; l < cache_.layers(); ++l) {
+      cache_.visit_rows(cache_.reference_k(l), ref, f);
+      cache_.visit_rows(cache_.reference_v(l), ref, f);
+      cache_.visit_rows(cache_.generated_k(l), gen, f);
+      cache_.visit_rows(cache_.generated_v(l), gen, f);
     }
   }
 
@@ -321,8 +302,7 @@ class BasicPageGroupDecoder {
       const auto t1 = std::chrono::steady_clock::now();
       dec_.prefill_segment(page_.data(), t, pos.data(), cache_, slot_span(s).begin, held_context());
       slot_page_[size_t(s)] = p;
-      if constexpr (kSparse)
-        if (sparse_) summarize(size_t(s));
+      if (sparse_) summarize(size_t(s));
       prefill_seconds_ += seconds_since(t1);
       ++entered;
     }
@@ -426,19 +406,17 @@ class BasicPageGroupDecoder {
 
   // SR-SWA over the held slots, its key summaries computed from the cache as it is now.
   void attach_sparse() {
-    if constexpr (kSparse) {
-      if (p_.sparse) {
-        ReferenceLayout rl;
-        if (head_rows_) rl.always.push_back({0, head_rows_});
-        for (int64_t s = 0; s < g_; ++s) rl.pages.push_back(slot_span(s));
-        if (tail_rows_) rl.always.push_back({tail_row(), tail_rows_});
-        sparse_ = std::make_unique<SparseReference>(dec_.config(), std::move(rl), p_.sparse_params);
-        for (size_t s = 0; s < size_t(g_); ++s) summarize(s);
-        dec_.set_decode_attention(sparse_.get());
-      } else {
-        sparse_.reset();
-        dec_.set_decode_attention(nullptr);
-      }
+    if (p_.sparse) {
+      ReferenceLayout rl;
+      if (head_rows_) rl.always.push_back({0, head_rows_});
+      for (int64_t s = 0; s < g_; ++s) rl.pages.push_back(slot_span(s));
+      if (tail_rows_) rl.always.push_back({tail_row(), tail_rows_});
+      sparse_ = std::make_unique<SparseReference>(dec_.config(), std::move(rl), p_.sparse_params);
+      for (size_t s = 0; s < size_t(g_); ++s) summarize(s);
+      dec_.set_decode_attention(sparse_.get());
+    } else {
+      sparse_.reset();
+      dec_.set_decode_attention(nullptr);
     }
   }
 

@@ -12,8 +12,8 @@
 // groups (uocr/decoder/page_groups.hpp) over the backend's decoder + KV cache pair: a backend
 // implements uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's
 // reference API and wraps BasicPageGroupDecoder<ItsDecoder, ItsCache> in PageGroupEngine below.
-// A feature a backend lacks (SR-SWA or checkpoints on CUDA, say) is Status::unsupported, never a silent
-// fallback to another backend.
+// What a backend cannot do (a head_dim beyond its attention kernel's, say) is Status::unsupported,
+// never a silent fallback to another backend.
 //
 // Thread-safety: an Engine may be shared by threads; each VisionEngine / DecoderEngine is used by
 // one thread at a time.
@@ -77,8 +77,7 @@ class DecoderEngine {
   virtual int64_t next_page() = 0;
 
   // Checkpoints (uocr/session/infinite.hpp): the state besides the KV rows, every KV array in a
-  // fixed order, and continuing from them instead of start(). A backend whose KV cache is not in
-  // host memory may refuse visit_kv / resume with Status::unsupported.
+  // fixed order (one layout on every backend), and continuing from them instead of start().
   using KvVisitor = std::function<void(float* data, size_t floats)>;
   virtual PageGroupState state() const = 0;
   virtual void visit_kv(const KvVisitor& f) = 0;

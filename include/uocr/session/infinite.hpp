@@ -32,8 +32,8 @@
 // a mismatch or a damaged file with a clear uocr::Error, skips the pages already encoded and
 // goes on: the tokens and events after the checkpoint are exactly those of an uninterrupted run.
 // After a resume, RunSummary::text and the timings cover only the part generated since the
-// checkpoint; generated_tokens and the KV figures of memory cover the whole document, its
-// scratch figures and peak_bytes the resumed part.
+// checkpoint; generated_tokens and memory cover the whole document (scratch_bytes: what the
+// resumed engines hold now; the peaks: the largest before or after the checkpoint).
 //
 // Memory: bounded by the group (RunSummary::memory: reference KV of head + G pages + tail, the
 // R-SWA window, and the engines' scratch: vision and decoder workspaces sized by the largest page
@@ -439,6 +439,8 @@ class InfiniteSession {
     w.put(g.slot_pages);
     for (int64_t v : {g.first, g.current, g.loaded, g.generated, g.slides, g.extra_boundaries}) w.put(v);
     w.put(g.peak_total_bytes);
+    w.put(uint64_t(memory_.peak_scratch_bytes));  // so that a resumed run reports the whole document's peaks
+    w.put(uint64_t(memory_.peak_bytes));
     engine.visit_kv([&](float* data, size_t n) {
       w.put(uint64_t(n));
       w.put_array(data, n);
@@ -503,6 +505,8 @@ class InfiniteSession {
     r.get(g.slot_pages);
     for (int64_t* v : {&g.first, &g.current, &g.loaded, &g.generated, &g.slides, &g.extra_boundaries}) r.get(*v);
     r.get(g.peak_total_bytes);
+    memory_.peak_scratch_bytes = size_t(r.get<uint64_t>());
+    memory_.peak_bytes = size_t(r.get<uint64_t>());
     if (int64_t(sizes.size()) != g.loaded) r.corrupt("page sizes do not match the pages loaded");
     visual.skip_encoded(std::move(sizes));
     engine.resume(layout, visual, g, [&](float* data, size_t n) {

@@ -49,6 +49,29 @@ struct VisionCaptures {
   std::vector<float> projector_out;  // [g*g, hidden]
 };
 
+// The sizes of one view through SAM and its 16x compressor, checked once for every encoder (CPU,
+// Vulkan, CUDA): G = patch grid (N = G*G tokens), G2 after net_2 (3x3, stride 2), g after net_3,
+// so t = g*g visual tokens; im2col_floats is the largest im2col buffer of its convolutions.
+struct ViewGeometry {
+  int G, G2, g;
+  int64_t N, t;
+
+  ViewGeometry(const SamConfig& sc, const float* chw, int size) {
+    require(chw != nullptr && size > 0 && size % sc.patch == 0, Status::invalid_argument, [&] {
+      return "vision view must be a square image whose side is a multiple of " + std::to_string(sc.patch) + ", got " +
+             std::to_string(size);
+    });
+    G = size / sc.patch;
+    G2 = (G + 2 - 3) / 2 + 1;
+    g = (G2 + 2 - 3) / 2 + 1;
+    N = int64_t(G) * G;
+    t = int64_t(g) * g;
+  }
+  int64_t im2col_floats(const SamConfig& sc) const {
+    return std::max({N * 3 * sc.patch * sc.patch, N * sc.out_chans * 9, int64_t(G2) * G2 * sc.out_chans * 9, t * sc.net2_chans * 9});
+  }
+};
+
 class VisionEncoder {
  public:
   VisionEncoder(const ModelConfig& config, const ModelWeights& weights) : cfg_(config), w_(weights) {}
@@ -64,10 +87,7 @@ class VisionEncoder {
   // activation lives in `ws`, reused by the next view.
   void encode_view(const float* chw, int size, vision::Workspace& ws, std::vector<float>& out,
                    VisionCaptures* captures = nullptr) const {
-    require(chw != nullptr && size > 0 && size % cfg_.sam.patch == 0, Status::invalid_argument, [&] {
-      return "vision view must be a square image whose side is a multiple of " + std::to_string(cfg_.sam.patch) +
-             ", got " + std::to_string(size);
-    });
+    (void)ViewGeometry(cfg_.sam, chw, size);  // the checks
     vision::sam_forward(cfg_.sam, w_.sam, chw, size, ws);
     const vision::FeatureMap& sam = ws.sam_out;
     const float* clip = vision::clip_forward(cfg_.clip, w_.clip, sam, ws);
@@ -100,11 +120,7 @@ class VisionEncoder {
   // row-major order. Activations live in `ws` (a session's encoder keeps it for every page).
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
                                    int tiles_x, int tiles_y, vision::Workspace& ws) const {
-    require(tiles.empty() || (tiles_x > 0 && tiles_y > 0 && tiles.size() == size_t(tiles_x) * size_t(tiles_y)),
-            Status::invalid_argument, [&] {
-              return "visual_tokens: " + std::to_string(tiles.size()) + " tiles for a " + std::to_string(tiles_x) + "x" +
-                     std::to_string(tiles_y) + " grid";
-            });
+    check_tile_grid(tiles.size(), tiles_x, tiles_y);
     encode(global_view, ws, ws.global_features);
     ws.tile_features.resize(tiles.size());
     for (size_t i = 0; i < tiles.size(); ++i) encode(tiles[i], ws, ws.tile_features[i]);
@@ -115,6 +131,18 @@ class VisionEncoder {
                                    int tiles_x, int tiles_y) const {
     vision::Workspace ws;
     return visual_tokens(global_view, tiles, tiles_x, tiles_y, ws);
+  }
+
+  // visual_tokens() with another encoder's `encode(view) -> [g*g, hidden] features` (the Vulkan and
+  // CUDA encoders), so the tile checks and the layout are this class's.
+  template <class Encode>
+  std::vector<float> visual_tokens_by(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
+                                      int tiles_x, int tiles_y, Encode&& encode) const {
+    check_tile_grid(tiles.size(), tiles_x, tiles_y);
+    const std::vector<float> global = encode(global_view);
+    std::vector<std::vector<float>> local;
+    for (const auto& view : tiles) local.push_back(encode(view));
+    return layout_tokens(global, local, tiles_x, tiles_y);
   }
 
   // Lays out already projected features ([g*g, hidden] each) as visual_tokens() does.
@@ -147,6 +175,13 @@ class VisionEncoder {
   }
 
  private:
+  static void check_tile_grid(size_t tiles, int tiles_x, int tiles_y) {
+    require(tiles == 0 || (tiles_x > 0 && tiles_y > 0 && tiles == size_t(tiles_x) * size_t(tiles_y)), Status::invalid_argument,
+            [&] {
+              return "visual_tokens: " + std::to_string(tiles) + " tiles for a " + std::to_string(tiles_x) + "x" +
+                     std::to_string(tiles_y) + " grid";
+            });
+  }
   void encode(const std::vector<float>& view, vision::Workspace& ws, std::vector<float>& out) const {
     const int size = int(std::lround(std::sqrt(double(view.size()) / 3.0)));
     require(size > 0 && size_t(3) * size_t(size) * size_t(size) == view.size(), Status::invalid_argument,

@@ -19,10 +19,18 @@
 // grouped mat-vec launch per projection with no host round trip; a larger prefill reads the
 // per-expert counts back once per MoE layer and runs one GEMM per expert.
 //
+// SR-SWA (set_decode_attention), as on Vulkan: the CPU's SparseReference holds the key summaries
+// and selects on the host; CudaKvCache::summarize_page reads a page's keys back after it was
+// prefilled. In a decode step each layer reads q back (one wait per layer), select_step picks
+// each head's reference spans, gather_rows packs those rows of the head's KV head (and the ring)
+// into one buffer, and the attention kernel runs over it with one row per head. Budgets covering
+// everything take the dense path: the bits of dense R-SWA. One sequence per step (decode_step).
+//
 // Thread-safety: one CudaDecoder and its caches per thread, like the Context they use.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,13 +40,15 @@
 #include "uocr/backends/cuda/weights.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
 
 namespace uocr::cuda {
 
 // Keys and values of one sequence in device memory, laid out and accounted like uocr::KvCache
-// (float32 rows of kv_heads·head_dim; the bookkeeping is ReservedKvRing's).
+// (float32 rows of kv_heads·head_dim; the bookkeeping and checkpoints' visit_rows are
+// ReservedKvRing's).
 class CudaKvCache : public ReservedKvRing<CudaKvCache> {
  public:
   CudaKvCache(Context& ctx, const DecoderConfig& config, int window)
@@ -51,6 +61,20 @@ class CudaKvCache : public ReservedKvRing<CudaKvCache> {
   float* generated_k(int layer) const { return layers_[size_t(layer)].gen_k.f32(); }
   float* generated_v(int layer) const { return layers_[size_t(layer)].gen_v.f32(); }
 
+  // SR-SWA summaries of `page` of s's layout (BasicPageGroupDecoder, after the page's rows were
+  // written): its key rows are read back one layer at a time and summarized on the host.
+  void summarize_page(SparseReference& s, size_t page) const {
+    require(page < s.page_count() && s.layout().pages[page].end() <= reference_rows(), Status::invalid_argument,
+            "SR-SWA page is outside the cache's reference");
+    const RowSpan span = s.layout().pages[page];
+    std::vector<float> host(size_t(span.rows * row_));
+    ctx_->make_current();
+    for (int l = 0; l < layers(); ++l) {
+      ctx_->download(reference_k(l) + span.begin * row_, host.data(), host.size() * sizeof(float));
+      s.summarize_rows(l, page, host.data());
+    }
+  }
+
  private:
   friend class KvRing<CudaKvCache>;
   friend class ReservedKvRing<CudaKvCache>;
@@ -59,6 +83,16 @@ class CudaKvCache : public ReservedKvRing<CudaKvCache> {
   };
 
   Buffer rows_buffer(int64_t rows, const char* what) { return ctx_->alloc(size_t(rows * row_) * sizeof(float), what); }
+
+  // ReservedKvRing::visit_rows (checkpoints): the first `floats` floats of a device array.
+  void read_rows(float* array, float* host, size_t floats) const {
+    ctx_->make_current();
+    ctx_->download(array, host, floats * sizeof(float));
+  }
+  void write_rows(float* array, const float* host, size_t floats) {
+    ctx_->make_current();
+    ctx_->upload(array, host, floats * sizeof(float));
+  }
 
   void grow_reference(int64_t rows, int64_t keep) {
     for (Layer& l : layers_) {
@@ -115,19 +149,20 @@ class CudaDecoder {
 
   // As uocr::Decoder::set_position_limit (RoPE angles are computed on the device, so positions
   // past max_position_embeddings work here too when asked for).
-  void set_position_limit(int64_t limit) {
-    require(limit > 0 && limit <= (int64_t(1) << 24), Status::invalid_argument,
-            "position limit must be in (0, 2^24] (float32 positions are exact up to 2^24)");
-    position_limit_ = limit;
-  }
-  int64_t position_limit() const { return position_limit_; }
+  void set_position_limit(int64_t limit) { host_.set_position_limit(limit); }
+  int64_t position_limit() const { return host_.position_limit(); }
+
+  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). The selection runs on
+  // the host, the attention on the device (see the top of this file).
+  void set_decode_attention(SparseReference* sparse) { sparse_ = sparse; }
 
   // Bytes of working memory held: the device activation buffers and the host-side copies.
   size_t scratch_bytes() const {
-    size_t n = host_.scratch_bytes() + logits_.capacity() * sizeof(float) + next_.capacity() * sizeof(int32_t);
+    size_t n = host_.scratch_bytes() + (logits_.capacity() + q_host_.capacity()) * sizeof(float) +
+               (next_.capacity() + sel_rows_.capacity()) * sizeof(int32_t) + sel_table_.capacity() * sizeof(ops::AttentionRow);
     for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &kb_, &vb_, &gate_, &up_, &ints_, &probs_, &weight_, &moe_ints_,
                             &expert_in_, &expert_out_, &shared_, &logits_dev_, &seg_k_, &seg_v_, &rows_table_,
-                            &pointer_table_, &positions_})
+                            &pointer_table_, &positions_, &sel_k_, &sel_v_, &sel_rows_dev_, &sel_table_dev_})
       n += b->bytes();
     return n;
   }
@@ -141,14 +176,7 @@ class CudaDecoder {
 
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, CudaKvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
-    const int64_t hidden = c_->hidden;
-    require(!embeddings.empty() && embeddings.size() % size_t(hidden) == 0, Status::invalid_argument, [&] {
-      return "prefill input holds " + std::to_string(embeddings.size()) + " floats, not a positive multiple of hidden size " +
-             std::to_string(hidden);
-    });
-    const int64_t t = int64_t(embeddings.size()) / hidden;
-    check_positions(first_position, t);
-    check_cache(cache);
+    const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
     ctx_->make_current();
     cache.reset(t);
     ensure_rows(t);
@@ -164,20 +192,7 @@ class CudaDecoder {
   std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, CudaKvCache& cache,
                                      int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
     const int64_t hidden = c_->hidden, kr = cache.row_floats();
-    require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
-    for (int64_t i = 0; i < t; ++i) check_positions(positions[i], 1);
-    check_cache(cache);
-    const int64_t rows = cache.reference_rows();
-    require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
-      return "segment rows " + std::to_string(dst) + ".." + std::to_string(dst + t - 1) + " are outside the reference (" +
-             std::to_string(rows) + " rows)";
-    });
-    int64_t ctx_rows = 0;
-    for (const RowSpan& c : context) {
-      require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
-              Status::invalid_argument, "segment context must be reference rows outside the segment");
-      ctx_rows += c.rows;
-    }
+    const int64_t ctx_rows = host_.check_segment(t, positions, cache, dst, context);
     ctx_->make_current();
     ensure_rows(t);
     if (ctx_rows > segment_rows_) {
@@ -254,25 +269,6 @@ class CudaDecoder {
   }
 
  private:
-  void check_positions(int64_t first, int64_t count) const {
-    require(first >= 0 && first + count <= position_limit_, Status::invalid_argument, [&] {
-      return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
-             " exceed the model's range [0, " + std::to_string(position_limit_) + ")" +
-             (position_limit_ == c_->max_positions ? " (max_position_embeddings)" : " (position limit)");
-    });
-  }
-
-  void check_cache(const CudaKvCache& cache) const {
-    require(cache.layers() == c_->layers && cache.row_floats() == int64_t(c_->kv_heads) * c_->head_dim,
-            Status::invalid_argument, "KV cache was built for a different decoder configuration");
-  }
-
-  void check_token(int32_t token) const {
-    require(token >= 0 && token < c_->vocab, Status::invalid_argument, [&] {
-      return "token id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(c_->vocab) + ")";
-    });
-  }
-
   int64_t check_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& positions,
                       const std::vector<CudaKvCache*>& caches) const {
     require(!tokens.empty() && tokens.size() == positions.size() && tokens.size() == caches.size(), Status::invalid_argument,
@@ -288,11 +284,11 @@ class CudaDecoder {
   // their slots and runs the step; the logits end in logits_dev_ [n, vocab].
   void decode_rows(const int32_t* tokens, const int64_t* positions, CudaKvCache* const* caches, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-      check_positions(positions[i], 1);
-      check_cache(*caches[i]);
-      check_token(tokens[i]);
+      host_.check_step(tokens[i], positions[i], *caches[i]);
       require(caches[i]->reference_rows() > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
     }
+    require(!sparse_ || n == 1, Status::unsupported,
+            "CUDA SR-SWA decodes one sequence per step (decode_step); batched steps need it detached");
     ctx_->make_current();
     ensure_rows(n);
     const int64_t layers = c_->layers, kr = int64_t(c_->kv_heads) * c_->head_dim, qr = int64_t(c_->heads) * c_->head_dim;
@@ -318,7 +314,7 @@ class CudaDecoder {
     ctx_->upload(ints_.data(), tokens, size_t(n) * sizeof(int32_t));
     ops::embed(*ctx_, ints_.as<int32_t>(), n, d_->embed, x_.f32());
     for (int64_t l = 0; l < layers; ++l)
-      layer(int(l), n, nullptr, nullptr, ptrs + 2 * l * n, 0, pos, table + l * n, max_keys);
+      layer(int(l), n, nullptr, nullptr, ptrs + 2 * l * n, 0, pos, table + l * n, max_keys, sparse_ ? caches[0] : nullptr);
     final_logits(0, n);
   }
 
@@ -338,8 +334,10 @@ class CudaDecoder {
 
   // One decoder layer over t rows of x_. New keys/values go to k_dst/v_dst (t contiguous rows)
   // or, when those are null, through kb_/vb_ to the row addresses dst[0..t) / dst[t..2t).
+  // `sparse`: the cache of a one-row decode step that SR-SWA selects for.
   void layer(int l, int64_t t, float* k_dst, float* v_dst, float* const* dst, int64_t first_position,
-             const int64_t* positions, const ops::AttentionRow* rows, int64_t max_keys) {
+             const int64_t* positions, const ops::AttentionRow* rows, int64_t max_keys,
+             const CudaKvCache* sparse = nullptr) {
     const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
     const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim, kr = int64_t(c_->kv_heads) * c_->head_dim;
     Context& c = *ctx_;
@@ -355,12 +353,64 @@ class CudaDecoder {
       ops::scatter_rows(c, k, t, kr, dst);
       ops::scatter_rows(c, v, t, kr, dst + t);
     }
-    ops::attention(c, rows, t, dims_, max_keys);
+    if (!sparse || !sparse_attention(l, *sparse)) ops::attention(c, rows, t, dims_, max_keys);
     ops::linear(c, attn_.f32(), t, L.o, nullptr, f_.f32());
     ops::add(c, x_.f32(), f_.f32(), t * hidden);
     ops::rms_norm(c, x_.f32(), t, hidden, L.post_norm.f32(), c_->rms_eps, a_.f32());
     feed_forward(l, t);
     ops::add(c, x_.f32(), f_.f32(), t * hidden);
+  }
+
+  // SR-SWA attention of layer l for the one row of a decode step. q is read back and the host
+  // selects (SparseReference::select_step); false: budgets cover the whole reference, the dense
+  // kernel serves. Else attn_ = each head's attention over its selected reference rows + the ring:
+  // gather_rows copies those rows of its KV head into sel_k_/sel_v_ (the cache viewed as
+  // [rows·kv_heads, head_dim]; per head its reference rows, then per KV head the ring in slot
+  // order), and one attention launch runs one row per head with dims 1/1/head_dim. The keys come
+  // in the dense kernel's order (reference rows ascending, then the ring), so a selection of the
+  // whole reference gives the dense bits.
+  bool sparse_attention(int l, const CudaKvCache& cache) {
+    const int heads = c_->heads, kv_heads = c_->kv_heads;
+    const int64_t d = c_->head_dim, ref = cache.reference_rows(), gen = cache.generated_rows();
+    q_host_.resize(size_t(heads * d));
+    ctx_->download(q_.data(), q_host_.data(), q_host_.size() * sizeof(float));
+    const AttentionShape shape{heads, kv_heads, c_->head_dim};
+    if (sparse_->select_step(l, q_host_.data(), ref, shape)) return false;
+    require(std::max(ref, gen) * kv_heads <= std::numeric_limits<int32_t>::max(), Status::unsupported,
+            "CUDA SR-SWA: the KV cache has more rows than 32-bit gather indices reach");
+    sel_rows_.clear();
+    std::vector<int64_t> first(size_t(heads) + 1);
+    for (int h = 0; h < heads; ++h) {
+      first[size_t(h)] = int64_t(sel_rows_.size());
+      for (const RowSpan& sp : sparse_->last_selection(h))
+        for (int64_t r = sp.begin; r < sp.end(); ++r) sel_rows_.push_back(int32_t(r * kv_heads + shape.kv_head_of(h)));
+    }
+    const int64_t selected = first[size_t(heads)] = int64_t(sel_rows_.size());
+    for (int g = 0; g < kv_heads; ++g)
+      for (int64_t r = 0; r < gen; ++r) sel_rows_.push_back(int32_t(r * kv_heads + g));
+    const int64_t total = int64_t(sel_rows_.size());
+    if (total > sel_capacity_) {
+      sel_k_ = ctx_->alloc(size_t(total * d) * sizeof(float), "SR-SWA selected keys");
+      sel_v_ = ctx_->alloc(size_t(total * d) * sizeof(float), "SR-SWA selected values");
+      sel_capacity_ = total;
+    }
+    const int32_t* idx = upload_vector(sel_rows_dev_, sel_rows_, "SR-SWA gather indices");
+    ops::gather_rows(*ctx_, cache.reference_k(l), idx, selected, d, sel_k_.f32());
+    ops::gather_rows(*ctx_, cache.reference_v(l), idx, selected, d, sel_v_.f32());
+    ops::gather_rows(*ctx_, cache.generated_k(l), idx + selected, total - selected, d, sel_k_.f32() + selected * d);
+    ops::gather_rows(*ctx_, cache.generated_v(l), idx + selected, total - selected, d, sel_v_.f32() + selected * d);
+    sel_table_.resize(size_t(heads));
+    int64_t max_keys = 1;
+    for (int h = 0; h < heads; ++h) {
+      const int64_t a0 = first[size_t(h)], a_rows = first[size_t(h) + 1] - a0, b0 = selected + shape.kv_head_of(h) * gen;
+      sel_table_[size_t(h)] = ops::AttentionRow{q_.f32() + h * d, attn_.f32() + h * d,
+                                                ops::KvSpan{sel_k_.f32() + a0 * d, sel_v_.f32() + a0 * d, a_rows},
+                                                ops::KvSpan{sel_k_.f32() + b0 * d, sel_v_.f32() + b0 * d, gen}};
+      max_keys = std::max(max_keys, a_rows + gen);
+    }
+    ops::attention(*ctx_, upload_vector(sel_table_dev_, sel_table_, "SR-SWA attention rows"), heads,
+                   ops::AttentionDims{1, 1, c_->head_dim}, max_keys);
+    return true;
   }
 
   // y[m, hidden] = down(silu(gate·x) ⊙ up·x) with single matrices.
@@ -497,11 +547,16 @@ class CudaDecoder {
   Decoder host_;  // prompt embeddings on the host, as the CPU path
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
-  int64_t position_limit_ = c_->max_positions;
   int64_t row_inter_ = 1, expert_inter_ = 1;  // MLP widths: per token row (dense, shared), per routed expert
   int64_t rows_ = 0, logit_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, kb_, vb_, gate_, up_, ints_, probs_, weight_, moe_ints_, expert_in_, expert_out_, shared_;
   Buffer logits_dev_, seg_k_, seg_v_, rows_table_, pointer_table_, positions_;
+  SparseReference* sparse_ = nullptr;
+  std::vector<float> q_host_;                  // SR-SWA: the step's q, read back for the selection
+  std::vector<int32_t> sel_rows_;              // SR-SWA: gather indices (see sparse_attention)
+  std::vector<ops::AttentionRow> sel_table_;   // SR-SWA: one attention row per head
+  Buffer sel_k_, sel_v_, sel_rows_dev_, sel_table_dev_;
+  int64_t sel_capacity_ = 0;                   // rows sel_k_/sel_v_ hold
   std::vector<float> logits_;
   std::vector<int32_t> next_;
 };

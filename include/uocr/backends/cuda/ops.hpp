@@ -109,5 +109,33 @@ void moe_combine(Context& c, const float* expert_out, const int32_t* choice, con
 // out[r] = the index of the largest of x[r, 0..n) (the first one on ties), sample.cu.
 void argmax(Context& c, const float* x, int64_t rows, int64_t n, int32_t* out);
 
+// ---- Vision encoder (vision.hpp) ----
+
+// y[r] = (x[r] − mean) / sqrt(var + eps) · w + b over rows of n floats (biased variance, two
+// passes: LayerNorm, and LayerNorm2d on a channels-last map); y may alias x (norm.cu).
+void layer_norm(Context& c, const float* x, int64_t rows, int64_t n, const float* w, const float* b, float eps, float* y);
+
+enum class Gelu { erf, quick };  // 0.5·x·(1 + erf(x/√2)) (SAM), x·sigmoid(1.702·x) (CLIP)
+void gelu(Context& c, float* x, int64_t n, Gelu kind);  // in place (elementwise.cu)
+// dst[i·dst_stride + 0..width) = src[i·src_stride + 0..width) for `rows` rows (elementwise.cu).
+void copy_rows(Context& c, const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst,
+               int64_t dst_stride);
+
+// im2col of a CHW image [channels, size, size] into non-overlapping p x p patches: row
+// gy·(size/p) + gx holds the patch in (channel, py, px) order, the patch-embedding weight's
+// [out, channels·p·p] order (conv.cu).
+void patch_im2col(Context& c, const float* chw, int channels, int size, int p, float* cols);
+// im2col of a channels-last map [h, w, channels] for a k x k convolution (stride, zero padding):
+// row oy·wo + ox holds (channel, ky, kx), the weight's [out, channels·k·k] order (conv.cu).
+void im2col(Context& c, const float* x, int h, int w, int channels, int k, int stride, int pad, float* cols);
+
+// SAM attention with decomposed relative positions (sam_attention.cu): qkv [g·g, 3C] rows of
+// [q heads | k | v]; every real token attends within its n x n window of the grid zero-padded
+// to whole windows (n = g: global), a padded token's q/k/v being qkv_bias [3C]:
+// softmax(q·kᵀ/√hd + q·Th[qy−ky+n−1] + q·Tw[qx−kx+n−1])·v with Th, Tw [2n−1, hd]; out [g·g, C].
+inline constexpr int kMaxSamSpan = 128;
+void sam_attention(Context& c, const float* qkv, const float* qkv_bias, const float* th, const float* tw, int g, int n,
+                   int heads, int64_t channels, float* out);
+
 }  // namespace ops
 }  // namespace uocr::cuda

@@ -10,6 +10,7 @@
 
 #include "uocr/backends/cuda/context.hpp"
 #include "uocr/backends/cuda/ops.hpp"
+#include "uocr/backends/device_weights.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -61,62 +62,23 @@ inline std::vector<float> rope_inv_freq(int head_dim, float theta) {
 }
 
 // The decoder's weights on one device (uploaded once, shareable by every CudaDecoder on the
-// same Context).
-struct DecoderDeviceWeights {
-  struct Mlp {
-    DeviceMatrix gate, up, down;
-  };
-  struct Layer {
-    Buffer input_norm, post_norm;
-    DeviceMatrix q, k, v, o;
-    Mlp dense;          // dense layers
-    DeviceMatrix router;  // MoE layers
-    Mlp experts;        // stacked [experts, rows, cols]
-    Mlp shared;         // when the layer has shared experts
-  };
-  DeviceMatrix embed, lm_head;
-  Buffer final_norm, inv_freq;
-  std::vector<Layer> layers;
-  size_t bytes = 0;  // matrices only
+// same Context), plus the RoPE inverse frequencies the rotation kernel reads.
+struct DecoderDeviceWeights : DeviceDecoderWeights<DeviceMatrix, Buffer, DeviceMatrix> {
+  Buffer inv_freq;
 
   static std::shared_ptr<DecoderDeviceWeights> upload(Context& c, const DecoderConfig& cfg, const DecoderWeights& w) {
     require(int(w.layers.size()) == cfg.layers, Status::invalid_argument, "decoder weights were bound for a different config");
+    struct Uploader {
+      Context& c;
+      DeviceMatrix matrix(const TensorView& t) { return upload_matrix(c, t); }
+      Buffer vector(const TensorView& t) { return upload_f32(c, t); }
+      DeviceMatrix stacked(const std::vector<const TensorView*>& mats, const std::string&) { return upload_stacked(c, mats); }
+      static size_t bytes(const DeviceMatrix& m) { return m.view.bytes(); }
+    } up{c};
     auto d = std::make_shared<DecoderDeviceWeights>();
-    auto mat = [&](const TensorView* t) {
-      DeviceMatrix m = upload_matrix(c, *t);
-      d->bytes += m.view.bytes();
-      return m;
-    };
-    auto mlp = [&](const MlpWeights& m) { return Mlp{mat(m.gate.weight), mat(m.up.weight), mat(m.down.weight)}; };
-    d->embed = mat(w.embed);
-    d->lm_head = mat(w.lm_head);
-    d->final_norm = upload_f32(c, *w.final_norm.weight);
+    d->upload_all(w, up);
     const std::vector<float> inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta);
     d->inv_freq = upload_f32(c, inv.data(), inv.size(), "RoPE inverse frequencies");
-    for (const DecoderLayerWeights& lw : w.layers) {
-      Layer l;
-      l.input_norm = upload_f32(c, *lw.input_norm.weight);
-      l.post_norm = upload_f32(c, *lw.post_attention_norm.weight);
-      l.q = mat(lw.q.weight);
-      l.k = mat(lw.k.weight);
-      l.v = mat(lw.v.weight);
-      l.o = mat(lw.o.weight);
-      if (lw.moe) {
-        l.router = mat(lw.router.weight);
-        std::vector<const TensorView*> gate, up, down;
-        for (const MlpWeights& e : lw.experts) {
-          gate.push_back(e.gate.weight);
-          up.push_back(e.up.weight);
-          down.push_back(e.down.weight);
-        }
-        l.experts = Mlp{upload_stacked(c, gate), upload_stacked(c, up), upload_stacked(c, down)};
-        d->bytes += l.experts.gate.view.bytes() + l.experts.up.view.bytes() + l.experts.down.view.bytes();
-        if (lw.has_shared) l.shared = mlp(lw.shared);
-      } else {
-        l.dense = mlp(lw.dense);
-      }
-      d->layers.push_back(std::move(l));
-    }
     return d;
   }
 };

@@ -406,7 +406,9 @@ class Context {
     bytes = std::max<size_t>(4, (bytes + 3) / 4 * 4);
     auto bi = vulkan_info<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
     bi.size = bytes;
-    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+    // Indirect: dispatch sizes a shader computed (MoE routing) are read from activation buffers.
+    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+               VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT;
     bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     Pool& pool = pools_[size_t(use)];
     const VkMemoryHeap& heap = mem_props_.memoryHeaps[mem_props_.memoryTypes[pool.type].heapIndex];
@@ -565,6 +567,21 @@ class Context {
   }
 
   size_t pipeline_count() const { return pipelines_.size(); }
+
+  // Queue submissions so far, each waited for by the host (Recorder::submit, synchronous copies
+  // through staging): what a decode step costs in host round trips.
+  uint64_t submissions() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return submissions_;
+  }
+
+  // Dispatches recorded so far (direct and indirect): what a decode step costs in launches.
+  uint64_t dispatches() const {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return dispatches_;
+  }
+
+  uint32_t max_workgroups_x() const { return props_.limits.maxComputeWorkGroupCount[0]; }
 
   // Splits `groups` workgroups into an x*y grid within maxComputeWorkGroupCount (shaders use
   // group_index() and bound-check, since x*y may exceed `groups`).
@@ -978,15 +995,22 @@ class Context {
     p = Pipeline{};
   }
 
+  // What a barrier between recorded commands makes visible to what: shader and transfer writes to
+  // shader, transfer and indirect-command reads (vkCmdDispatchIndirect reads its sizes in the
+  // DRAW_INDIRECT stage).
+  static constexpr VkPipelineStageFlags kBarrierSrcStages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+  static constexpr VkPipelineStageFlags kBarrierDstStages = kBarrierSrcStages | VK_PIPELINE_STAGE_DRAW_INDIRECT_BIT;
+  static constexpr VkAccessFlags kBarrierDstAccess = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                                     VK_ACCESS_INDIRECT_COMMAND_READ_BIT;
+
   // Device writes of earlier submissions on this queue -> the commands recorded next (a barrier
   // orders against everything earlier in submission order).
   static void order_after_previous_submissions(VkCommandBuffer cb) {
     auto mb = vulkan_info<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
     mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                       VK_ACCESS_TRANSFER_WRITE_BIT;
-    const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    vkCmdPipelineBarrier(cb, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+    mb.dstAccessMask = kBarrierDstAccess;
+    vkCmdPipelineBarrier(cb, kBarrierSrcStages, kBarrierDstStages, 0, 1, &mb, 0, nullptr, 0, nullptr);
   }
 
   VkCommandBuffer begin_command_buffer(VkCommandBuffer cb) {
@@ -1005,6 +1029,7 @@ class Context {
     check(vkResetFences(device_, 1, &fence_), "vkResetFences");
     check(vkQueueSubmit(queue_, 1, &si, fence_), "vkQueueSubmit");
     check(vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+    ++submissions_;
   }
 
   // A descriptor set for `p` from the context's pools (reset after each submission).
@@ -1067,6 +1092,7 @@ class Context {
   std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines_;
   std::map<std::string, ProfileEntry> profile_;
   bool recording_ = false;
+  uint64_t submissions_ = 0, dispatches_ = 0;
   mutable std::recursive_mutex mutex_;  // see "Thread-safety" above
 };
 
@@ -1133,38 +1159,44 @@ class Recorder {
 
   void dispatch(const Pipeline& p, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
                 uint32_t gx, uint32_t gy = 1, uint32_t gz = 1) {
-    require(bindings.size() == p.bindings, Status::internal,
-            [&] { return "Vulkan: " + p.name + " dispatched with the wrong number of buffers"; });
-    require(push_bytes <= Context::kPushConstantBytes && push_bytes % 4 == 0, Status::internal, "Vulkan: bad push constants");
-    VkDescriptorSet set = c_.descriptor_set(p);
-    VkDescriptorBufferInfo infos[16];
-    VkWriteDescriptorSet writes[16];
-    require(bindings.size() <= 16, Status::internal, "Vulkan: too many bindings");
-    uint32_t i = 0;
-    for (const Binding& b : bindings) {
-      require(b.buffer && b.buffer->valid(), Status::internal, [&] { return "Vulkan: " + p.name + " bound an empty buffer"; });
-      require(b.buffer->size() <= c_.max_binding_bytes(), Status::internal, [&] {
-        return "Vulkan: " + p.name + " binds a buffer of " + detail::mib(b.buffer->size()) +
-               ", more than the device's storage-buffer range";
-      });
-      infos[i] = VkDescriptorBufferInfo{b.buffer->handle(), 0, VK_WHOLE_SIZE};
-      writes[i] = vulkan_info<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
-      writes[i].dstSet = set;
-      writes[i].dstBinding = i;
-      writes[i].descriptorCount = 1;
-      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      writes[i].pBufferInfo = &infos[i];
-      ++i;
-    }
-    vkUpdateDescriptorSets(c_.device_, i, writes, 0, nullptr);
+    bind(p, bindings, push, push_bytes);  // checks the bindings first
     hazard(bindings);
-    VkCommandBuffer cb = c_.record_cb_;
-    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-    if (push_bytes) vkCmdPushConstants(cb, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
-    vkCmdDispatch(cb, gx, gy, gz);
+    vkCmdDispatch(c_.record_cb_, gx, gy, gz);
     ++dispatches_;
+    ++c_.dispatches_;
     stamp(p.name);
+  }
+
+  // As dispatch(), the workgroup counts being the VkDispatchIndirectCommand that earlier commands
+  // wrote at `offset` bytes into `args` (no host read-back).
+  void dispatch_indirect(const Pipeline& p, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
+                         const Buffer& args, size_t offset) {
+    require(offset % 4 == 0 && offset + 12 <= args.size(), Status::internal, "Vulkan: indirect dispatch arguments out of range");
+    bind(p, bindings, push, push_bytes);
+    const Binding sizes = in(args);
+    hazard(bindings, &sizes);
+    vkCmdDispatchIndirect(c_.record_cb_, args.handle(), offset);
+    ++dispatches_;
+    ++c_.dispatches_;
+    stamp(p.name);
+  }
+
+  // Runs f(), whose commands write disjoint parts of their buffers and read nothing another of
+  // them writes: they are ordered after the commands before them but not among one another (MoE
+  // experts' GEMMs into one grouped buffer: one barrier, not one per expert).
+  template <class F>
+  void unordered(F&& f) {
+    require(!unordered_, Status::internal, "Vulkan: nested unordered() groups");
+    unordered_ = true;
+    group_written_ = written_.size();
+    group_read_ = read_.size();
+    try {
+      f();
+    } catch (...) {
+      unordered_ = false;
+      throw;
+    }
+    unordered_ = false;
   }
 
   // dst[offset, offset + bytes) = 0 (offset and bytes multiples of 4).
@@ -1228,26 +1260,69 @@ class Recorder {
     }
   }
 
-  static bool contains(const std::vector<VkBuffer>& v, VkBuffer b) { return std::find(v.begin(), v.end(), b) != v.end(); }
-
-  void hazard(std::initializer_list<Binding> bindings) {
-    bool conflict = false;
+  // Pipeline, descriptor set and push constants of the next dispatch (barriers recorded after
+  // this still precede the dispatch).
+  void bind(const Pipeline& p, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes) {
+    require(bindings.size() == p.bindings, Status::internal,
+            [&] { return "Vulkan: " + p.name + " dispatched with the wrong number of buffers"; });
+    require(push_bytes <= Context::kPushConstantBytes && push_bytes % 4 == 0, Status::internal, "Vulkan: bad push constants");
+    VkDescriptorSet set = c_.descriptor_set(p);
+    VkDescriptorBufferInfo infos[16];
+    VkWriteDescriptorSet writes[16];
+    require(bindings.size() <= 16, Status::internal, "Vulkan: too many bindings");
+    uint32_t i = 0;
     for (const Binding& b : bindings) {
-      const VkBuffer h = b.buffer->handle();
-      if (contains(written_, h) || (b.write && contains(read_, h))) conflict = true;
+      require(b.buffer && b.buffer->valid(), Status::internal, [&] { return "Vulkan: " + p.name + " bound an empty buffer"; });
+      require(b.buffer->size() <= c_.max_binding_bytes(), Status::internal, [&] {
+        return "Vulkan: " + p.name + " binds a buffer of " + detail::mib(b.buffer->size()) +
+               ", more than the device's storage-buffer range";
+      });
+      infos[i] = VkDescriptorBufferInfo{b.buffer->handle(), 0, VK_WHOLE_SIZE};
+      writes[i] = vulkan_info<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
+      writes[i].dstSet = set;
+      writes[i].dstBinding = i;
+      writes[i].descriptorCount = 1;
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &infos[i];
+      ++i;
     }
+    vkUpdateDescriptorSets(c_.device_, i, writes, 0, nullptr);
+    VkCommandBuffer cb = c_.record_cb_;
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
+    if (push_bytes) vkCmdPushConstants(cb, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+  }
+
+  // Whether buffer h is among the first n entries of v.
+  static bool contains(const std::vector<VkBuffer>& v, VkBuffer h, size_t n) {
+    return std::find(v.begin(), v.begin() + std::ptrdiff_t(n), h) != v.begin() + std::ptrdiff_t(n);
+  }
+
+  // A barrier before the next command if it touches a buffer it conflicts with (`extra`: one more
+  // binding, an indirect dispatch's arguments).
+  void hazard(std::initializer_list<Binding> bindings, const Binding* extra = nullptr) {
+    // Inside unordered(), only what was recorded before the group counts.
+    const size_t nw = unordered_ ? group_written_ : written_.size(), nr = unordered_ ? group_read_ : read_.size();
+    bool conflict = false;
+    auto check_one = [&](const Binding& b) {
+      const VkBuffer h = b.buffer->handle();
+      if (contains(written_, h, nw) || (b.write && contains(read_, h, nr))) conflict = true;
+    };
+    for (const Binding& b : bindings) check_one(b);
+    if (extra) check_one(*extra);
     if (conflict) {
       auto mb = vulkan_info<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
       mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-      mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
-                         VK_ACCESS_TRANSFER_WRITE_BIT;
-      const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-      vkCmdPipelineBarrier(c_.record_cb_, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+      mb.dstAccessMask = Context::kBarrierDstAccess;
+      vkCmdPipelineBarrier(c_.record_cb_, Context::kBarrierSrcStages, Context::kBarrierDstStages, 0, 1, &mb, 0, nullptr, 0,
+                           nullptr);
       written_.clear();
       read_.clear();
+      group_written_ = group_read_ = 0;
       ++barriers_;
     }
     for (const Binding& b : bindings) (b.write ? written_ : read_).push_back(b.buffer->handle());
+    if (extra) (extra->write ? written_ : read_).push_back(extra->buffer->handle());
   }
 
   void stamp(const std::string& label) {
@@ -1276,6 +1351,8 @@ class Recorder {
   Context& c_;
   bool open_ = false;
   std::vector<VkBuffer> written_, read_;
+  bool unordered_ = false;                     // inside unordered()
+  size_t group_written_ = 0, group_read_ = 0;  // entries of written_/read_ from before the group
   std::deque<Buffer> temps_;  // deque: references stay valid as it grows
   std::vector<std::string> labels_;
   int64_t dispatches_ = 0, barriers_ = 0;

@@ -9,17 +9,22 @@
 //   std::vector<float> logits = dec.prefill(dec.embed_prompt(ids, visual), 0, cache);
 //   logits = dec.decode_step(token, position, cache);
 //
-// MoE routing runs on the host: the router logits (tokens × experts floats) are read back, the
-// softmax and greedy top-k are the CPU code's (same tie rule), and the experts then run on the
-// device over the rows routed to them (one GEMM per expert in a prefill, top-k mat-vecs in a
-// decode step). That costs one wait per MoE layer; device-side routing is a later optimisation.
+// MoE routing runs on the device, with no host read-back: after the router GEMM a shader
+// (moe_route.comp) applies the CPU's rule (uocr::moe_route: softmax, greedy top-k, lower index on
+// ties), groups the rows by expert and writes, per expert, the VkDispatchIndirectCommand of its
+// GEMMs; the rows are gathered into the grouped order. Each projection's expert weights are one
+// stacked buffer (per binding-sized chunk): a decode step runs its k mat-vecs per projection in
+// one dispatch that reads each slot's expert from the routing; larger blocks issue every expert's
+// gate/up/down GEMM with vkCmdDispatchIndirect over exactly its rows (no work for an expert nobody
+// chose). moe_combine.comp adds the weighted outputs back in ascending expert order, as the CPU
+// does. A dense decode step is one submission and one read-back (the logits).
 //
 // Page groups (uocr/decoder/page_groups.hpp) run over it as vulkan::VulkanPageGroups
 // (engine.hpp): prefill_segment and VulkanKvCache::resize_reference are the calls they need.
 //
 // SR-SWA (set_decode_attention): the CPU's SparseReference holds the key summaries and selects,
 // on the host; VulkanKvCache::summarize_page reads a page's keys back after it was prefilled. In a
-// decode step each layer reads q back (one more wait per layer), SparseReference::select_step
+// decode step each layer reads q back (one wait per layer), SparseReference::select_step
 // picks each head's reference spans, and per head those rows and the window are gathered
 // (copy_rows) and attended by the attention shader. Budgets covering everything take the dense
 // path: the same bits as dense R-SWA.
@@ -30,7 +35,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -38,6 +42,7 @@
 
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
+#include "uocr/backends/device_weights.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
@@ -47,7 +52,8 @@
 namespace uocr::vulkan {
 
 // Keys and values of one sequence in device memory, laid out like uocr::KvCache (rows of
-// kv_heads*head_dim floats) with the same accounting (ReservedKvRing's), so sessions can report the same numbers.
+// kv_heads*head_dim floats) with the same accounting (ReservedKvRing's), so sessions can report the same numbers;
+// checkpoints read and write them through ReservedKvRing::visit_rows.
 class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
  public:
   VulkanKvCache(Context& ctx, const DecoderConfig& config, int window)
@@ -73,22 +79,16 @@ class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
     }
   }
 
-  // Checkpoints (BasicPageGroupDecoder::visit_kv): f(rows, floats) reads or rewrites the first
-  // `rows` rows of `b` (one of the arrays above) in a host copy, which is then written back.
-  // Same row layout as uocr::KvCache, so checkpoints move between the two.
-  void visit_rows(const Buffer& b, int64_t rows, const std::function<void(float*, size_t)>& f) {
-    std::vector<float> host(size_t(rows * row_));
-    ctx_->download(b, host.data(), host.size() * 4);
-    f(host.data(), host.size());
-    ctx_->upload(b, host.data(), host.size() * 4);
-  }
-
  private:
   friend class KvRing<VulkanKvCache>;
   friend class ReservedKvRing<VulkanKvCache>;
   struct Layer {
     Buffer ref_k, ref_v, gen_k, gen_v;
   };
+
+  // ReservedKvRing::visit_rows (checkpoints): the first `floats` floats of a device array.
+  void read_rows(const Buffer& b, float* host, size_t floats) const { ctx_->download(b, host, floats * 4); }
+  void write_rows(const Buffer& b, const float* host, size_t floats) { ctx_->upload(b, host, floats * 4); }
 
   // New reference storage for `rows` rows, the first `keep` rows copied over.
   void grow_reference(int64_t rows, int64_t keep) {
@@ -123,52 +123,21 @@ class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
 };
 
 // The decoder's weights on the device (uploaded once; shareable by several VulkanDecoders on the
-// same Context).
-struct DecoderDeviceWeights {
-  struct Mlp {
-    DeviceMatrix gate, up, down;
-  };
-  struct Layer {
-    Buffer input_norm, post_norm;
-    DeviceMatrix q, k, v, o;
-    Mlp dense;
-    DeviceMatrix router;
-    std::vector<Mlp> experts;
-    Mlp shared;
-  };
-  DeviceMatrix embed, lm_head;
-  Buffer final_norm;
-  std::vector<Layer> layers;
-  size_t bytes = 0;
-
+// same Context); the routed experts of a projection are one StackedMatrix.
+struct DecoderDeviceWeights : DeviceDecoderWeights<DeviceMatrix, Buffer, StackedMatrix> {
   static std::shared_ptr<DecoderDeviceWeights> upload(Context& c, const DecoderWeights& w) {
-    auto d = std::make_shared<DecoderDeviceWeights>();
-    auto mat = [&](const TensorView* t) {
-      DeviceMatrix m = upload_matrix(c, *t);
-      d->bytes += m.bytes();
-      return m;
-    };
-    auto mlp = [&](const MlpWeights& m) { return Mlp{mat(m.gate.weight), mat(m.up.weight), mat(m.down.weight)}; };
-    d->embed = mat(w.embed);
-    d->lm_head = mat(w.lm_head);
-    d->final_norm = upload_f32(c, *w.final_norm.weight);
-    for (const DecoderLayerWeights& lw : w.layers) {
-      Layer l;
-      l.input_norm = upload_f32(c, *lw.input_norm.weight);
-      l.post_norm = upload_f32(c, *lw.post_attention_norm.weight);
-      l.q = mat(lw.q.weight);
-      l.k = mat(lw.k.weight);
-      l.v = mat(lw.v.weight);
-      l.o = mat(lw.o.weight);
-      if (lw.moe) {
-        l.router = mat(lw.router.weight);
-        for (const MlpWeights& e : lw.experts) l.experts.push_back(mlp(e));
-        if (lw.has_shared) l.shared = mlp(lw.shared);
-      } else {
-        l.dense = mlp(lw.dense);
+    struct Uploader {
+      Context& c;
+      DeviceMatrix matrix(const TensorView& t) { return upload_matrix(c, t); }
+      Buffer vector(const TensorView& t) { return upload_f32(c, t); }
+      StackedMatrix stacked(const std::vector<const TensorView*>& mats, const std::string& what) {
+        return upload_stacked(c, mats, what);
       }
-      d->layers.push_back(std::move(l));
-    }
+      static size_t bytes(const DeviceMatrix& m) { return m.bytes(); }
+      static size_t bytes(const StackedMatrix& m) { return m.bytes(); }
+    } up{c};
+    auto d = std::make_shared<DecoderDeviceWeights>();
+    d->upload_all(w, up);
     return d;
   }
 };
@@ -187,6 +156,7 @@ class VulkanDecoder {
     for (const DecoderLayerWeights& lw : w_.layers) {
       if (lw.moe) max_inter_ = std::max<int64_t>({max_inter_, lw.experts.empty() ? 0 : lw.experts[0].gate.out(),
                                                   lw.has_shared ? lw.shared.gate.out() : 0});
+      if (lw.moe && !lw.experts.empty()) moe_inter_ = std::max<int64_t>(moe_inter_, lw.experts[0].gate.out());
       else max_inter_ = std::max<int64_t>(max_inter_, lw.dense.gate.out());
     }
     logits_.resize(size_t(c_.vocab));
@@ -208,10 +178,9 @@ class VulkanDecoder {
 
   // Bytes of working memory held: the device activation buffers and the host-side copies.
   size_t scratch_bytes() const {
-    size_t n = host_.scratch_bytes() + (probs_host_.capacity() + weight_.capacity() + logits_.capacity()) * sizeof(float) +
-               choice_.capacity() * sizeof(int32_t);
-    for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &gate_, &up_, &probs_, &rows_in_, &rows_out_, &shared_, &logits_buf_,
-                            &seg_k_, &seg_v_, &cos_sin_, &sel_k_, &sel_v_})
+    size_t n = host_.scratch_bytes() + logits_.capacity() * sizeof(float);
+    for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &gate_, &up_, &probs_, &route_, &rows_in_, &rows_out_, &shared_,
+                            &logits_buf_, &seg_k_, &seg_v_, &cos_sin_, &sel_k_, &sel_v_})
       n += b->size();
     n += q_host_.capacity() * sizeof(float);
     return n;
@@ -227,13 +196,7 @@ class VulkanDecoder {
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, VulkanKvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
     const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
-    require(!embeddings.empty() && embeddings.size() % size_t(hidden) == 0, Status::invalid_argument, [&] {
-      return "prefill input holds " + std::to_string(embeddings.size()) + " floats, not a positive multiple of hidden size " +
-             std::to_string(hidden);
-    });
-    const int64_t t = int64_t(embeddings.size()) / hidden;
-    check_positions(first_position, t);
-    check_cache(cache);
+    const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
     cache.reset(t);
     ensure_scratch(t);
     ctx_.upload(x_, embeddings.data(), embeddings.size() * 4);
@@ -281,20 +244,7 @@ class VulkanDecoder {
   std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, VulkanKvCache& cache,
                                      int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
     const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
-    require(t > 0, Status::invalid_argument, "a reference segment needs at least one token");
-    for (int64_t i = 0; i < t; ++i) check_positions(positions[i], 1);
-    check_cache(cache);
-    const int64_t rows = cache.reference_rows();
-    require(dst >= 0 && dst + t <= rows, Status::invalid_argument, [&] {
-      return "segment rows " + std::to_string(dst) + ".." + std::to_string(dst + t - 1) + " are outside the reference (" +
-             std::to_string(rows) + " rows)";
-    });
-    int64_t ctx_rows = 0;
-    for (const RowSpan& c : context) {
-      require(c.begin >= 0 && c.rows >= 0 && c.end() <= rows && (c.end() <= dst || c.begin >= dst + t),
-              Status::invalid_argument, "segment context must be reference rows outside the segment");
-      ctx_rows += c.rows;
-    }
+    const int64_t ctx_rows = host_.check_segment(t, positions, cache, dst, context);
     ensure_scratch(t);
     ensure_logits(1);
     if (ctx_rows + t > segment_rows_) {
@@ -346,10 +296,7 @@ class VulkanDecoder {
 
   const std::vector<float>& decode_step(int32_t token, int64_t position, VulkanKvCache& cache) {
     const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
-    check_positions(position, 1);
-    check_cache(cache);
-    require(token >= 0 && token < c_.vocab, Status::invalid_argument,
-            [&] { return "token id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")"; });
+    host_.check_step(token, position, cache);
     const int64_t slot = cache.claim_slot();
     const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
     ensure_scratch(1);
@@ -401,50 +348,7 @@ class VulkanDecoder {
     return ctx_.download_vector<float>(f_, x.size());
   }
 
-  // Host-side MoE routing of `m` rows of router logits (softmax, greedy top-k with the lower index
-  // winning ties, optional renormalisation, routed scaling), exactly as uocr::moe_forward.
-  static void route(const DecoderConfig& c, std::vector<float>& probs, int64_t m, std::vector<int32_t>& choice,
-                    std::vector<float>& weight) {
-    const int64_t e_count = c.n_routed_experts, k = c.experts_per_token;
-    choice.resize(size_t(m * k));
-    weight.resize(size_t(m * k));
-    std::vector<int32_t> rank(static_cast<size_t>(e_count));
-    for (int64_t r = 0; r < m; ++r) {
-      float* p = probs.data() + r * e_count;
-      const float mx = *std::max_element(p, p + e_count);
-      float sum = 0.f;
-      for (int64_t e = 0; e < e_count; ++e) sum += (p[e] = std::exp(p[e] - mx));
-      for (int64_t e = 0; e < e_count; ++e) p[e] /= sum;
-      std::iota(rank.begin(), rank.end(), 0);
-      std::partial_sort(rank.begin(), rank.begin() + k, rank.end(),
-                        [p](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-      int32_t* ch = choice.data() + r * k;
-      float* wt = weight.data() + r * k;
-      float picked = 0.f;
-      for (int64_t j = 0; j < k; ++j) {
-        ch[j] = rank[size_t(j)];
-        wt[j] = p[ch[j]];
-        picked += wt[j];
-      }
-      for (int64_t j = 0; j < k; ++j) wt[j] = (c.norm_topk_prob && k > 1 ? wt[j] / (picked + 1e-20f) : wt[j]) * c.routed_scaling;
-    }
-  }
-
  private:
-  void check_positions(int64_t first, int64_t count) const {
-    const int64_t limit = position_limit();
-    require(first >= 0 && first + count <= limit, Status::invalid_argument, [&] {
-      return "positions " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
-             " exceed the model's range [0, " + std::to_string(limit) + ")" +
-             (limit == c_.max_positions ? " (max_position_embeddings)" : " (position limit)");
-    });
-  }
-
-  void check_cache(const VulkanKvCache& cache) const {
-    require(cache.layers() == c_.layers && cache.row_floats() == int64_t(c_.kv_heads) * c_.head_dim,
-            Status::invalid_argument, "KV cache was built for a different decoder configuration");
-  }
-
   // SR-SWA's selection of layer l for the recorded step's q (read back); false: the dense path.
   bool select(Recorder& rec, int l, int64_t ref) {
     rec.submit();  // the selection needs q on the host
@@ -487,7 +391,12 @@ class VulkanDecoder {
     }
   }
 
-  static constexpr int64_t kMlpChunk = 256;  // rows per dense-MLP pass, as the CPU path
+  static constexpr int64_t kMlpChunk = 256;   // rows per dense-MLP pass, as the CPU path
+  static constexpr int64_t kMoeChunk = 1024;  // rows per MoE routing: bounds the grouped buffers
+  // MoE blocks of up to this many rows (decode steps) run the stacked mat-vecs: rows x k slots,
+  // each reading its expert's weights, in 3 dispatches per stack chunk; larger ones one GEMM per
+  // expert and projection (each expert's weights read once for all its rows).
+  static constexpr int64_t kStackedRows = 4;
 
   void ensure_scratch(int64_t t) {
     if (t <= rows_) return;
@@ -498,13 +407,16 @@ class VulkanDecoder {
     f_ = buf(t * hidden, "decoder sublayer output");
     q_ = buf(t * qr, "decoder queries");
     attn_ = buf(t * qr, "decoder attention output");
-    const int64_t mlp_rows = std::min(t, kMlpChunk);  // MLPs run in chunks of rows
-    gate_ = buf(mlp_rows * max_inter_, "MLP gate");
-    up_ = buf(mlp_rows * max_inter_, "MLP up");
+    // MLPs run in chunks of rows; routed experts over a block's grouped rows (k per row).
+    const int64_t mlp_rows = std::min(t, kMlpChunk), moe_rows = std::min(t, kMoeChunk) * c_.experts_per_token;
+    gate_ = buf(std::max(mlp_rows * max_inter_, moe_rows * moe_inter_), "MLP gate");
+    up_ = buf(std::max(mlp_rows * max_inter_, moe_rows * moe_inter_), "MLP up");
     if (c_.n_routed_experts > 0) {
-      probs_ = buf(t * c_.n_routed_experts, "MoE router logits");
-      rows_in_ = buf(t * hidden, "MoE expert inputs");  // one expert at a time: at most t rows
-      rows_out_ = buf(t * hidden, "MoE expert outputs");
+      probs_ = buf(std::min(t, kMoeChunk) * c_.n_routed_experts, "MoE router logits");
+      route_ = buf(ops::MoeRouteLayout{std::min(t, kMoeChunk), c_.n_routed_experts, c_.experts_per_token}.words(),
+                   "MoE routing");
+      rows_in_ = buf(moe_rows * hidden, "MoE expert inputs");  // grouped by expert
+      rows_out_ = buf(moe_rows * hidden, "MoE expert outputs");
       shared_ = buf(t * hidden, "MoE shared expert output");
     }
     // Host-visible: load_rope() writes it in place before each submission.
@@ -537,7 +449,12 @@ class VulkanDecoder {
     }
   }
 
-  // f_ = FFN(a_) over t rows.
+  // f_ = FFN(a_) over t rows. MoE, per block of up to kMoeChunk rows: router GEMM, routing on the
+  // device, rows gathered by expert, then the expert projections over the stacked weights: for up
+  // to kStackedRows rows (decode) one mat-vec dispatch per projection (and stack chunk) running
+  // every slot's mat-vec with its expert read from the routing; for more, each expert's GEMMs
+  // launched indirectly over its rows (one unordered group per GEMM: the experts' rows are
+  // disjoint). Last the weighted sum into f_.
   void feed_forward(Recorder& rec, int l, int64_t t) {
     const DecoderLayerWeights& lw = w_.layers[size_t(l)];
     const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
@@ -546,35 +463,36 @@ class VulkanDecoder {
       mlp(rec, L.dense, a_, 0, t, f_, 0);
       return;
     }
-    const int64_t e_count = c_.n_routed_experts, k = c_.experts_per_token;
-    ops::linear(rec, a_, 0, t, hidden, L.router, nullptr, probs_, 0, e_count);
-    rec.submit();  // routing needs the router logits on the host
-    probs_host_.resize(size_t(t * e_count));
-    ctx_.download(probs_, probs_host_.data(), probs_host_.size() * 4);
-    route(c_, probs_host_, t, choice_, weight_);
-
-    // Assignments (row·k + j) grouped by expert, ascending: expert e owns [start[e], start[e+1]).
-    std::vector<int64_t> start(size_t(e_count + 1), 0);
-    for (int64_t a = 0; a < t * k; ++a) ++start[size_t(choice_[size_t(a)] + 1)];
-    for (int64_t e = 0; e < e_count; ++e) start[size_t(e + 1)] += start[size_t(e)];
-    std::vector<int64_t> cursor(start.begin(), start.end() - 1);
-    std::vector<uint32_t> rows(size_t(t * k));
-    std::vector<float> wts(size_t(t * k));
-    for (int64_t a = 0; a < t * k; ++a) {
-      const int64_t at = cursor[size_t(choice_[size_t(a)])]++;
-      rows[size_t(at)] = uint32_t(a / k);
-      wts[size_t(at)] = weight_[size_t(a)];
-    }
-    const Buffer& idx = rec.temp(rows.data(), rows.size() * 4);
-    const Buffer& wt = rec.temp(wts.data(), wts.size() * 4);
-
-    rec.zero(f_, 0, size_t(t * hidden) * 4);
-    for (int64_t e = 0; e < e_count; ++e) {
-      const int64_t a0 = start[size_t(e)], n = start[size_t(e + 1)] - a0;
-      if (n == 0) continue;
-      ops::gather_rows(rec, idx, a0, n, hidden, a_, 0, rows_in_, 0);
-      mlp(rec, L.experts[size_t(e)], rows_in_, 0, n, rows_out_, 0);
-      ops::scatter_add(rec, idx, wt, a0, n, hidden, rows_out_, 0, f_, 0);
+    const DecoderDeviceWeights::Experts& X = L.experts;
+    const int64_t e_count = c_.n_routed_experts, inter = X.gate.rows;
+    const ops::RoutedGemm gate_up = ops::routed_gemm(X.gate), down = ops::routed_gemm(X.down);
+    for (int64_t r0 = 0; r0 < t; r0 += kMoeChunk) {
+      const int64_t n = std::min(kMoeChunk, t - r0);
+      const ops::MoeRouteLayout route{n, e_count, c_.experts_per_token};
+      ops::linear(rec, a_, r0 * hidden, n, hidden, L.router, nullptr, probs_, 0, e_count);
+      ops::moe_route(rec, probs_, route, c_.norm_topk_prob, c_.routed_scaling, gate_up, down, route_);
+      ops::gather_rows(rec, route_, route.order(), route.assignments(), hidden, a_, r0 * hidden, rows_in_, 0);
+      if (n <= kStackedRows) {
+        rec.unordered([&] {
+          ops::linear_stacked(rec, rows_in_, hidden, X.gate, route_, route, gate_, inter);
+          ops::linear_stacked(rec, rows_in_, hidden, X.up, route_, route, up_, inter);
+        });
+        ops::silu_mul(rec, gate_, 0, up_, 0, route.assignments() * inter);
+        rec.unordered([&] { ops::linear_stacked(rec, gate_, inter, X.down, route_, route, rows_out_, hidden); });
+      } else {
+        rec.unordered([&] {
+          for (int64_t e = 0; e < e_count; ++e) {
+            ops::linear_routed(rec, rows_in_, hidden, X.gate, gate_up, 0, route_, route, e, gate_, inter);
+            ops::linear_routed(rec, rows_in_, hidden, X.up, gate_up, 0, route_, route, e, up_, inter);
+          }
+        });
+        ops::silu_mul(rec, gate_, 0, up_, 0, route.assignments() * inter);
+        rec.unordered([&] {
+          for (int64_t e = 0; e < e_count; ++e)
+            ops::linear_routed(rec, gate_, inter, X.down, down, 1, route_, route, e, rows_out_, hidden);
+        });
+      }
+      ops::moe_combine(rec, route_, route, rows_out_, hidden, f_, r0);
     }
     if (lw.has_shared) {
       mlp(rec, L.shared, a_, 0, t, shared_, 0);
@@ -589,16 +507,16 @@ class VulkanDecoder {
   Rope rope_;     // the CPU's RoPE angles (load_rope)
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
-  int64_t max_inter_ = 1;
+  int64_t max_inter_ = 1, moe_inter_ = 0;  // widest MLP; widest routed expert
   int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0, selected_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
+  Buffer route_;          // MoE: one block's routing (ops::MoeRouteLayout)
   Buffer cos_sin_;        // RoPE cos/sin of the rows being rotated (load_rope)
   Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
   Buffer sel_k_, sel_v_;  // SR-SWA: each head's selected keys/values and window, gathered
   SparseReference* sparse_ = nullptr;
   std::vector<float> q_host_;  // SR-SWA: the step's q, read back for the selection
-  std::vector<float> probs_host_, weight_, logits_;
-  std::vector<int32_t> choice_;
+  std::vector<float> logits_;
 };
 
 }  // namespace uocr::vulkan

@@ -79,6 +79,57 @@ inline DeviceMatrix upload_matrix(Context& c, const TensorView& t) {
   return upload_matrix(c, t.dtype, t.data, t.dim(0), t.numel() / t.dim(0), t.name);
 }
 
+// A layer's routed-expert matrices of one projection (each [rows, cols], the same shape and type)
+// stacked as [experts, rows, cols] in their stored type, split by whole experts into chunks that
+// each fit one storage-buffer binding (the real model's 64 experts x 896 x 1280 bf16, 147 MB,
+// exceed lavapipe's 128 MiB): the MoE shaders take an expert's weights from inside its chunk.
+// max_chunk_bytes (0: the binding range) bounds the chunks further.
+struct StackedMatrix {
+  struct Chunk {
+    Buffer buf;
+    int64_t expert0 = 0, experts = 0;
+  };
+  DType dtype = DType::f32;
+  int64_t experts = 0, rows = 0, cols = 0, per_chunk = 0;
+  std::vector<Chunk> chunks;
+
+  size_t matrix_bytes() const { return size_t(rows * cols) * dtype_size(dtype); }
+  size_t bytes() const { return size_t(experts) * matrix_bytes(); }
+  const Chunk& chunk_of(int64_t e) const { return chunks[size_t(e / per_chunk)]; }
+};
+
+inline StackedMatrix upload_stacked(Context& c, const std::vector<const TensorView*>& mats, const std::string& what,
+                                    size_t max_chunk_bytes = 0) {
+  require(!mats.empty(), Status::invalid_argument, [&] { return "Vulkan: no expert matrices for " + what; });
+  StackedMatrix s;
+  const TensorView& t0 = *mats[0];
+  require(!t0.shape.empty() && t0.numel() > 0, Status::invalid_argument, [&] { return "Vulkan: empty tensor " + t0.name; });
+  s.dtype = t0.dtype;
+  s.experts = int64_t(mats.size());
+  s.rows = t0.dim(0);
+  s.cols = t0.numel() / t0.dim(0);
+  for (const TensorView* t : mats)
+    require(t->dtype == s.dtype && t->shape == t0.shape, Status::invalid_argument, [&] {
+      return "Vulkan: expert matrix " + t->name + " differs in shape or type from " + t0.name + " (" + what + ")";
+    });
+  const size_t one = s.matrix_bytes(), limit = max_chunk_bytes ? std::min<size_t>(max_chunk_bytes, c.max_binding_bytes())
+                                                                  : size_t(c.max_binding_bytes());
+  s.per_chunk = int64_t(limit / one);
+  require(s.per_chunk > 0, Status::unsupported, [&] {
+    return "Vulkan: one expert matrix of " + what + " (" + std::to_string(one) + " bytes) exceeds the " +
+           (max_chunk_bytes ? "chunk limit" : "device's storage-buffer range") + " (" + std::to_string(limit) + " bytes)";
+  });
+  for (int64_t e0 = 0; e0 < s.experts; e0 += s.per_chunk) {
+    StackedMatrix::Chunk ch;
+    ch.expert0 = e0;
+    ch.experts = std::min(s.per_chunk, s.experts - e0);
+    ch.buf = c.buffer(size_t(ch.experts) * one, MemoryUse::weights, what);
+    for (int64_t e = 0; e < ch.experts; ++e) c.upload(ch.buf, mats[size_t(e0 + e)]->data, one, size_t(e) * one);
+    s.chunks.push_back(std::move(ch));
+  }
+  return s;
+}
+
 inline Buffer upload_f32(Context& c, const float* data, size_t n, MemoryUse use, const std::string& what) {
   Buffer b = c.buffer(n * 4, use, what);
   c.upload(b, data, n * 4);
@@ -140,6 +191,35 @@ inline void linear(Recorder& r, const Buffer& x, int64_t x_off, int64_t m, int64
       dispatch_groups(r, p, {in(x), in(ch.buf), in(b), out(y)}, &pc, 40, uint64_t(pc.tiles_n) * uint64_t((m + 63) / 64));
     }
   }
+}
+
+// --- MoE routing on the device (moe_route.comp): no host read-back between the router and the
+// expert GEMMs, which are issued with vkCmdDispatchIndirect.
+
+// Word offsets of one routing of `rows` rows in its uint32 buffer (the layout moe_route.comp
+// writes; A = rows * k assignments).
+struct MoeRouteLayout {
+  int64_t rows = 0, experts = 0, k = 0;
+  int64_t assignments() const { return rows * k; }
+  int64_t choice() const { return 0; }                        // [A] experts, best first per row
+  int64_t weight() const { return assignments(); }            // [A] their weights (float bits)
+  int64_t mix_pos() const { return 2 * assignments(); }       // [A] grouped slots, ascending expert
+  int64_t mix_weight() const { return 3 * assignments(); }    // [A] their weights (float bits)
+  int64_t order() const { return 4 * assignments(); }         // [A] grouped slot -> row
+  int64_t slot_expert() const { return 5 * assignments(); }   // [A] grouped slot -> expert
+  int64_t expert_rows(int64_t e) const { return 6 * assignments() + 2 * e; }  // (first, count)
+  int64_t command(int64_t e, int shape) const { return 6 * assignments() + 2 * experts + (2 * e + shape) * 3; }
+  int64_t words() const { return 6 * assignments() + 8 * experts; }
+};
+
+// How a routed expert GEMM y = x · Wᵀ (W [n, k], the tiled GEMM) is run: its shader and its
+// workgroups for r rows, tiles * ceil(r / rows_per_tile).
+struct RoutedGemm {
+  std::string shader;
+  uint32_t tiles = 0, rows_per_tile = 0;
+};
+inline RoutedGemm routed_gemm(const StackedMatrix& w) {
+  return RoutedGemm{std::string("matmul_routed_") + dtype_suffix(w.dtype), u32((w.rows + 63) / 64), 64u};
 }
 
 // y[rows, n] = RMSNorm(x) with float32 scale w [n].
@@ -221,6 +301,63 @@ inline void embed(Recorder& r, const Buffer& ids, int64_t count, const DeviceMat
     } pc{u32(count), u32(table.cols), u32(ch.row0), u32(ch.rows), u32(out_off)};
     dispatch_groups(r, p, {in(ids), in(ch.buf), out(o)}, &pc, sizeof pc, (uint64_t(count) * uint64_t(table.cols) + 255) / 256);
   }
+}
+
+// The routing of `rows` rows of router logits (probs [rows, experts], replaced by their
+// softmax) into `route` (MoeRouteLayout): the CPU's rule (uocr::moe_route), the grouping by
+// expert, and per expert the indirect dispatches of the two expert GEMM shapes (0: gate/up,
+// 1: down).
+inline void moe_route(Recorder& r, const Buffer& probs, const MoeRouteLayout& l, bool normalize, float scaling,
+                      const RoutedGemm& gate_up, const RoutedGemm& down, const Buffer& route) {
+  require(l.rows > 0 && l.experts > 0 && l.k > 0 && l.k <= l.experts, Status::internal, "Vulkan MoE routing: bad shape");
+  struct {
+    uint32_t rows, experts, k, normalize;
+    float scaling;
+    uint32_t tiles0, rows_per_tile0, tiles1, rows_per_tile1, max_x;
+  } pc{u32(l.rows), u32(l.experts), u32(l.k), normalize ? 1u : 0u, scaling, gate_up.tiles, gate_up.rows_per_tile,
+       down.tiles, down.rows_per_tile, r.context().max_workgroups_x()};
+  r.dispatch(kernel(r.context(), "moe_route", 2), {out(probs), out(route)}, &pc, sizeof pc, 1);
+}
+
+// y rows [first_e, first_e + count_e) = x rows [first_e, ..) · W_eᵀ for expert e of `route`
+// (grouped buffers), launched with the routing's indirect command for `shape` (0: gate/up,
+// 1: down): no work when the expert got no rows.
+inline void linear_routed(Recorder& r, const Buffer& x, int64_t ldx, const StackedMatrix& w, const RoutedGemm& g, int shape,
+                          const Buffer& route, const MoeRouteLayout& l, int64_t e, const Buffer& y, int64_t ldy) {
+  const StackedMatrix::Chunk& ch = w.chunk_of(e);
+  // m, n, k, x_off, ldx, y_off, ldy, has_bias, bias_off, tiles_n, route_at, w_off
+  const uint32_t pc[12] = {0, u32(w.rows), u32(w.cols), 0, u32(ldx), 0, u32(ldy), 0, 0, g.tiles, u32(l.expert_rows(e)),
+                           u32((e - ch.expert0) * w.rows * w.cols)};
+  r.dispatch_indirect(kernel(r.context(), g.shader.c_str(), 5), {in(x), in(ch.buf), in(x), out(y), in(route)}, pc,
+                      sizeof pc, route, size_t(l.command(e, shape)) * 4);
+}
+
+// y row s = x row s · W_{e(s)}ᵀ for every grouped slot s of `route`, e(s) the slot's expert read
+// from the routing: the k mat-vecs of each of the routing's rows in one dispatch per stack chunk
+// (MoE decode steps; linear()'s mat-vec choice and per-row arithmetic). Chunks write disjoint slots.
+inline void linear_stacked(Recorder& r, const Buffer& x, int64_t ldx, const StackedMatrix& w, const Buffer& route,
+                           const MoeRouteLayout& l, const Buffer& y, int64_t ldy) {
+  const bool cols = w.cols <= kShortRow;
+  const std::string name = std::string(cols ? "matvec_cols_stacked_" : "matvec_stacked_") + dtype_suffix(w.dtype);
+  Pipeline& p = kernel(r.context(), name.c_str(), 5);
+  const int64_t tiles = cols ? (w.rows + 63) / 64 : (w.rows + 3) / 4;
+  for (const StackedMatrix::Chunk& ch : w.chunks) {
+    // m, n, k, x_off, ldx, y_off, ldy, has_bias, bias_off, tiles, slots, slot_expert, expert0, stack_experts
+    const uint32_t pc[14] = {1, u32(w.rows), u32(w.cols), 0, u32(ldx), 0, u32(ldy), 0, 0, u32(tiles),
+                             u32(l.assignments()), u32(l.slot_expert()), u32(ch.expert0), u32(ch.experts)};
+    dispatch_groups(r, p, {in(x), in(ch.buf), in(x), out(y), in(route)}, pc, sizeof pc, uint64_t(tiles) * uint64_t(l.assignments()));
+  }
+}
+
+// f rows [f_row, f_row + l.rows) = each row's expert outputs (o, grouped) times their weights,
+// added in ascending expert order from zero, as the CPU mixes them.
+inline void moe_combine(Recorder& r, const Buffer& route, const MoeRouteLayout& l, const Buffer& o, int64_t h, const Buffer& f,
+                        int64_t f_row) {
+  struct {
+    uint32_t rows, k, h, mix_pos, mix_weight, f_off;
+  } pc{u32(l.rows), u32(l.k), u32(h), u32(l.mix_pos()), u32(l.mix_weight()), u32(f_row * h)};
+  dispatch_groups(r, kernel(r.context(), "moe_combine", 3), {in(route), in(o), out(f)}, &pc, sizeof pc,
+                  (uint64_t(l.rows) * uint64_t(h) + 255) / 256);
 }
 
 struct AttentionDims {

@@ -84,15 +84,9 @@ class VulkanVisionEncoder {
   std::vector<float> encode_view(const float* chw, int size, VisionCaptures* captures = nullptr) {
     const SamConfig& sc = cfg_.sam;
     const ClipConfig& cc = cfg_.clip;
-    require(chw != nullptr && size > 0 && size % sc.patch == 0, Status::invalid_argument, [&] {
-      return "vision view must be a square image whose side is a multiple of " + std::to_string(sc.patch) + ", got " +
-             std::to_string(size);
-    });
-    const int G = size / sc.patch, C = sc.width;
-    const int64_t N = int64_t(G) * G;
-    const int oc = sc.out_chans;
-    const int G2 = (G + 2 - 3) / 2 + 1, g = (G2 + 2 - 3) / 2 + 1;
-    const int64_t t = int64_t(g) * g, W = cc.width, c3 = sc.net3_chans, hid = hidden();
+    const ViewGeometry view(sc, chw, size);
+    const int G = view.G, G2 = view.G2, g = view.g, C = sc.width, oc = sc.out_chans;
+    const int64_t N = view.N, t = view.t, W = cc.width, c3 = sc.net3_chans, hid = hidden();
     require(int64_t(sc.patch) * sc.patch * 3 * N > 0, Status::invalid_argument, "empty view");
 
     size_t held = 0;  // this view's activation buffers (peak_activation_bytes())
@@ -106,7 +100,7 @@ class VulkanVisionEncoder {
     Buffer img = upload_f32(ctx_, chw, size_t(3) * size_t(size) * size_t(size), MemoryUse::activations, "vision view");
     held += img.size();
     // im2col columns: the patch embedding and the three 3x3 convolutions.
-    const int64_t cols = std::max({N * 3 * sc.patch * sc.patch, N * oc * 9, int64_t(G2) * G2 * oc * 9, t * sc.net2_chans * 9});
+    const int64_t cols = view.im2col_floats(sc);
     Buffer col = act(cols, "im2col columns"), x = act(N * C, "SAM tokens"), tmp = act(N * C, "SAM normed tokens");
     Buffer qkv = act(N * 3 * C, "SAM qkv"), hbuf = act(N * mlp, "vision MLP hidden");
     Buffer neck = act(N * oc, "SAM neck"), neck2 = act(N * oc, "SAM neck conv2");
@@ -187,15 +181,8 @@ class VulkanVisionEncoder {
   // The embeddings of one image, laid out as VisionEncoder::visual_tokens.
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
                                    int tiles_x, int tiles_y) {
-    require(tiles.empty() || (tiles_x > 0 && tiles_y > 0 && tiles.size() == size_t(tiles_x) * size_t(tiles_y)),
-            Status::invalid_argument, [&] {
-              return "visual_tokens: " + std::to_string(tiles.size()) + " tiles for a " + std::to_string(tiles_x) + "x" +
-                     std::to_string(tiles_y) + " grid";
-            });
-    const std::vector<float> global = encode(global_view);
-    std::vector<std::vector<float>> local;
-    for (const auto& t : tiles) local.push_back(encode(t));
-    return host_.layout_tokens(global, local, tiles_x, tiles_y);
+    return host_.visual_tokens_by(global_view, tiles, tiles_x, tiles_y,
+                                  [&](const std::vector<float>& view) { return encode(view); });
   }
 
  private:

@@ -1,0 +1,123 @@
+// The vision encoder on CUDA (vision.hpp) against the CPU encoder and the upstream captures of
+// the golden tiny-a model: SAM neck (patch embedding, windowed + global attention with rel-pos,
+// MLPs, neck convs and LayerNorm2d), the compressor output, CLIP, the projector and the visual
+// tokens of the 1024 global view; those tokens through the CUDA decoder to the reference prefill
+// logits; a 640 tile (resampled position tables, padded windows); the engine's vision() against
+// the CPU engine's; bad views. Every kernel of the encoder is on these paths, and the captures
+// say which stage a deviation starts in. Without a usable GPU the cases are skipped and the
+// executable exits 77 (gpu_test.hpp).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "golden_decoder.hpp"
+#include "gpu_test.hpp"
+#include "logit_agreement.hpp"
+#include "test_support.hpp"
+#include "uocr/backends/cuda/decoder.hpp"
+#include "uocr/backends/cuda/vision.hpp"
+#include "uocr/engine/open.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/vision/encoder.hpp"
+
+namespace cu = uocr::cuda;
+using uocr::Status;
+using uocr_test::no_gpu;
+using uocr_test::row_error;
+using uocr_test::RowError;
+
+namespace {
+
+// The tiny-a model, a Context and the CUDA encoder on it, made by the first GPU case. The
+// Context outlives the encoder (members are destroyed in reverse order).
+struct Device : uocr_test::TinyAGolden {
+  cu::Context ctx;
+  cu::CudaVisionEncoder enc{ctx, cfg, w};
+  static Device& get() {
+    static Device d;
+    return d;
+  }
+};
+
+// A CUDA stage against the upstream capture (the Vulkan budget) and the CPU encoder's.
+void check_stage(const char* name, const std::vector<float>& ours, const std::vector<float>& upstream,
+                 const std::vector<float>& cpu) {
+  const RowError u = row_error(ours, upstream), c = row_error(ours, cpu);
+  MESSAGE("cuda " << std::string(name) << ": vs upstream rel " << u.rel << ", max abs " << u.max_abs << "; vs cpu rel " << c.rel);
+  CHECK(u.rel <= 1e-3);
+  CHECK(u.max_abs <= 1e-3);
+  CHECK(c.rel <= 1e-5);
+}
+
+std::vector<float> to_chw(const uocr::vision::FeatureMap& m) { return uocr::vision::detail::transposed(m.data.data(), m.tokens(), m.c); }
+
+// The top-left 640 x 640 crop of a [3, 1024, 1024] view.
+std::vector<float> crop_640(const std::vector<float>& image) {
+  std::vector<float> tile(size_t(3) * 640 * 640);
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 640; ++y)
+      std::copy_n(image.data() + (size_t(c) * 1024 + y) * 1024, 640, tile.data() + (size_t(c) * 640 + y) * 640);
+  return tile;
+}
+
+}  // namespace
+
+TEST_CASE("golden tiny-a vision on CUDA: SAM, CLIP, projector, visual tokens, then prefill logits" * doctest::skip(no_gpu())) {
+  Device& e = Device::get();
+  const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
+  uocr::VisionEncoder cpu(e.cfg, e.w);
+  uocr::VisionCaptures gc, cc;
+  const std::vector<float> gf = e.enc.encode_view(image.data(), 1024, &gc);
+  const std::vector<float> cf = cpu.encode_view(image.data(), 1024, &cc);
+  REQUIRE(gc.sam_neck.h == 64);
+  REQUIRE(gc.sam_out.h == 16);
+  check_stage("sam_neck", to_chw(gc.sam_neck), uocr_test::tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
+  check_stage("sam_out", to_chw(gc.sam_out), uocr_test::tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
+  check_stage("clip_out", gc.clip_out, uocr_test::tiny_a_f32("clip_out.npy"), cc.clip_out);
+  check_stage("projector_out", gf, uocr_test::tiny_a_f32("projector_out.npy"), cf);
+  const std::vector<float> visual = e.enc.visual_tokens(image, {}, 0, 0);
+  REQUIRE(int64_t(visual.size()) == e.enc.token_count(1024, 0, 0, 0) * e.cfg.decoder.hidden);
+  check_stage("vision_tokens", visual, e.vision, cpu.visual_tokens(image, {}, 0, 0));
+  CHECK(e.enc.peak_activation_bytes() > 0);
+
+  // These visual tokens through the CUDA decoder give the reference prefill logits.
+  cu::CudaDecoder dec(e.ctx, e.cfg.decoder, e.w.decoder);
+  cu::CudaKvCache cache(e.ctx, e.cfg.decoder, 8);
+  const RowError err =
+      row_error(dec.prefill(dec.embed_prompt(e.input_ids, visual), 0, cache), uocr_test::tiny_a_f32("prefill_logits.npy"));
+  MESSAGE("cuda image -> visual tokens -> prefill logits: rel err " << err.rel << " (max abs " << err.max_abs << ")");
+  CHECK(err.rel <= uocr_test::kGoldenRowRel);
+}
+
+TEST_CASE("a 640 tile on CUDA (resampled tables, padded windows) matches the CPU; bad views are errors" *
+          doctest::skip(no_gpu())) {
+  Device& e = Device::get();
+  const std::vector<float> tile = crop_640(uocr_test::tiny_a_f32("image_normalized.npy"));
+  uocr::VisionEncoder cpu(e.cfg, e.w);
+  const RowError t = row_error(e.enc.encode_view(tile.data(), 640), cpu.encode_view(tile.data(), 640));
+  MESSAGE("cuda 640 tile vs cpu: rel " << t.rel << ", max abs " << t.max_abs);
+  CHECK(t.rel <= 1e-5);
+  CHECK(uocr_test::status_of([&] { e.enc.encode_view(tile.data(), 630); }) == Status::invalid_argument);
+  CHECK(uocr_test::status_of([&] { e.enc.encode_view(nullptr, 640); }) == Status::invalid_argument);
+  CHECK(uocr_test::status_of([&] { e.enc.visual_tokens(tile, {tile}, 2, 1); }) == Status::invalid_argument);
+  CHECK(uocr_test::status_of([&] { e.enc.visual_tokens(std::vector<float>(100), {}, 0, 0); }) == Status::invalid_argument);
+}
+
+TEST_CASE("the CUDA engine's vision() matches the CPU engine's (global view + a 2x1 tile grid)" * doctest::skip(no_gpu())) {
+  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
+  const std::vector<float> tile = crop_640(image);
+  const std::unique_ptr<uocr::VisionEngine> gpu = uocr::open_engine(model, uocr::Backend::cuda, 0)->vision();
+  const std::unique_ptr<uocr::VisionEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu, 0)->vision();
+  CHECK(gpu->hidden() == cpu->hidden());
+  const RowError err = row_error(gpu->visual_tokens(image, {tile, tile}, 2, 1), cpu->visual_tokens(image, {tile, tile}, 2, 1));
+  MESSAGE("cuda engine vision vs cpu engine: rel " << err.rel << ", max abs " << err.max_abs);
+  CHECK(err.rel <= 1e-5);
+  CHECK(gpu->scratch_bytes() > 0);
+}
+
+int main(int argc, char** argv) { return uocr_test::gpu_test_main(argc, argv); }

@@ -1,0 +1,93 @@
+// What the bundled demo model reads: `uocr run` on rendered sample pages, scored by character
+// error rate against their ground-truth Markdown, the way tools/eval/eval.py scores
+// (docs/ACCURACY.md). The bound is the shipped model's measured accuracy plus a margin, so a
+// regression anywhere between the image decoder and the text stream fails here.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cli_process.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+// The shipped model (docs/TRAINING.md §7) scores 0.213 on these two pages; the target is
+// 0.05, which it does not reach yet. A pipeline that no longer reads scores ~1.
+constexpr double kDemoCerBound = 0.30;
+
+// Code points of UTF-8 text with "<PAGE>" markers removed and every whitespace run made one
+// space (eval.py's normalise), so the score is about characters read, not line breaks.
+std::u32string normalised(const std::string& text) {
+  std::string flat = text;
+  for (size_t at; (at = flat.find("<PAGE>")) != std::string::npos;) flat.replace(at, 6, " ");
+  std::u32string out;
+  for (size_t i = 0; i < flat.size();) {
+    const unsigned char c = static_cast<unsigned char>(flat[i]);
+    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    char32_t cp = n == 1 ? c : c & (0x3F >> (n - 1));
+    for (int k = 1; k < n && i + size_t(k) < flat.size(); ++k) cp = (cp << 6) | (flat[i + size_t(k)] & 0x3F);
+    i += size_t(n);
+    const bool space = cp == U' ' || cp == U'\n' || cp == U'\t' || cp == U'\r';
+    if (space) {
+      if (!out.empty() && out.back() != U' ') out.push_back(U' ');
+    } else {
+      out.push_back(cp);
+    }
+  }
+  if (!out.empty() && out.back() == U' ') out.pop_back();
+  return out;
+}
+
+size_t edit_distance(const std::u32string& a, const std::u32string& b) {
+  std::vector<size_t> row(b.size() + 1), next(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    next[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      next[j] = std::min({row[j] + 1, next[j - 1] + 1, row[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(row, next);
+  }
+  return row[b.size()];
+}
+
+double cer(const std::string& hypothesis, const std::string& reference) {
+  const std::u32string h = normalised(hypothesis), r = normalised(reference);
+  return double(edit_distance(h, r)) / double(std::max<size_t>(1, r.size()));
+}
+
+std::string sample(const std::string& name) { return uocr_test::source_dir() + "/samples/data/" + name; }
+
+// stdout of `uocr run --format raw` on `pages` with the bundled model (stderr to a log file).
+std::string transcribe(const std::vector<std::string>& pages, const std::string& log) {
+  const std::string out = log + ".out";
+  std::vector<std::string> args{"run", "--model", uocr_test::source_dir() + "/models/uocr-demo", "--format", "raw",
+                                "-o", out, "--quiet"};
+  args.insert(args.end(), pages.begin(), pages.end());
+  REQUIRE(uocr_test::wait_exit(uocr_test::spawn_cli(args, log)) == 0);
+  return uocr_test::read_file(out);
+}
+
+}  // namespace
+
+TEST_CASE("the CER measure: normalisation and edit distance") {
+  CHECK(cer("<PAGE>a  b\n\nc", "a b c") == 0.0);
+  CHECK(cer("kitten", "sitting") == doctest::Approx(3.0 / 7));
+  CHECK(cer("", "abcd") == 1.0);
+  CHECK(cer("äöü", "aöü") == doctest::Approx(1.0 / 3));  // code points, not bytes
+}
+
+// Each page is its own run: the demo model was trained on single pages only (docs/TRAINING.md),
+// so a multi-page prompt is outside what it learned (docs/ACCURACY.md, multi-page rows).
+TEST_CASE("the demo model reads two short sample pages") {
+  std::string text, reference;
+  for (const char* page : {"demo-page1", "demo-page2"}) {
+    text += transcribe({sample(std::string(page) + ".png")}, std::string("/tmp/uocr_demo_accuracy_") + page + ".log") + "\n";
+    reference += uocr_test::read_file(sample(std::string(page) + ".md")) + "\n";
+  }
+  const double score = cer(text, reference);
+  INFO("transcript: " << text);
+  MESSAGE("demo model CER on two sample pages: " << score);
+  CHECK(score <= kDemoCerBound);
+}
