@@ -110,25 +110,19 @@ TEST_CASE("SR-SWA on Vulkan: partial budgets select and score as on the CPU, ful
   Multi3& f = Multi3::get();
   vk::Context& ctx = test_context();
   const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
-  uocr::PageGroupParams pp;
-  pp.overlap_pages = 1;
-  pp.sparse = true;
-  for (int g : {3, 2}) {
-    // One page of the group and 4 blocks of 16 tokens per layer and head; G = 2 slides twice,
-    // so the summaries of a rewritten slot are read back too.
-    CAPTURE(g);
-    pp.group_pages = g;
-    pp.sparse_params = {16, 1, 4, true};
+  uocr_test::for_partial_budgets([&](const uocr::PageGroupParams& pp) {
     uocr::PageGroupDecoder cpu(f.cfg.decoder, f.w.decoder, f.window(), pp);
     vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
                              vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
     const auto ref = page_group_rows(cpu, f);
-    const auto got = page_group_rows(gpu, f);
-    const double worst = compare(got, ref);
-    uocr_test::check_same_selections(*gpu.sparse(), *cpu.sparse(), f.cfg.decoder.heads, worst, g);
-  }
+    const double worst = compare(page_group_rows(gpu, f), ref);
+    uocr_test::check_same_selections(*gpu.sparse(), *cpu.sparse(), f.cfg.decoder.heads, worst);
+  });
 
   // Budgets covering everything: the dense path, the bits of dense R-SWA on Vulkan.
+  uocr::PageGroupParams pp;
+  pp.overlap_pages = 1;
+  pp.sparse = true;
   pp.group_pages = 2;
   pp.sparse_params = {16, 0, 0, true};
   vk::VulkanPageGroups full(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),

@@ -34,21 +34,13 @@ using uocr_test::no_gpu;
 
 TEST_CASE("SR-SWA on CUDA: partial budgets select and score as on the CPU" * doctest::skip(no_gpu())) {
   const Multi3& f = Multi3::get();
-  uocr::PageGroupParams pp;
-  pp.overlap_pages = 1;
-  pp.sparse = true;
-  for (int g : {3, 2}) {
-    // One page of the group and 4 blocks of 16 tokens per layer and head; G = 2 slides twice,
-    // so the summaries of a rewritten slot are read back too.
-    CAPTURE(g);
-    pp.group_pages = g;
-    pp.sparse_params = {16, 1, 4, true};
+  uocr_test::for_partial_budgets([&](const uocr::PageGroupParams& pp) {
     uocr::PageGroupDecoder cpu(f.cfg.decoder, f.w.decoder, f.window(), pp);
     cu::CudaPageGroups gpu = multi3_page_groups(pp);
     const auto ref = multi3_rows(cpu);
     const double worst = compare_cuda_rows(multi3_rows(gpu), ref);
-    uocr_test::check_same_selections(*gpu.sparse(), *cpu.sparse(), f.cfg.decoder.heads, worst, g);
-  }
+    uocr_test::check_same_selections(*gpu.sparse(), *cpu.sparse(), f.cfg.decoder.heads, worst);
+  });
 }
 
 TEST_CASE("SR-SWA on CUDA: budgets covering everything are dense R-SWA bit for bit, shortcut or gathered" *
