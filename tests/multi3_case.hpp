@@ -70,16 +70,17 @@ void for_partial_budgets(Check&& check) {
 
 // A device backend's SR-SWA made the CPU's selections: partial budgets attended fewer rows than
 // dense, every step, layer and head attended as many rows and scored as many bounds, and the last
-// step's spans are the same rows.
-inline void check_same_selections(const uocr::SparseReference& device, const uocr::SparseReference& cpu, int heads,
-                                  double worst) {
+// step's spans in the last layer are the same rows (`device_spans(h)`: the device's, head h).
+template <class DeviceSpans>
+void check_same_selections(const uocr::SparseReference& device, DeviceSpans&& device_spans, const uocr::SparseReference& cpu,
+                           int heads, double worst) {
   MESSAGE("worst relative error " << worst << ", reference rows attended "
                  << device.rows_attended() << " of " << device.rows_dense());
   CHECK(device.rows_attended() < device.rows_dense());
   CHECK(device.rows_attended() == cpu.rows_attended());
   CHECK(device.bounds_evaluated() == cpu.bounds_evaluated());
   for (int h = 0; h < heads; ++h) {
-    const std::vector<uocr::RowSpan>& a = device.last_selection(h);
+    const std::vector<uocr::RowSpan> a = device_spans(h);
     const std::vector<uocr::RowSpan>& b = cpu.last_selection(h);
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].begin == b[i].begin && a[i].rows == b[i].rows));

@@ -184,6 +184,24 @@ TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
   CHECK(g.output.find("\"group_pages\": 2") != std::string::npos);
   CHECK(g.output.find("\"slides\": 1") != std::string::npos);
   CHECK(g.output.find("\"pages_encoded\": 3") != std::string::npos);
+  // SR-SWA statistics: the reference rows its steps attended, fewer than dense would.
+  const auto stat = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\"" + key + "\": ");
+    REQUIRE(at != std::string::npos);
+    return std::stoll(out.substr(at + key.size() + 4));
+  };
+  CHECK(stat(g.output, "reference_rows_attended") > 0);
+  CHECK(stat(g.output, "reference_rows_attended") < stat(g.output, "reference_rows_dense"));
+  // The same with a gate of fan-out 2 keeping 1 node per level: as many steps, rows within budget.
+  const Run gate = run_cli("run --model '" + tiny() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
+                           "--page-fallback-tokens 3 --reference-budget 1,4,16 --reference-gate 2,1 '" + tiny() +
+                           "/page.png' '" + pdf + "'");
+  INFO(gate.output);
+  CHECK(gate.status == 3);
+  CHECK(stat(gate.output, "reference_rows_dense") == stat(g.output, "reference_rows_dense"));
+  CHECK(stat(gate.output, "reference_rows_attended") < stat(gate.output, "reference_rows_dense"));
+  // Dense runs attend every reference row: both counts 0 (no SR-SWA).
+  CHECK(stat(r.output, "reference_rows_attended") == 0);
 }
 
 TEST_CASE("uocr run: page group, SR-SWA and checkpoint options are checked") {
@@ -198,6 +216,10 @@ TEST_CASE("uocr run: page group, SR-SWA and checkpoint options are checked") {
   fails("--pages-per-group 4 --overlap 4", "overlap");
   fails("--reference-budget 4", "--reference-budget");
   fails("--reference-budget 4,x", "--reference-budget");
+  fails("--reference-budget 4,8,16,2", "--reference-budget");
+  fails("--reference-gate 4,2", "--reference-gate needs --reference-budget");
+  fails("--reference-budget 1,4 --reference-gate 4", "--reference-gate");
+  fails("--reference-budget 1,4 --reference-gate 1,0", "fan-out");
   fails("--positions far", "--positions");
   fails("--resume", "--checkpoint");
   fails("--checkpoint-every -1 --checkpoint /tmp/x.ckpt", "--checkpoint-every");

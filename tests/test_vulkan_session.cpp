@@ -116,8 +116,32 @@ TEST_CASE("SR-SWA on Vulkan: partial budgets select and score as on the CPU, ful
                              vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
     const auto ref = page_group_rows(cpu, f);
     const double worst = compare(page_group_rows(gpu, f), ref);
-    uocr_test::check_same_selections(*gpu.sparse(), *cpu.sparse(), f.cfg.decoder.heads, worst);
+    const int last_layer = f.cfg.decoder.layers - 1;
+    uocr_test::check_same_selections(
+        *gpu.sparse(), [&](int h) { return gpu.decoder().device_selection(last_layer, h); }, *cpu.sparse(),
+        f.cfg.decoder.heads, worst);
   });
+
+  // The selection runs on the device: a sparse decode step is one submission (it was one more
+  // per layer, each reading q back), summaries synced once after the prefill.
+  {
+    uocr::PageGroupParams pp;
+    pp.overlap_pages = 1;
+    pp.group_pages = 3;
+    pp.sparse = true;
+    pp.sparse_params = {16, 1, 4, true};
+    vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
+                             vk::VulkanKvCache(ctx, f.cfg.decoder, f.window()), pp);
+    uocr::FunctionPageEmbeddings src = f.source();
+    gpu.start(f.layout, src);
+    gpu.step(f.gen[0]);
+    for (size_t k = 1; k < 6; ++k) {
+      const uint64_t before = ctx.submissions();
+      gpu.step(f.gen[k]);
+      CHECK(ctx.submissions() - before == 1);
+    }
+    CHECK(gpu.sparse()->rows_attended() < gpu.sparse()->rows_dense());
+  }
 
   // Budgets covering everything: the dense path, the bits of dense R-SWA on Vulkan.
   uocr::PageGroupParams pp;

@@ -57,13 +57,14 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                "\"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, \"reference_kv_bytes\": %zu, "
                "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"scratch_bytes\": %zu, "
                "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, "
-               "\"slides\": %lld, \"pages_encoded\": %lld, \"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\"}\n",
+               "\"slides\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
+               "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\"}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
                s.memory.peak_kv_bytes, s.memory.scratch_bytes, s.memory.peak_scratch_bytes, s.memory.peak_bytes,
                (long long)st.group_pages, (long long)st.slides, (long long)st.pages_encoded,
-               (long long)st.checkpoints_written, (long long)st.resumed_at_token,
+               (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
                openmp_wait_policy());
 }
 
@@ -79,27 +80,41 @@ inline int exit_code_for(const uocr::RunSummary& s) {
   return s.empty ? 5 : 0;
 }
 
-// --reference-budget PAGES,BLOCKS[,BLOCK_TOKENS] turns SR-SWA on ("off": dense, the default).
-// 0 for PAGES or BLOCKS means all of them.
-inline void parse_reference_budget(const std::string& v, uocr::PageGroupParams& g) {
-  if (v == "off") return;
+// A comma-separated list of 2 to `most` counts, the value of `option` (usage: its form).
+inline std::vector<int> parse_counts(const std::string& v, const char* option, const char* usage, size_t most) {
   std::vector<int> n;
   size_t at = 0;
+  auto bad = [&] { return std::string(option) + " takes " + usage + ", got '" + v + "'"; };
   while (at <= v.size()) {
     const size_t comma = std::min(v.find(',', at), v.size());
     const std::string part = v.substr(at, comma - at);
     uocr::require(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && part.size() < 9,
-                  uocr::Status::invalid_argument,
-                  [&] { return "--reference-budget takes PAGES,BLOCKS[,BLOCK_TOKENS] (numbers, 0 = all) or off, got '" + v + "'"; });
+                  uocr::Status::invalid_argument, bad);
     n.push_back(std::stoi(part));
     at = comma + 1;
   }
-  uocr::require(n.size() == 2 || n.size() == 3, uocr::Status::invalid_argument,
-                "--reference-budget takes PAGES,BLOCKS[,BLOCK_TOKENS] or off");
+  uocr::require(n.size() >= 2 && n.size() <= most, uocr::Status::invalid_argument, bad);
+  return n;
+}
+
+// --reference-budget PAGES,BLOCKS[,BLOCK_TOKENS] turns SR-SWA on ("off": dense, the default);
+// 0 for PAGES or BLOCKS means all of them. --reference-gate FAN_OUT,BEAM shapes its page gate
+// (uocr::SparseParams: pages per gate-tree node, nodes kept per level; BEAM 0 = twice PAGES).
+inline void parse_reference_budget(const std::string& budget, const std::string& gate, uocr::PageGroupParams& g) {
+  if (budget == "off") {
+    uocr::require(gate.empty(), uocr::Status::invalid_argument, "--reference-gate needs --reference-budget");
+    return;
+  }
+  const std::vector<int> n = parse_counts(budget, "--reference-budget", "PAGES,BLOCKS[,BLOCK_TOKENS] (numbers, 0 = all) or off", 3);
   g.sparse = true;
   g.sparse_params.page_budget = n[0];
   g.sparse_params.block_budget = n[1];
   if (n.size() == 3) g.sparse_params.block_tokens = n[2];
+  if (gate.empty()) return;
+  const std::vector<int> f = parse_counts(gate, "--reference-gate", "FAN_OUT,BEAM (numbers, FAN_OUT >= 2, BEAM 0 = 2 x PAGES)", 2);
+  uocr::require(f[0] >= 2, uocr::Status::invalid_argument, "--reference-gate: FAN_OUT (the gate tree's fan-out) must be >= 2");
+  g.sparse_params.gate_fan_out = f[0];
+  g.sparse_params.gate_beam = f[1];
 }
 
 // Every input, as one document, pulled page by page.
@@ -224,7 +239,7 @@ inline int cmd_run(const Args& args) {
   uocr::InfiniteParams inf;
   inf.groups.group_pages = args.integer("--pages-per-group", inf.groups.group_pages);
   inf.groups.overlap_pages = args.integer("--overlap", inf.groups.group_pages - 1);
-  parse_reference_budget(args.get("--reference-budget", "off"), inf.groups);
+  parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), inf.groups);
   const std::string positions = args.get("--positions", "limit");
   uocr::require(positions == "limit" || positions == "extrapolate", uocr::Status::invalid_argument,
                 "--positions must be limit or extrapolate");

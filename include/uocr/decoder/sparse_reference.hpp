@@ -46,6 +46,7 @@
 // Thread-safety: one SparseReference per Decoder/cache; attend() parallelises over heads inside.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -218,6 +219,9 @@ class SparseReference final : public DecodeAttention {
 
   const ReferenceLayout& layout() const { return layout_; }
   const SparseParams& params() const { return p_; }
+  int layers() const { return layers_; }
+  int kv_heads() const { return kv_heads_; }
+  int head_dim() const { return d_; }
   size_t page_count() const { return layout_.pages.size(); }
   size_t block_count() const { return blocks_.size(); }
   // Gate tree: levels (1 = the pages only, no tree) and nodes per level (level 0: pages). Node j of
@@ -284,6 +288,7 @@ class SparseReference final : public DecodeAttention {
     }
     if (!summarized_[page]) --missing_;
     summarized_[page] = 1;
+    revision_ = next_revision();
   }
 
   // Bytes of key summaries held (block and gate-node min/max, all layers).
@@ -321,35 +326,68 @@ class SparseReference final : public DecodeAttention {
   void reset_counters() { rows_attended_ = rows_dense_ = bounds_evaluated_ = 0; }
 
   // The reference spans head `h` selected in the last attend() or select_step() call (merged, by row).
-  const std::vector<RowSpan>& last_selection(int h) const { return heads_[size_t(h)].spans; }
+  const std::vector<RowSpan>& last_selection(int h) const {
+    require(h >= 0 && size_t(h) < heads_.size(), Status::invalid_argument,
+            "SR-SWA: no selection of that head here (none made yet, or a device backend selected)");
+    return heads_[size_t(h)].spans;
+  }
 
   // One step's selection in `layer` without the attention, for a backend that attends on its own
-  // (Vulkan reads q back and attends on the device). True: the dense kernel serves this step
+  // (CUDA reads q back and attends on the device). True: the dense kernel serves this step
   // (budgets covering a layout that is the whole reference); else head h's reference spans are in
   // last_selection(h). q [heads·d] after RoPE; counted as attend() counts.
   bool select_step(int layer, const float* q, int64_t reference_rows, const AttentionShape& s) {
-    require(layer >= 0 && layer < layers_ && s.kv_heads == kv_heads_ && s.head_dim == d_, Status::invalid_argument,
-            "SR-SWA was built for a different decoder configuration");
-    require(rows_ <= reference_rows, Status::invalid_argument, "SR-SWA layout is larger than the reference");
-    require(missing_ == 0, Status::invalid_argument, "SR-SWA summaries are missing: call rebuild() after prefill");
+    check_step(layer, reference_rows, s);
     if (int(heads_.size()) < s.heads) heads_.resize(size_t(s.heads));
-    rows_dense_ += int64_t(s.heads) * reference_rows;
-    // Budgets that pass every page and every block select the whole layout, whatever the query:
-    // when that is the whole reference, this is dense R-SWA, so run its kernel.
-    if (p_.dense_when_complete && selects_all() && coverage_ == reference_rows) {
+    if (dense_step(reference_rows)) {
       for (int h = 0; h < s.heads; ++h) heads_[size_t(h)].spans.assign(1, RowSpan{0, reference_rows});
-      rows_attended_ += int64_t(s.heads) * reference_rows;
+      count_selection(s.heads, reference_rows, int64_t(s.heads) * reference_rows, 0);
       return true;
     }
     // Split heads across threads only when that is sizeable (as decode_attention does).
 #pragma omp parallel for schedule(static) if (select_work() * s.kv_row() > (int64_t(1) << 18))
     for (int h = 0; h < s.heads; ++h) select(layer, s.kv_head_of(h), q + int64_t(h) * d_, heads_[size_t(h)]);
+    int64_t rows = 0, bounds = 0;
     for (int h = 0; h < s.heads; ++h) {
-      for (const RowSpan& sp : heads_[size_t(h)].spans) rows_attended_ += sp.rows;
-      bounds_evaluated_ += heads_[size_t(h)].bounds;
+      for (const RowSpan& sp : heads_[size_t(h)].spans) rows += sp.rows;
+      bounds += heads_[size_t(h)].bounds;
     }
+    count_selection(s.heads, reference_rows, rows, bounds);
     return false;
   }
+
+  // The checks of select_step (a device backend that selects on its own runs them too).
+  void check_step(int layer, int64_t reference_rows, const AttentionShape& s) const {
+    require(layer >= 0 && layer < layers_ && s.kv_heads == kv_heads_ && s.head_dim == d_, Status::invalid_argument,
+            "SR-SWA was built for a different decoder configuration");
+    require(rows_ <= reference_rows, Status::invalid_argument, "SR-SWA layout is larger than the reference");
+    require(missing_ == 0, Status::invalid_argument, "SR-SWA summaries are missing: call rebuild() after prefill");
+  }
+  // Budgets that pass every page and every block select the whole layout, whatever the query:
+  // when that is the whole reference, a step is dense R-SWA, and its kernel serves it.
+  bool dense_step(int64_t reference_rows) const { return p_.dense_when_complete && selects_all() && coverage_ == reference_rows; }
+  // Adds selections to the counters: `head_layers` heads' (one layer's heads, or a step's heads
+  // times layers) reference rows attended and Quest bounds evaluated, over a reference of
+  // `reference_rows` rows (select_step's, or a device backend's own selection).
+  void count_selection(int64_t head_layers, int64_t reference_rows, int64_t rows_attended, int64_t bounds) {
+    rows_dense_ += head_layers * reference_rows;
+    rows_attended_ += rows_attended;
+    bounds_evaluated_ += bounds;
+  }
+
+  // What a device backend mirrors to select on its own (backends/vulkan/sparse.hpp): the blocks
+  // (rows), each page's first block (page p: [page_first_block()[p], page_first_block()[p + 1])),
+  // the gate levels' first nodes (level l: [level_first()[l], level_first()[l + 1])), whether the
+  // gate runs, and per layer the bounds: [kv_head][block][min d, max d] and [kv_head][node][min d,
+  // max d]. revision() changes whenever a summary does, and differs between instances (a mirror
+  // compares it to know whether to upload again).
+  const std::vector<RowSpan>& blocks() const { return blocks_; }
+  const std::vector<int64_t>& page_first_block() const { return page_first_block_; }
+  const std::vector<int64_t>& level_first() const { return level_first_; }
+  bool gates() const { return p_.page_budget > 0 && int64_t(layout_.pages.size()) > p_.page_budget; }
+  const std::vector<float>& block_bounds(int layer) const { return blk_[size_t(layer)]; }
+  const std::vector<float>& node_bounds(int layer) const { return node_[size_t(layer)]; }
+  uint64_t revision() const { return revision_; }
 
   void attend(int layer, const float* q, const KvRows& reference, const KvRows& generated, const AttentionShape& s,
               float* out) override {
@@ -378,6 +416,12 @@ class SparseReference final : public DecodeAttention {
     std::vector<float> scores;
     int64_t bounds = 0;            // Quest bounds evaluated in the last select()
   };
+
+  // Revisions from one counter: no two summary states of any two instances share one.
+  static uint64_t next_revision() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
+  }
 
   template <class T>
   static size_t bytes(const std::vector<T>& v) {
@@ -420,7 +464,6 @@ class SparseReference final : public DecodeAttention {
     return always_rows_ + gate_work_ + budget_blocks * (p_.block_tokens + 1);
   }
 
-  bool gates() const { return p_.page_budget > 0 && int64_t(layout_.pages.size()) > p_.page_budget; }
   bool selects_all() const {
     return !gates() && (p_.block_budget == 0 || p_.block_budget >= int64_t(blocks_.size()));
   }
@@ -496,6 +539,7 @@ class SparseReference final : public DecodeAttention {
   std::vector<Head> heads_;
   std::vector<float> dense_scores_;
   int64_t rows_attended_ = 0, rows_dense_ = 0, bounds_evaluated_ = 0;
+  uint64_t revision_ = 0;
 };
 
 }  // namespace uocr

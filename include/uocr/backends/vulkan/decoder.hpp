@@ -22,12 +22,12 @@
 // Page groups (uocr/decoder/page_groups.hpp) run over it as vulkan::VulkanPageGroups
 // (engine.hpp): prefill_segment and VulkanKvCache::resize_reference are the calls they need.
 //
-// SR-SWA (set_decode_attention): the CPU's SparseReference holds the key summaries and selects,
-// on the host; VulkanKvCache::summarize_page reads a page's keys back after it was prefilled. In a
-// decode step each layer reads q back (one wait per layer), SparseReference::select_step
-// picks each head's reference spans, and per head those rows and the window are gathered
-// (copy_rows) and attended by the attention shader. Budgets covering everything take the dense
-// path: the same bits as dense R-SWA.
+// SR-SWA (set_decode_attention): the CPU's SparseReference holds the key summaries
+// (VulkanKvCache::summarize_page reads a page's keys back once after it was prefilled); a mirror on
+// the device (DeviceSparseReference, vulkan/sparse.hpp) selects each head's reference spans with
+// the CPU's rule, bit for bit, and the attention shader reads them: a sparse decode step is one
+// submission too, with no read-back but the logits and two counters. Budgets covering everything
+// take the dense path: the same bits as dense R-SWA.
 //
 // Thread-safety: one VulkanDecoder and its caches per thread; the Context and the device weights
 // may be shared by several (the Context serialises their submissions).
@@ -42,6 +42,7 @@
 
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
+#include "uocr/backends/vulkan/sparse.hpp"
 #include "uocr/backends/device_weights.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -148,7 +149,8 @@ class VulkanDecoder {
                 std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
       : ctx_(ctx), c_(config), w_(weights), host_(config, weights), rope_(config.head_dim, config.rope_theta),
         d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, weights)),
-        dims_{config.heads, config.kv_heads, config.head_dim} {
+        dims_{config.heads, config.kv_heads, config.head_dim},
+        device_sparse_(ctx) {
     require(int(d_->layers.size()) == c_.layers, Status::invalid_argument, "device weights were uploaded for a different config");
     require(c_.head_dim <= ops::kMaxAttentionHeadDim, Status::unsupported, [&] {
       return "Vulkan backend: head_dim " + std::to_string(c_.head_dim) + " exceeds " + std::to_string(ops::kMaxAttentionHeadDim);
@@ -172,18 +174,21 @@ class VulkanDecoder {
 
   const DecoderDeviceWeights& device_weights() const { return *d_; }
 
-  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). The selection runs on
-  // the host, the attention on the device (see the top of this file).
+  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). Selection and
+  // attention run on the device (see the top of this file).
   void set_decode_attention(SparseReference* sparse) { sparse_ = sparse; }
+
+  // Head h's reference spans in layer `layer` of the last sparse decode step, as the device
+  // selected them (tests compare them with SparseReference's).
+  std::vector<RowSpan> device_selection(int layer, int h) const { return device_sparse_.selection(layer, h); }
 
   // Bytes of working memory held: the device activation buffers and the host-side copies.
   size_t scratch_bytes() const {
     size_t n = host_.scratch_bytes() + logits_.capacity() * sizeof(float);
     for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &gate_, &up_, &probs_, &route_, &rows_in_, &rows_out_, &shared_,
-                            &logits_buf_, &seg_k_, &seg_v_, &cos_sin_, &sel_k_, &sel_v_})
+                            &logits_buf_, &seg_k_, &seg_v_, &cos_sin_})
       n += b->size();
-    n += q_host_.capacity() * sizeof(float);
-    return n;
+    return n + device_sparse_.bytes();
   }
 
   // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
@@ -195,7 +200,7 @@ class VulkanDecoder {
 
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, VulkanKvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim;
     const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
     cache.reset(t);
     ensure_scratch(t);
@@ -206,21 +211,11 @@ class VulkanDecoder {
 
     Recorder rec(ctx_);
     for (int l = 0; l < c_.layers; ++l) {
-      const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
       const Buffer& k = cache.reference_k(l);
       const Buffer& v = cache.reference_v(l);
-      ops::rms_norm(rec, x_, 0, t, hidden, L.input_norm, c_.rms_eps, a_, 0);
-      ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
-      ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, 0, kr);
-      ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, 0, kr);
-      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, cos_sin_);
-      ops::rope(rec, k, 0, t, c_.kv_heads, c_.head_dim, kr, cos_sin_);
-      ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
-      ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
-      ops::add(rec, x_, 0, f_, 0, t * hidden);
-      ops::rms_norm(rec, x_, 0, t, hidden, L.post_norm, c_.rms_eps, a_, 0);
-      feed_forward(rec, l, t);
-      ops::add(rec, x_, 0, f_, 0, t * hidden);
+      layer(rec, l, t, k, v, 0, [&] {
+        ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
+      });
     }
     const int64_t rows = which == PrefillLogits::all ? t : 1;
     ops::rms_norm(rec, x_, (t - rows) * hidden, rows, hidden, d_->final_norm, c_.rms_eps, a_, 0);
@@ -258,31 +253,21 @@ class VulkanDecoder {
     Recorder rec(ctx_);
     const size_t row_bytes = size_t(kr) * 4;
     for (int l = 0; l < c_.layers; ++l) {
-      const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
       const Buffer& k = cache.reference_k(l);
       const Buffer& v = cache.reference_v(l);
-      ops::rms_norm(rec, x_, 0, t, hidden, L.input_norm, c_.rms_eps, a_, 0);
-      ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
-      ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, dst * kr, kr);
-      ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, dst * kr, kr);
-      ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, cos_sin_);
-      ops::rope(rec, k, dst * kr, t, c_.kv_heads, c_.head_dim, kr, cos_sin_);
-      int64_t at = 0;
-      for (const RowSpan& c : context) {
-        if (c.rows == 0) continue;
-        rec.copy(k, size_t(c.begin) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
-        rec.copy(v, size_t(c.begin) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
-        at += c.rows;
-      }
-      rec.copy(k, size_t(dst) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(t) * row_bytes);
-      rec.copy(v, size_t(dst) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(t) * row_bytes);
-      ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&seg_k_, &seg_v_, ctx_rows + t}, ops::KvSet{}, true, ctx_rows,
-                     attn_, 0, qr);
-      ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
-      ops::add(rec, x_, 0, f_, 0, t * hidden);
-      ops::rms_norm(rec, x_, 0, t, hidden, L.post_norm, c_.rms_eps, a_, 0);
-      feed_forward(rec, l, t);
-      ops::add(rec, x_, 0, f_, 0, t * hidden);
+      layer(rec, l, t, k, v, dst, [&] {
+        int64_t at = 0;
+        for (const RowSpan& c : context) {
+          if (c.rows == 0) continue;
+          rec.copy(k, size_t(c.begin) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
+          rec.copy(v, size_t(c.begin) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
+          at += c.rows;
+        }
+        rec.copy(k, size_t(dst) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(t) * row_bytes);
+        rec.copy(v, size_t(dst) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(t) * row_bytes);
+        ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&seg_k_, &seg_v_, ctx_rows + t}, ops::KvSet{}, true, ctx_rows,
+                       attn_, 0, qr);
+      });
     }
     if (!want_logits) {
       rec.submit();
@@ -295,41 +280,43 @@ class VulkanDecoder {
   }
 
   const std::vector<float>& decode_step(int32_t token, int64_t position, VulkanKvCache& cache) {
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim;
     host_.check_step(token, position, cache);
     const int64_t slot = cache.claim_slot();
     const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
     ensure_scratch(1);
     ensure_logits(1);
     load_rope(&position, 1);
+    const AttentionShape shape{c_.heads, c_.kv_heads, c_.head_dim};
+    for (int l = 0; sparse_ && l < c_.layers; ++l) sparse_->check_step(l, ref, shape);
+    const bool sparse = sparse_ && !sparse_->dense_step(ref);
+    if (sparse) device_sparse_.sync(*sparse_, c_.heads);
 
     Recorder rec(ctx_);
+    if (sparse) device_sparse_.begin_step(rec);
     const uint32_t id = uint32_t(token);
     ops::embed(rec, rec.temp(&id, 4), 1, d_->embed, x_, 0);
     for (int l = 0; l < c_.layers; ++l) {
-      const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
       const Buffer& gk = cache.generated_k(l);
       const Buffer& gv = cache.generated_v(l);
-      ops::rms_norm(rec, x_, 0, 1, hidden, L.input_norm, c_.rms_eps, a_, 0);
-      ops::linear(rec, a_, 0, 1, hidden, L.q, nullptr, q_, 0, qr);
-      ops::linear(rec, a_, 0, 1, hidden, L.k, nullptr, gk, slot * kr, kr);
-      ops::linear(rec, a_, 0, 1, hidden, L.v, nullptr, gv, slot * kr, kr);
-      ops::rope(rec, q_, 0, 1, c_.heads, c_.head_dim, qr, cos_sin_);
-      ops::rope(rec, gk, slot * kr, 1, c_.kv_heads, c_.head_dim, kr, cos_sin_);
-      if (!sparse_ || !select(rec, l, ref))
-        ops::attention(rec, q_, 0, 1, qr, dims_, ops::KvSet{&cache.reference_k(l), &cache.reference_v(l), ref},
-                       ops::KvSet{&gk, &gv, gen}, false, 0, attn_, 0, qr);
-      else
-        sparse_attention(rec, l, cache, gen);
-      ops::linear(rec, attn_, 0, 1, qr, L.o, nullptr, f_, 0, hidden);
-      ops::add(rec, x_, 0, f_, 0, hidden);
-      ops::rms_norm(rec, x_, 0, 1, hidden, L.post_norm, c_.rms_eps, a_, 0);
-      feed_forward(rec, l, 1);
-      ops::add(rec, x_, 0, f_, 0, hidden);
+      layer(rec, l, 1, gk, gv, slot, [&] {
+        const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref}, window{&gk, &gv, gen};
+        if (sparse) {
+          device_sparse_.select(rec, l, q_);
+          device_sparse_.attend(rec, l, q_, reference, window, attn_);
+        } else {
+          ops::attention(rec, q_, 0, 1, qr, dims_, reference, window, false, 0, attn_, 0, qr);
+        }
+      });
     }
     ops::rms_norm(rec, x_, 0, 1, hidden, d_->final_norm, c_.rms_eps, a_, 0);
     ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
     rec.submit();
+    const int64_t head_layers = int64_t(c_.heads) * c_.layers;
+    if (sparse)
+      sparse_->count_selection(head_layers, ref, device_sparse_.rows_attended(), device_sparse_.bounds_evaluated());
+    else if (sparse_)
+      sparse_->count_selection(head_layers, ref, head_layers * ref, 0);
     ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
     return logits_;
   }
@@ -349,46 +336,25 @@ class VulkanDecoder {
   }
 
  private:
-  // SR-SWA's selection of layer l for the recorded step's q (read back); false: the dense path.
-  bool select(Recorder& rec, int l, int64_t ref) {
-    rec.submit();  // the selection needs q on the host
-    q_host_.resize(size_t(c_.heads) * size_t(c_.head_dim));
-    ctx_.download(q_, q_host_.data(), q_host_.size() * 4);
-    return !sparse_->select_step(l, q_host_.data(), ref, AttentionShape{c_.heads, c_.kv_heads, c_.head_dim});
-  }
-
-  // attn_ = each head's attention over its selected reference spans + the window: the rows of its
-  // KV head gathered into sel_k_/sel_v_ ([rows, head_dim], heads one after another), then the
-  // attention shader over them, one dispatch per head. Runs right after select() (nothing pending).
-  void sparse_attention(Recorder& rec, int l, const VulkanKvCache& cache, int64_t gen) {
-    const int64_t d = c_.head_dim, qr = int64_t(c_.heads) * d, kr = int64_t(c_.kv_heads) * d;
-    const AttentionShape shape{c_.heads, c_.kv_heads, c_.head_dim};
-    int64_t total = 0;
-    for (int h = 0; h < c_.heads; ++h) {
-      total += gen;
-      for (const RowSpan& sp : sparse_->last_selection(h)) total += sp.rows;
-    }
-    if (total > selected_rows_) {
-      sel_k_ = ctx_.buffer(size_t(total * d) * 4, MemoryUse::activations, "SR-SWA selected keys");
-      sel_v_ = ctx_.buffer(size_t(total * d) * 4, MemoryUse::activations, "SR-SWA selected values");
-      selected_rows_ = total;
-    }
-    const Buffer& rk = cache.reference_k(l);
-    const Buffer& rv = cache.reference_v(l);
-    int64_t at = 0;
-    for (int h = 0; h < c_.heads; ++h) {
-      const int64_t col = int64_t(shape.kv_head_of(h)) * d, first = at;
-      auto gather = [&](const Buffer& k, const Buffer& v, int64_t row, int64_t rows) {
-        ops::copy_rows(rec, k, row * kr + col, kr, rows, d, sel_k_, at * d, d);
-        ops::copy_rows(rec, v, row * kr + col, kr, rows, d, sel_v_, at * d, d);
-        at += rows;
-      };
-      for (const RowSpan& sp : sparse_->last_selection(h)) gather(rk, rv, sp.begin, sp.rows);
-      if (gen) gather(cache.generated_k(l), cache.generated_v(l), 0, gen);
-      ops::attention(rec, q_, int64_t(h) * d, 1, qr, ops::AttentionDims{1, 1, c_.head_dim},
-                     ops::KvSet{&sel_k_, &sel_v_, at - first}, ops::KvSet{}, false, 0, attn_, int64_t(h) * d, qr, d,
-                     first * d, first * d);
-    }
+  // Layer l over the t rows of x_ (prefill, segment, decode step alike): q into q_, the rows'
+  // keys and values into k / v from row kv_row, RoPE, then attend() records the attention into
+  // attn_ (the one part that differs), the output projection, residual, MLP or MoE, residual.
+  template <class Attend>
+  void layer(Recorder& rec, int l, int64_t t, const Buffer& k, const Buffer& v, int64_t kv_row, Attend&& attend) {
+    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
+    ops::rms_norm(rec, x_, 0, t, hidden, L.input_norm, c_.rms_eps, a_, 0);
+    ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
+    ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, kv_row * kr, kr);
+    ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, kv_row * kr, kr);
+    ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, cos_sin_);
+    ops::rope(rec, k, kv_row * kr, t, c_.kv_heads, c_.head_dim, kr, cos_sin_);
+    attend();
+    ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
+    ops::add(rec, x_, 0, f_, 0, t * hidden);
+    ops::rms_norm(rec, x_, 0, t, hidden, L.post_norm, c_.rms_eps, a_, 0);
+    feed_forward(rec, l, t);
+    ops::add(rec, x_, 0, f_, 0, t * hidden);
   }
 
   static constexpr int64_t kMlpChunk = 256;   // rows per dense-MLP pass, as the CPU path
@@ -508,14 +474,13 @@ class VulkanDecoder {
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
   int64_t max_inter_ = 1, moe_inter_ = 0;  // widest MLP; widest routed expert
-  int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0, selected_rows_ = 0;
+  int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
   Buffer route_;          // MoE: one block's routing (ops::MoeRouteLayout)
   Buffer cos_sin_;        // RoPE cos/sin of the rows being rotated (load_rope)
   Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
-  Buffer sel_k_, sel_v_;  // SR-SWA: each head's selected keys/values and window, gathered
   SparseReference* sparse_ = nullptr;
-  std::vector<float> q_host_;  // SR-SWA: the step's q, read back for the selection
+  DeviceSparseReference device_sparse_;  // SR-SWA selection on the device
   std::vector<float> logits_;
 };
 

@@ -373,6 +373,23 @@ struct KvSet {
 
 inline constexpr int kMaxAttentionHeadDim = 256;
 
+namespace detail {
+// attention.comp's push constants.
+struct AttentionPush {
+  uint32_t rows, heads, group, head_dim, q_off, q_stride, kv_stride, na, nb, causal, causal_base, o_off, o_stride;
+  float scale;
+  uint32_t k_base, v_base, sel_base, sel_stride;
+};
+inline AttentionPush attention_push(int64_t rows, int64_t q_off, int64_t q_stride, const AttentionDims& s, int64_t na,
+                                    int64_t nb, int64_t o_off, int64_t o_stride) {
+  require(s.head_dim > 0 && s.head_dim <= kMaxAttentionHeadDim && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
+          Status::unsupported, [&] { return "Vulkan attention: head_dim " + std::to_string(s.head_dim) + " unsupported (max 256)"; });
+  return AttentionPush{u32(rows), u32(s.heads), u32(s.heads / s.kv_heads), u32(s.head_dim), u32(q_off), u32(q_stride),
+                       u32(int64_t(s.kv_heads) * s.head_dim), u32(na), u32(nb), 0u, 0u, u32(o_off), u32(o_stride),
+                       1.0f / std::sqrt(float(s.head_dim)), 0u, 0u, 0u, 0u};
+}
+}  // namespace detail
+
 // out[out_off + i*o_stride + h*d ..] = softmax(q_i,h · K^T / sqrt(d)) · V over the keys of `a`
 // then `b`. causal: query row i sees a's rows [0, causal_base + i] only (b must be empty).
 // k_base/v_base: where keys/values start inside their rows (kv_stride = kv_heads*head_dim unless
@@ -380,20 +397,35 @@ inline constexpr int kMaxAttentionHeadDim = 256;
 inline void attention(Recorder& r, const Buffer& q, int64_t q_off, int64_t rows, int64_t q_stride, const AttentionDims& s,
                       const KvSet& a, const KvSet& b, bool causal, int64_t causal_base, const Buffer& o, int64_t o_off,
                       int64_t o_stride, int64_t kv_stride = 0, int64_t k_base = 0, int64_t v_base = 0) {
-  require(s.head_dim > 0 && s.head_dim <= kMaxAttentionHeadDim && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
-          Status::unsupported, [&] { return "Vulkan attention: head_dim " + std::to_string(s.head_dim) + " unsupported (max 256)"; });
   require(a.rows + b.rows > 0 && a.k && a.v && (!causal || b.rows == 0), Status::internal, "Vulkan attention: bad key sets");
-  struct {
-    uint32_t rows, heads, group, head_dim, q_off, q_stride, kv_stride, na, nb, causal, causal_base, o_off, o_stride;
-    float scale;
-    uint32_t k_base, v_base;
-  } pc{u32(rows), u32(s.heads), u32(s.heads / s.kv_heads), u32(s.head_dim), u32(q_off), u32(q_stride),
-       u32(kv_stride ? kv_stride : int64_t(s.kv_heads) * s.head_dim), u32(a.rows), u32(b.rows), causal ? 1u : 0u,
-       u32(causal_base), u32(o_off), u32(o_stride), 1.0f / std::sqrt(float(s.head_dim)), u32(k_base), u32(v_base)};
+  detail::AttentionPush pc = detail::attention_push(rows, q_off, q_stride, s, a.rows, b.rows, o_off, o_stride);
+  if (kv_stride) pc.kv_stride = u32(kv_stride);
+  pc.causal = causal ? 1u : 0u;
+  pc.causal_base = u32(causal_base);
+  pc.k_base = u32(k_base);
+  pc.v_base = u32(v_base);
   const Buffer& kb = b.rows ? *b.k : *a.k;
   const Buffer& vb = b.rows ? *b.v : *a.v;
   dispatch_groups(r, kernel(r.context(), "attention", 6), {in(q), in(*a.k), in(*a.v), in(kb), in(vb), out(o)}, &pc,
                   sizeof pc, uint64_t(rows) * uint64_t(s.heads));
+}
+
+// SR-SWA decode attention of one query row q [heads*d] (at q_off): head h attends to the reference
+// rows of its spans (`sel`, written by sparse_select: at sel_base + h*sel_stride) of `reference`,
+// then to the window `b`; out [heads*d] at o_off.
+inline void span_attention(Recorder& r, const Buffer& q, int64_t q_off, const AttentionDims& s, const KvSet& reference,
+                           const KvSet& b, const Buffer& sel, int64_t sel_base, int64_t sel_stride, const Buffer& o,
+                           int64_t o_off) {
+  require(reference.k && reference.v, Status::internal, "Vulkan span attention: no reference");
+  detail::AttentionPush pc = detail::attention_push(1, q_off, int64_t(s.heads) * s.head_dim, s, reference.rows, b.rows, o_off,
+                                                    int64_t(s.heads) * s.head_dim);
+  pc.sel_base = u32(sel_base);
+  pc.sel_stride = u32(sel_stride);
+  const Buffer& kb = b.rows ? *b.k : *reference.k;
+  const Buffer& vb = b.rows ? *b.v : *reference.v;
+  dispatch_groups(r, kernel(r.context(), "attention_spans", 7),
+                  {in(q), in(*reference.k), in(*reference.v), in(kb), in(vb), out(o), in(sel)}, &pc, sizeof pc,
+                  uint64_t(s.heads));
 }
 
 // cols [ho*wo, c*k*k] = im2col of the channels-last map x [h, w, c] (x_off floats in).

@@ -1,0 +1,169 @@
+// SR-SWA on the Vulkan device: a mirror of a uocr::SparseReference (its tables and key summaries)
+// and the two dispatches of a sparse decode step per layer: sparse_select.comp picks each query
+// head's reference spans with the CPU's rule, bit for bit (same Quest bound sums, same tie order),
+// and attention.comp (SPANS) attends over them and the window. Nothing is read back during the
+// step; the rows attended and bounds evaluated are summed on the device into a host-visible word
+// pair, read after the step and added to the SparseReference's counters.
+//
+// The summaries are still built on the host (SparseReference::summarize_rows, from a page's keys
+// read back once after its prefill: VulkanKvCache::summarize_page); sync() uploads them again
+// when SparseReference::revision() says they changed, i.e. once per prefill or page-group slide.
+//
+//   DeviceSparseReference dev(ctx);
+//   dev.sync(sparse, heads);                        // before recording a step
+//   dev.begin_step(rec);
+//   dev.select(rec, layer, q);                      // per layer, q [heads*d] after RoPE
+//   dev.attend(rec, layer, q, reference, window, out);
+//   rec.submit(); sparse.count_selection(heads * layers, ref_rows, dev.rows_attended(), dev.bounds_evaluated());
+//
+// Sizes: per head scratch for the largest candidate set (gate level or gated blocks, a power of
+// two) and span list; the selection output keeps every layer's spans of the last step
+// (selection(), for tests). Thread-safety: as the VulkanDecoder that owns it.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/ops.hpp"
+#include "uocr/decoder/sparse_reference.hpp"
+
+namespace uocr::vulkan {
+
+class DeviceSparseReference {
+ public:
+  explicit DeviceSparseReference(Context& ctx) : ctx_(&ctx) {}
+
+  // Uploads s's tables and summaries if they changed since the last sync (any SparseReference:
+  // revisions differ between instances too). `heads`: query heads of the decoder.
+  void sync(const SparseReference& s, int heads) {
+    if (s.revision() == revision_ && heads == heads_) return;
+    const SparseParams& sp = s.params();
+    const int64_t blocks = int64_t(s.blocks().size()), pages = int64_t(s.page_count());
+    const int levels = s.gate_levels();
+    const int64_t nodes = s.level_first().back();
+    const int64_t always = int64_t(s.layout().always.size());
+    int64_t widest_page = 0;
+    for (int64_t p = 0; p < pages; ++p) widest_page = std::max(widest_page, s.page_first_block()[size_t(p) + 1] - s.page_first_block()[size_t(p)]);
+    const bool gates = s.gates();
+    const int64_t gated = gates ? std::min(blocks, int64_t(sp.page_budget) * widest_page) : blocks;
+    const int64_t kept_blocks = sp.block_budget ? std::min<int64_t>(sp.block_budget, gated) : gated;
+    const int64_t gate_slots = gates ? std::max<int64_t>(s.level_first()[size_t(levels)] - s.level_first()[size_t(levels) - 1],
+                                                         int64_t(s.gate_beam()) * sp.gate_fan_out)
+                                     : 0;
+    require(s.head_dim() <= ops::kMaxAttentionHeadDim, Status::unsupported, "SR-SWA on Vulkan: head_dim above 256");
+    layers_ = s.layers();
+    heads_ = heads;
+    kv_heads_ = s.kv_heads();
+    head_dim_ = s.head_dim();
+    push_ = Push{u32(heads), u32(heads / kv_heads_), u32(head_dim_), 0, u32(blocks), u32(pages), u32(levels), u32(nodes),
+                 u32(sp.gate_fan_out), u32(s.gate_beam()), u32(sp.page_budget), u32(sp.block_budget), gates ? 1u : 0u,
+                 u32(always), u32(pow2(std::max<int64_t>({gate_slots, gated, 1}))), u32(pow2(always + kept_blocks)),
+                 u32(std::max(s.gate_beam(), 1)), u32(3 + 3 * (always + kept_blocks))};
+
+    std::vector<uint32_t> tab;
+    for (const RowSpan& b : s.blocks()) tab.insert(tab.end(), {u32(b.begin), u32(b.rows)});
+    for (int64_t v : s.page_first_block()) tab.push_back(u32(v));
+    for (int64_t v : s.level_first()) tab.push_back(u32(v));
+    for (const RowSpan& a : s.layout().always) tab.insert(tab.end(), {u32(a.begin), u32(a.rows)});
+    tables_ = upload(tables_, tab.data(), tab.size() * 4, "SR-SWA tables");
+    block_bounds_.resize(size_t(layers_));
+    node_bounds_.resize(size_t(layers_));
+    for (int l = 0; l < layers_; ++l) {
+      block_bounds_[size_t(l)] = upload(block_bounds_[size_t(l)], s.block_bounds(l).data(), s.block_bounds(l).size() * 4, "SR-SWA block bounds");
+      node_bounds_[size_t(l)] = upload(node_bounds_[size_t(l)], s.node_bounds(l).data(), s.node_bounds(l).size() * 4, "SR-SWA gate bounds");
+    }
+    const size_t scratch_words = size_t(heads) * (2 * size_t(push_.cand_cap) + 2 * size_t(push_.span_cap) + push_.kept_cap);
+    scratch_ = sized(std::move(scratch_), scratch_words * 4, "SR-SWA selection scratch");
+    selection_ = sized(std::move(selection_), size_t(layers_) * size_t(heads) * push_.sel_stride * 4, "SR-SWA selected spans");
+    if (counts_.size() == 0) counts_ = ctx_->buffer(8, MemoryUse::staging, "SR-SWA step counters");
+    revision_ = s.revision();
+  }
+
+  // Zeroes the step's counters (before the first layer's select).
+  void begin_step(Recorder& rec) const { rec.zero(counts_, 0, 8); }
+
+  // Records layer `layer`'s selection for the query row q [heads*d] (after RoPE).
+  void select(Recorder& rec, int layer, const Buffer& q) const {
+    require(revision_ != 0 && layer >= 0 && layer < layers_, Status::internal, "SR-SWA device selection: not synced");
+    Push pc = push_;
+    pc.layer = u32(layer);
+    rec.dispatch(kernel(rec.context(), "sparse_select", 7),
+                 {in(q), in(block_bounds_[size_t(layer)]), in(node_bounds_[size_t(layer)]), in(tables_), out(scratch_),
+                  out(selection_), out(counts_)},
+                 &pc, sizeof pc, u32(heads_));
+  }
+
+  // Records each head's attention over layer `layer`'s selection of `reference` then `window`.
+  void attend(Recorder& rec, int layer, const Buffer& q, const ops::KvSet& reference, const ops::KvSet& window,
+              const Buffer& out) const {
+    ops::span_attention(rec, q, 0, ops::AttentionDims{heads_, kv_heads_, head_dim_}, reference, window, selection_,
+                        int64_t(layer) * heads_ * push_.sel_stride, push_.sel_stride, out, 0);
+  }
+
+  // After the step's submit: its reference rows attended and Quest bounds evaluated, summed over
+  // heads and layers.
+  int64_t rows_attended() const { return counts()[0]; }
+  int64_t bounds_evaluated() const { return counts()[1]; }
+
+  // Head h's spans in layer `layer` of the last step (merged, by row), read back (tests).
+  std::vector<RowSpan> selection(int layer, int h) const {
+    require(revision_ != 0 && layer >= 0 && layer < layers_ && h >= 0 && h < heads_, Status::invalid_argument,
+            "SR-SWA device selection: bad layer or head");
+    const std::vector<uint32_t> w = ctx_->download_vector<uint32_t>(
+        selection_, push_.sel_stride, (size_t(layer) * size_t(heads_) + size_t(h)) * push_.sel_stride);
+    std::vector<RowSpan> spans;
+    for (uint32_t i = 0; i < w[0]; ++i) spans.push_back(RowSpan{int64_t(w[3 + 3 * i]), int64_t(w[4 + 3 * i])});
+    return spans;
+  }
+
+  size_t bytes() const {
+    size_t n = tables_.size() + scratch_.size() + selection_.size() + counts_.size();
+    for (const Buffer& b : block_bounds_) n += b.size();
+    for (const Buffer& b : node_bounds_) n += b.size();
+    return n;
+  }
+
+ private:
+  struct Push {  // sparse_select.comp's push constants
+    uint32_t heads, group, head_dim, layer, blocks, pages, levels, nodes, fan, beam, page_budget, block_budget, gates, always,
+        cand_cap, span_cap, kept_cap, sel_stride;
+  };
+
+  static uint32_t u32(int64_t v) {
+    require(v >= 0 && v <= int64_t(UINT32_MAX), Status::unsupported, "SR-SWA on Vulkan: a table entry exceeds 32 bits");
+    return uint32_t(v);
+  }
+  static int64_t pow2(int64_t n) {
+    int64_t m = 1;
+    while (m < n) m <<= 1;
+    return m;
+  }
+
+  // A buffer of exactly `bytes` (at least 4), reusing `b` when it already has that size.
+  Buffer sized(Buffer b, size_t bytes, const char* what) const {
+    bytes = std::max<size_t>(bytes, 4);
+    return b.size() == bytes ? std::move(b) : ctx_->buffer(bytes, MemoryUse::activations, what);
+  }
+  Buffer upload(Buffer& b, const void* data, size_t bytes, const char* what) const {
+    Buffer out = sized(std::move(b), bytes, what);
+    if (bytes) ctx_->upload(out, data, bytes);
+    return out;
+  }
+
+  std::vector<int64_t> counts() const {
+    uint32_t c[2] = {0, 0};
+    ctx_->download(counts_, c, sizeof c);
+    return {int64_t(c[0]), int64_t(c[1])};
+  }
+
+  Context* ctx_;
+  uint64_t revision_ = 0;
+  int layers_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0;
+  Push push_{};
+  Buffer tables_, scratch_, selection_, counts_;
+  std::vector<Buffer> block_bounds_, node_bounds_;  // per layer
+};
+
+}  // namespace uocr::vulkan
