@@ -60,7 +60,11 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, pages_per_grou
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, positions) == 100, "positions moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, checkpoint_path) == 104, "checkpoint_path moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, resume) == 116, "resume moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 120, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_batch) == 120, "max_batch moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_batch_wait_us) == 124, "max_batch_wait_us moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_fan_out) == 128, "reference_gate_fan_out moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_beam) == 132, "reference_gate_beam moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 136, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -353,15 +357,15 @@ void write_defaults(T* out, T defaults, uint32_t caller_size) {
 }
 
 // Struct sizes of API version 2, written by the unsized _init symbols that binaries built against
-// API 1-2 headers call (API 3 headers call the _sized functions). Only the run summary has grown
-// since (the size pins at the top of this file catch any other struct growing: its API-2 size
-// then belongs here). An API-1 caller's uocr_session_params was smaller still: API 2 itself wrote
-// its full size into it, as this does.
+// API 1-2 headers call (API 3 headers call the _sized functions). The run summary (API 3) and the
+// session params (API 4: batching) have grown since (the size pins at the top of this file catch
+// any other struct growing: its API-2 size then belongs here). An API-1 caller's
+// uocr_session_params was smaller still: API 2 itself wrote its full size into it, as this does.
 struct Api2Sizes {
   uint32_t model_params, model_info, session_params, run_summary;
 };
-constexpr Api2Sizes kApi2Size{sizeof(uocr_model_params), sizeof(uocr_model_info), sizeof(uocr_session_params),
-                              UOCR_RUN_SUMMARY_MIN_SIZE};
+constexpr Api2Sizes kApi2Size{sizeof(uocr_model_params), sizeof(uocr_model_info),
+                              uint32_t(offsetof(uocr_session_params, max_batch)), UOCR_RUN_SUMMARY_MIN_SIZE};
 
 uocr_session_params default_session_params() {
   uocr_session_params p;
@@ -410,6 +414,11 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
               : p.backend == UOCR_BACKEND_CUDA ? uocr::Backend::cuda
                                                : uocr::Backend::cpu;
   c.device_index = p.device_index;
+  if (p.max_batch < 0) fail(UOCR_E_INVALID_ARGUMENT, "max_batch must be >= 0, got " + std::to_string(p.max_batch));
+  if (p.max_batch_wait_us < -1)
+    fail(UOCR_E_INVALID_ARGUMENT, "max_batch_wait_us must be -1, 0 or positive, got " + std::to_string(p.max_batch_wait_us));
+  if (p.max_batch) c.batching.max_batch = p.max_batch;
+  if (p.max_batch_wait_us) c.batching.max_wait_us = p.max_batch_wait_us < 0 ? 0 : p.max_batch_wait_us;
   return c;
 }
 
@@ -432,6 +441,11 @@ uocr::InfiniteParams to_infinite(const uocr_session_params& p) {
   if (p.reference_pages) g.sparse_params.page_budget = p.reference_pages < 0 ? 0 : p.reference_pages;
   if (p.reference_blocks) g.sparse_params.block_budget = p.reference_blocks < 0 ? 0 : p.reference_blocks;
   if (p.reference_block_tokens) g.sparse_params.block_tokens = p.reference_block_tokens;
+  if (p.reference_gate_fan_out < 0 || p.reference_gate_fan_out == 1 || p.reference_gate_beam < 0)
+    fail(UOCR_E_INVALID_ARGUMENT, "reference_gate_fan_out must be 0 (default) or >= 2 and reference_gate_beam >= 0, got " +
+                                      std::to_string(p.reference_gate_fan_out) + " and " + std::to_string(p.reference_gate_beam));
+  if (p.reference_gate_fan_out) g.sparse_params.gate_fan_out = p.reference_gate_fan_out;
+  g.sparse_params.gate_beam = p.reference_gate_beam;
   if (p.positions != UOCR_POSITIONS_LIMIT && p.positions != UOCR_POSITIONS_EXTRAPOLATE)
     fail(UOCR_E_INVALID_ARGUMENT, "positions " + std::to_string(p.positions) + " is not a UOCR_POSITIONS_* value");
   g.allow_position_extrapolation = p.positions == UOCR_POSITIONS_EXTRAPOLATE;

@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 3
+#define UOCR_API_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -229,6 +229,15 @@ typedef struct uocr_session_params {
     const char * checkpoint_path; /* NULL or "": no checkpoints; else the state is saved there. Copied */
     int32_t checkpoint_every_tokens; /* also every N generated tokens; 0: after the prefill and at page boundaries */
     int32_t resume;            /* 1: the next run continues from checkpoint_path; 0 (default): starts afresh */
+    /* API 4: continuous batching (CPU, CUDA). Sessions of one model and backend device created
+     * with the same two values and run in different threads have their decode steps computed
+     * together, the weights read once per step for all of them; each gets the tokens it would
+     * get alone (bit for bit on the CPU). */
+    int32_t max_batch;         /* sessions per batched step; 0 or 1: off (default); UNSUPPORTED on Vulkan */
+    int32_t max_batch_wait_us; /* longest a step waits for the other sessions' steps; 0: 1000; -1: no wait */
+    /* API 4: the SR-SWA page gate, a tree over the pages searched from the top (README.md). */
+    int32_t reference_gate_fan_out; /* pages per gate-tree node and nodes per node above; 0: 4; else >= 2 */
+    int32_t reference_gate_beam;    /* gate nodes kept per tree level; 0: twice reference_pages */
     /* append-only below this line */
 } uocr_session_params;
 

@@ -451,11 +451,15 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     CHECK(sp.positions == UOCR_POSITIONS_LIMIT);
     CHECK(sp.checkpoint_path == nullptr);
     CHECK(sp.resume == 0);
+    CHECK(sp.reference_gate_fan_out == 0);
+    CHECK(sp.reference_gate_beam == 0);
     refused([](uocr_session_params& p) { p.pages_per_group = 1; }, "pages_per_group");
     refused([](uocr_session_params& p) { p.pages_per_group = p.overlap_pages = 3; }, "overlap");
     refused([](uocr_session_params& p) { p.page_fallback_tokens = -2; });
     refused([](uocr_session_params& p) { p.reference_mode = 2; });
     refused([](uocr_session_params& p) { p.reference_blocks = -3; });
+    refused([](uocr_session_params& p) { p.reference_gate_fan_out = 1; }, "reference_gate_fan_out");
+    refused([](uocr_session_params& p) { p.reference_gate_beam = -1; }, "reference_gate_beam");
     refused([](uocr_session_params& p) { p.positions = 5; });
     refused([](uocr_session_params& p) { p.resume = 1; }, "checkpoint_path");  // without a checkpoint path
     uocr_session_params p = sp;
@@ -465,6 +469,8 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     p.reference_pages = -1;
     p.reference_blocks = 16;
     p.reference_block_tokens = 8;
+    p.reference_gate_fan_out = 3;
+    p.reference_gate_beam = 5;
     p.positions = UOCR_POSITIONS_EXTRAPOLATE;
     REQUIRE(create(&p) == UOCR_OK);
     uocr_session_free(s);
@@ -712,12 +718,52 @@ TEST_CASE("c_api: _init never writes past the caller's struct") {
     (uocr_run_summary_init)(&g.value);  // the exported symbol an API-2 binary calls
     CHECK(g.value.struct_size == UOCR_RUN_SUMMARY_MIN_SIZE);
     CHECK(g.untouched_after(UOCR_RUN_SUMMARY_MIN_SIZE) == sizeof g - UOCR_RUN_SUMMARY_MIN_SIZE);
-    uocr_session_params sp;
-    (uocr_session_params_init)(&sp);
+    Guarded<uocr_session_params> sp;  // grew in API 4 (batching)
+    std::memset(&sp, 0xAB, sizeof sp);
+    (uocr_session_params_init)(&sp.value);
+    const size_t api2 = offsetof(uocr_session_params, max_batch);
+    CHECK(sp.value.struct_size == api2);
+    CHECK(sp.untouched_after(api2) == sizeof sp - api2);
     uocr_session_params current;
     uocr_session_params_init(&current);
-    CHECK(std::memcmp(&sp, &current, sizeof sp) == 0);
+    CHECK(std::memcmp(reinterpret_cast<const char*>(&sp.value) + 4, reinterpret_cast<const char*>(&current) + 4, api2 - 4) == 0);
   }
+}
+
+TEST_CASE("c_api: batched sessions in two threads give the text each gives alone (API 4)") {
+  const auto transcribe = [](int32_t max_batch, int32_t wait_us, std::string* text) {
+    uocr_session_params sp;
+    uocr_session_params_init(&sp);
+    sp.max_new_tokens = 40;
+    sp.max_batch = max_batch;
+    sp.max_batch_wait_us = wait_us;
+    uocr_session* s = nullptr;
+    uocr_status st = uocr_session_create(shared_model(), &sp, &s);
+    if (st == UOCR_OK) st = uocr_session_add_image_file(s, page_path().c_str());
+    if (st == UOCR_OK) st = uocr_session_run(s, nullptr, nullptr, nullptr);
+    if (st == UOCR_OK) *text = session_text(s);
+    uocr_session_free(s);
+    return st;
+  };
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.max_batch == 0);  // off
+  CHECK(sp.max_batch_wait_us == 0);
+  std::string alone, a, b;
+  REQUIRE(transcribe(0, 0, &alone) == UOCR_OK);
+  CHECK(!alone.empty());
+  uocr_status sa = UOCR_E_INTERNAL, sb = UOCR_E_INTERNAL;
+  std::thread ta([&] { sa = transcribe(2, 20000, &a); }), tb([&] { sb = transcribe(2, 20000, &b); });
+  ta.join();
+  tb.join();
+  CHECK(sa == UOCR_OK);
+  CHECK(sb == UOCR_OK);
+  CHECK(a == alone);
+  CHECK(b == alone);
+  std::string unused;
+  CHECK(transcribe(-1, 0, &unused) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(std::string(uocr_last_error()).find("max_batch") != std::string::npos);
+  CHECK(transcribe(2, -2, &unused) == UOCR_E_INVALID_ARGUMENT);
 }
 
 TEST_CASE("c_api: raw RGB pages equal the same pixels encoded; sessions outlive a freed model") {

@@ -48,7 +48,6 @@ using uocr_test::randn;
 using uocr_test::row_error;
 using uocr_test::RowError;
 using uocr_test::status_of;
-using uocr_test::to_chw;
 
 namespace {
 
@@ -631,15 +630,9 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
   const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
   vk::VulkanVisionEncoder venc(e.vk(), e.cfg, e.w);
   uocr::VisionEncoder cenc(e.cfg, e.w);
-  uocr::VisionCaptures vc, cc;
-  const std::vector<float> vf = venc.encode_view(image.data(), 1024, &vc);
-  const std::vector<float> cf = cenc.encode_view(image.data(), 1024, &cc);
-  REQUIRE(vc.sam_neck.h == 64);
-  REQUIRE(vc.sam_out.h == 16);
-  check_stage("vulkan", "sam_neck", to_chw(vc.sam_neck), uocr_test::tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
-  check_stage("vulkan", "sam_out", to_chw(vc.sam_out), uocr_test::tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
-  check_stage("vulkan", "clip_out", vc.clip_out, uocr_test::tiny_a_f32("clip_out.npy"), cc.clip_out);
-  check_stage("vulkan", "projector_out", vf, uocr_test::tiny_a_f32("projector_out.npy"), cf);
+  const uocr_test::GoldenView view = uocr_test::check_golden_view("vulkan", venc, cenc, image);
+  const std::vector<float>& vf = view.device;
+  const std::vector<float>& cf = view.cpu;
   // visual_tokens() = encode_view() + the host layout; the layout of the features above:
   const std::vector<float> visual = cenc.layout_tokens(vf, {}, 0, 0);
   REQUIRE(int64_t(visual.size()) == venc.token_count(1024, 0, 0, 0) * e.cfg.decoder.hidden);

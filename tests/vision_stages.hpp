@@ -1,7 +1,7 @@
 // What the vision encoder tests of the backends share (tests/test_vision_golden.cpp,
-// tests/test_vulkan.cpp; usable by backends/cuda/test_cuda_vision.cpp): captures as CHW like the
-// upstream ones, a backend's stage against the upstream capture and the CPU encoder's, and the
-// 640 tile cut from the golden 1024 view.
+// tests/test_vulkan.cpp, backends/cuda/test_cuda_vision.cpp): captures as CHW like the
+// upstream ones, a backend's stage against the upstream capture and the CPU encoder's (one stage,
+// or every stage of the golden 1024 view), and the 640 tile cut from the golden 1024 view.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "logit_agreement.hpp"
+#include "test_support.hpp"
 #include "uocr/vision/encoder.hpp"
 
 namespace uocr_test {
@@ -28,6 +29,25 @@ inline void check_stage(const std::string& backend, const std::string& name, con
   CHECK(u.rel <= 1e-3);
   CHECK(u.max_abs <= 1e-3);
   CHECK(c.rel <= 1e-5);
+}
+
+// A device encoder's stages on the golden tiny-a 1024 view `image` (SAM neck, SAM out, CLIP,
+// projector) against the upstream captures and the CPU encoder's; the projected features of both.
+struct GoldenView {
+  std::vector<float> device, cpu;
+};
+template <class Encoder>
+GoldenView check_golden_view(const std::string& backend, Encoder& enc, const uocr::VisionEncoder& cpu,
+                             const std::vector<float>& image) {
+  uocr::VisionCaptures dc, cc;
+  GoldenView v{enc.encode_view(image.data(), 1024, &dc), cpu.encode_view(image.data(), 1024, &cc)};
+  REQUIRE(dc.sam_neck.h == 64);
+  REQUIRE(dc.sam_out.h == 16);
+  check_stage(backend, "sam_neck", to_chw(dc.sam_neck), tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
+  check_stage(backend, "sam_out", to_chw(dc.sam_out), tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
+  check_stage(backend, "clip_out", dc.clip_out, tiny_a_f32("clip_out.npy"), cc.clip_out);
+  check_stage(backend, "projector_out", v.device, tiny_a_f32("projector_out.npy"), v.cpu);
+  return v;
 }
 
 // The top-left 640 x 640 crop of a [3, 1024, 1024] view.

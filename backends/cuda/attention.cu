@@ -42,38 +42,16 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t j = warp; j < n; j += kWarps) {
     const float* k = (j < na ? row.a.k + j * kr : row.b.k + (j - na) * kr) + int64_t(g) * d;
-    float dot = 0.f;
-    for (int e = lane; e < d; e += kWarp) dot += qs[e] * k[e];
-    dot = warp_sum(dot);
+    const float dot = warp_dot(qs, k, d);
     if (lane == 0) s[j] = dot * scale;
   }
   __syncthreads();
 
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) mx = fmaxf(mx, s[j]);
-  mx = block_max(mx, red);
-  float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < n; j += kThreads) {
-    const float e = expf(s[j] - mx);
-    s[j] = e;
-    sum += e;
-  }
-  sum = block_sum(sum, red);  // synchronises: every s[j] above is visible to the block
-
-  const int parts = kThreads / d, e = threadIdx.x % d, part = threadIdx.x / d;
-  float acc = 0.f;
-  if (part < parts)
-    for (int64_t j = part; j < n; j += parts) {
-      const float* v = (j < na ? row.a.v + j * kr : row.b.v + (j - na) * kr) + int64_t(g) * d;
-      acc += (s[j] / sum) * v[e];
-    }
-  parts_out[threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.x < d) {
-    float o = 0.f;
-    for (int p = 0; p < parts; ++p) o += parts_out[p * d + threadIdx.x];
-    row.out[int64_t(h) * d + threadIdx.x] = o;
-  }
+  const float sum = block_softmax_numerators<kThreads>(s, n, red);
+  const float o = block_weighted_values<kThreads>(
+      s, sum, n, d, [&](int64_t j) { return (j < na ? row.a.v + j * kr : row.b.v + (j - na) * kr) + int64_t(g) * d; },
+      parts_out);
+  if (threadIdx.x < d) row.out[int64_t(h) * d + threadIdx.x] = o;
 }
 
 }  // namespace
@@ -84,9 +62,9 @@ void ops::attention(Context& c, const AttentionRow* rows, int64_t n, const Atten
   require(d.head_dim <= kMaxHeadDim, Status::unsupported, [&] {
     return "CUDA attention: head_dim " + std::to_string(d.head_dim) + " exceeds " + std::to_string(kMaxHeadDim);
   });
-  // Score scratch of at most 2^25 floats (128 MiB): long prompts go in chunks of query rows.
+  // Long prompts go in chunks of query rows (score_chunk_rows).
   const int64_t per_row = int64_t(d.heads) * max_keys;
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(65535, (int64_t(1) << 25) / per_row));
+  const int64_t chunk = score_chunk_rows(per_row);
   float* scores = c.scratch(kScratchAttention, size_t(std::min(chunk, std::max<int64_t>(n, 1)) * per_row));
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows_now = std::min(chunk, n - r0);

@@ -1,10 +1,12 @@
 // Device helpers shared by the kernels of backends/cuda/: weight loads widened to float32,
-// fixed-order warp and block reductions, and launch-size arithmetic.
+// fixed-order warp and block reductions, the softmax and weighted-value passes of the attention
+// kernels, and launch-size arithmetic.
 //
 // Reductions are deterministic: a warp reduces with a xor butterfly (the same pairing every
 // run), a block first reduces each warp, then warp 0 reduces the per-warp partials in warp
 // order. Nothing uses atomics on floats, so a result never depends on scheduling.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -58,6 +60,13 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// a·b over n floats by one warp: lane l takes elements l, l+32, ...; every lane gets the sum.
+__device__ __forceinline__ float warp_dot(const float* a, const float* b, int n) {
+  float dot = 0.f;
+  for (int e = threadIdx.x % kWarp; e < n; e += kWarp) dot += a[e] * b[e];
+  return warp_sum(dot);
+}
+
 // Sum / max over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets
 // the result. `shared` holds 32 floats; the call synchronises the block.
 __device__ __forceinline__ float block_sum(float v, float* shared) {
@@ -79,7 +88,53 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(v);
 }
 
+// The softmax numerators of one block's scores in place: s[j] = expf(s[j] − max) for j < n
+// (thread t takes j ≡ t mod Threads, Threads = blockDim.x); returns their sum (block_sum's
+// fixed order). `red` holds 32 floats; on return every s[j] is visible to the whole block.
+template <int Threads>
+__device__ __forceinline__ float block_softmax_numerators(float* s, int64_t n, float* red) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += Threads) mx = fmaxf(mx, s[j]);
+  mx = block_max(mx, red);
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < n; j += Threads) {
+    const float e = expf(s[j] - mx);
+    s[j] = e;
+    sum += e;
+  }
+  return block_sum(sum, red);  // synchronises the block
+}
+
+// Σ_j (s[j] / sum) · value(j)[e] over j < n for column e = threadIdx.x of a head of d floats
+// (value(j): key j's value vector): thread t sums column t % d over j ≡ t / d (mod Threads / d)
+// ascending into `parts` (Threads floats), then the parts are added in order. Threads below d
+// get their column's value, the others 0. Synchronises the block.
+template <int Threads, class Value>
+__device__ __forceinline__ float block_weighted_values(const float* s, float sum, int64_t n, int d, Value value,
+                                                       float* parts) {
+  const int count = Threads / d, e = threadIdx.x % d, part = threadIdx.x / d;
+  float acc = 0.f;
+  if (part < count)
+    for (int64_t j = part; j < n; j += count) acc += (s[j] / sum) * value(j)[e];
+  parts[threadIdx.x] = acc;
+  __syncthreads();
+  float o = 0.f;
+  if (threadIdx.x < d)
+    for (int p = 0; p < count; ++p) o += parts[p * d + threadIdx.x];
+  return o;
+}
+
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+// Blocks of a grid-stride loop over n elements: one per `threads` elements, at most 65536 (each
+// thread then takes several).
+inline unsigned grid_stride_blocks(int64_t n, int threads) {
+  return unsigned(std::min<int64_t>(blocks_for(n, threads), 65536));
+}
+// Query rows per launch of an attention kernel whose scores take `per_row` floats a row: the
+// score scratch stays within 2^25 floats (128 MiB) and the grid's y within 65535.
+inline int64_t score_chunk_rows(int64_t per_row) {
+  return std::max<int64_t>(1, std::min<int64_t>(65535, (int64_t(1) << 25) / per_row));
+}
 
 // Grid x is limited to 2^31 - 1 blocks; y and z to 65535.
 inline void require_grid_y(int64_t n, const char* op) {

@@ -17,8 +17,6 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(blocks_for(n, kThreads), 65536)); }
-
 __global__ void patch_im2col_kernel(const float* chw, int channels, int size, int p, float* cols) {
   const int g = size / p;
   const int64_t len = int64_t(channels) * p * p, n = int64_t(g) * g * len;
@@ -46,7 +44,7 @@ __global__ void im2col_kernel(const float* x, int h, int w, int channels, int k,
 void ops::patch_im2col(Context& c, const float* chw, int channels, int size, int p, float* cols) {
   require(channels > 0 && p > 0 && size > 0 && size % p == 0, Status::invalid_argument, "CUDA patch_im2col: bad shape");
   const int64_t n = int64_t(size / p) * (size / p) * channels * p * p;
-  patch_im2col_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(chw, channels, size, p, cols);
+  patch_im2col_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream(c)>>>(chw, channels, size, p, cols);
   check_launch("patch_im2col");
 }
 
@@ -55,7 +53,8 @@ void ops::im2col(Context& c, const float* x, int h, int w, int channels, int k, 
           Status::invalid_argument, "CUDA im2col: bad shape");
   const int ho = (h + 2 * pad - k) / stride + 1, wo = (w + 2 * pad - k) / stride + 1;
   const int64_t n = int64_t(ho) * wo * channels * k * k;
-  im2col_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(x, h, w, channels, k, stride, pad, wo, n, cols);
+  im2col_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream(c)>>>(x, h, w, channels, k, stride, pad, wo, n,
+                                                                             cols);
   check_launch("im2col");
 }
 

@@ -17,8 +17,6 @@ using namespace detail;
 
 constexpr int kThreads = 256;
 
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(blocks_for(n, kThreads), 65536)); }
-
 #define UOCR_GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
@@ -83,32 +81,33 @@ void by_dtype(DType t, Launch&& launch) {
 
 void ops::silu_mul(Context& c, float* g, const float* u, int64_t n) {
   if (n <= 0) return;
-  silu_mul_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(g, u, n);
+  silu_mul_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream(c)>>>(g, u, n);
   check_launch("silu_mul");
 }
 
 void ops::gelu(Context& c, float* x, int64_t n, Gelu kind) {
   if (n <= 0) return;
-  gelu_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(x, n, kind == Gelu::quick);
+  gelu_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream(c)>>>(x, n, kind == Gelu::quick);
   check_launch("gelu");
 }
 
 void ops::copy_rows(Context& c, const float* src, int64_t src_stride, int64_t rows, int64_t width, float* dst,
                     int64_t dst_stride) {
   if (rows * width <= 0) return;
-  copy_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream(c)>>>(src, src_stride, rows, width, dst, dst_stride);
+  copy_rows_kernel<<<grid_stride_blocks(rows * width, kThreads), kThreads, 0, stream(c)>>>(src, src_stride, rows, width,
+                                                                                           dst, dst_stride);
   check_launch("copy_rows");
 }
 
 void ops::add(Context& c, float* x, const float* y, int64_t n) {
   if (n <= 0) return;
-  add_kernel<<<grid_for(n), kThreads, 0, stream(c)>>>(x, y, n);
+  add_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream(c)>>>(x, y, n);
   check_launch("add");
 }
 
 void ops::add_bias(Context& c, float* y, int64_t rows, int64_t n, const float* bias) {
   if (rows * n <= 0) return;
-  add_bias_kernel<<<grid_for(rows * n), kThreads, 0, stream(c)>>>(y, rows, n, bias);
+  add_bias_kernel<<<grid_stride_blocks(rows * n, kThreads), kThreads, 0, stream(c)>>>(y, rows, n, bias);
   check_launch("add_bias");
 }
 
@@ -116,8 +115,8 @@ void ops::embed(Context& c, const int32_t* ids, int64_t n, const MatrixView& tab
   if (n <= 0) return;
   by_dtype(table.dtype, [&](auto tag) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
-    embed_kernel<T><<<grid_for(n * table.cols), kThreads, 0, stream(c)>>>(ids, n, static_cast<const T*>(table.data),
-                                                                          table.cols, out);
+    embed_kernel<T><<<grid_stride_blocks(n * table.cols, kThreads), kThreads, 0, stream(c)>>>(
+        ids, n, static_cast<const T*>(table.data), table.cols, out);
   });
   check_launch("embed");
 }
@@ -126,26 +125,29 @@ void ops::widen(Context& c, DType t, const void* src, int64_t count, float* dst)
   if (count <= 0) return;
   by_dtype(t, [&](auto tag) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(tag)>>;
-    widen_kernel<T><<<grid_for(count), kThreads, 0, stream(c)>>>(static_cast<const T*>(src), count, dst);
+    widen_kernel<T>
+        <<<grid_stride_blocks(count, kThreads), kThreads, 0, stream(c)>>>(static_cast<const T*>(src), count, dst);
   });
   check_launch("widen");
 }
 
 void ops::round_to_bf16(Context& c, const float* src, int64_t count, uint16_t* dst) {
   if (count <= 0) return;
-  round_bf16_kernel<<<grid_for(count), kThreads, 0, stream(c)>>>(src, count, reinterpret_cast<__nv_bfloat16*>(dst));
+  round_bf16_kernel<<<grid_stride_blocks(count, kThreads), kThreads, 0, stream(c)>>>(
+      src, count, reinterpret_cast<__nv_bfloat16*>(dst));
   check_launch("round_to_bf16");
 }
 
 void ops::scatter_rows(Context& c, const float* src, int64_t rows, int64_t width, float* const* dst) {
   if (rows * width <= 0) return;
-  scatter_rows_kernel<<<grid_for(rows * width), kThreads, 0, stream(c)>>>(src, rows, width, dst);
+  scatter_rows_kernel<<<grid_stride_blocks(rows * width, kThreads), kThreads, 0, stream(c)>>>(src, rows, width, dst);
   check_launch("scatter_rows");
 }
 
 void ops::gather_rows(Context& c, const float* src, const int32_t* rows, int64_t count, int64_t width, float* dst) {
   if (count * width <= 0) return;
-  gather_rows_kernel<<<grid_for(count * width), kThreads, 0, stream(c)>>>(src, rows, count, width, dst);
+  gather_rows_kernel<<<grid_stride_blocks(count * width, kThreads), kThreads, 0, stream(c)>>>(src, rows, count, width,
+                                                                                              dst);
   check_launch("gather_rows");
 }
 

@@ -138,7 +138,7 @@ void ops::moe_group(Context& c, const int32_t* choice, int64_t m, int experts, i
 void ops::moe_combine(Context& c, const float* expert_out, const int32_t* choice, const float* weight,
                       const int32_t* slot, const float* shared, int64_t m, int k, int64_t hidden, float* y) {
   if (m * hidden <= 0) return;
-  const unsigned grid = unsigned(std::min<int64_t>(blocks_for(m * hidden, kThreads), 65536));
+  const unsigned grid = grid_stride_blocks(m * hidden, kThreads);
   combine_kernel<<<grid, kThreads, 0, stream(c)>>>(expert_out, choice, weight, slot, shared, m, k, hidden, y);
   check_launch("moe_combine");
 }

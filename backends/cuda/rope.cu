@@ -41,8 +41,8 @@ void ops::rope(Context& c, float* x, int64_t rows, int heads, int head_dim, int6
           Status::invalid_argument, "CUDA rope: bad shape");
   const int64_t total = rows * heads * (head_dim / 2);
   if (total == 0) return;
-  rope_kernel<<<unsigned(std::min<int64_t>(blocks_for(total, kThreads), 65536)), kThreads, 0, stream(c)>>>(
-      x, rows, heads, head_dim / 2, row_stride, inv_freq, first_position, positions);
+  rope_kernel<<<grid_stride_blocks(total, kThreads), kThreads, 0, stream(c)>>>(x, rows, heads, head_dim / 2, row_stride,
+                                                                               inv_freq, first_position, positions);
   check_launch("rope");
 }
 

@@ -49,44 +49,22 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int i = warp; i < 2 * n; i += kWarps) {
     const float* t = i < n ? th + int64_t(qy - i + n - 1) * hd : tw + int64_t(qx - (i - n) + n - 1) * hd;
-    float dot = 0.f;
-    for (int e = lane; e < hd; e += kWarp) dot += qs[e] * t[e];
-    dot = warp_sum(dot);
+    const float dot = warp_dot(qs, t, hd);
     if (lane == 0) rel[i] = dot;
   }
   __syncthreads();
 
   for (int64_t j = warp; j < keys; j += kWarps) {
     const float* k = key_row(j) + c + hoff;
-    float dot = 0.f;
-    for (int e = lane; e < hd; e += kWarp) dot += qs[e] * k[e];
-    dot = warp_sum(dot);
+    const float dot = warp_dot(qs, k, hd);
     if (lane == 0) s[j] = dot * scale + (rel[j / n] + rel[n + j % n]);
   }
   __syncthreads();
 
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < keys; j += kThreads) mx = fmaxf(mx, s[j]);
-  mx = block_max(mx, red);
-  float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < keys; j += kThreads) {
-    const float e = expf(s[j] - mx);
-    s[j] = e;
-    sum += e;
-  }
-  sum = block_sum(sum, red);  // synchronises: every s[j] above is visible to the block
-
-  const int parts = kThreads / hd, e = threadIdx.x % hd, part = threadIdx.x / hd;
-  float acc = 0.f;
-  if (part < parts)
-    for (int64_t j = part; j < keys; j += parts) acc += (s[j] / sum) * key_row(j)[2 * c + hoff + e];
-  parts_out[threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.x < hd) {
-    float o = 0.f;
-    for (int p = 0; p < parts; ++p) o += parts_out[p * hd + threadIdx.x];
-    out[token * c + hoff + threadIdx.x] = o;
-  }
+  const float sum = block_softmax_numerators<kThreads>(s, keys, red);
+  const float o = block_weighted_values<kThreads>(
+      s, sum, keys, hd, [&](int64_t j) { return key_row(j) + 2 * c + hoff; }, parts_out);
+  if (threadIdx.x < hd) out[token * c + hoff + threadIdx.x] = o;
 }
 
 }  // namespace
@@ -99,7 +77,7 @@ void ops::sam_attention(Context& c, const float* qkv, const float* qkv_bias, con
            " exceeds " + std::to_string(kMaxSamSpan) + " / " + std::to_string(kMaxHeadDim);
   });
   const int64_t tokens = int64_t(g) * g, per_row = int64_t(heads) * n * n;
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(65535, (int64_t(1) << 25) / per_row));
+  const int64_t chunk = score_chunk_rows(per_row);
   float* scores = c.scratch(kScratchAttention, size_t(std::min(chunk, tokens) * per_row));
   for (int64_t r0 = 0; r0 < tokens; r0 += chunk) {
     const int64_t rows = std::min(chunk, tokens - r0);

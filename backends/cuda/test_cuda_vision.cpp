@@ -9,7 +9,6 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,9 +22,12 @@
 #include "uocr/engine/open.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/vision/encoder.hpp"
+#include "vision_stages.hpp"
 
 namespace cu = uocr::cuda;
 using uocr::Status;
+using uocr_test::check_stage;
+using uocr_test::crop_640;
 using uocr_test::no_gpu;
 using uocr_test::row_error;
 using uocr_test::RowError;
@@ -43,45 +45,16 @@ struct Device : uocr_test::TinyAGolden {
   }
 };
 
-// A CUDA stage against the upstream capture (the Vulkan budget) and the CPU encoder's.
-void check_stage(const char* name, const std::vector<float>& ours, const std::vector<float>& upstream,
-                 const std::vector<float>& cpu) {
-  const RowError u = row_error(ours, upstream), c = row_error(ours, cpu);
-  MESSAGE("cuda " << std::string(name) << ": vs upstream rel " << u.rel << ", max abs " << u.max_abs << "; vs cpu rel " << c.rel);
-  CHECK(u.rel <= 1e-3);
-  CHECK(u.max_abs <= 1e-3);
-  CHECK(c.rel <= 1e-5);
-}
-
-std::vector<float> to_chw(const uocr::vision::FeatureMap& m) { return uocr::vision::detail::transposed(m.data.data(), m.tokens(), m.c); }
-
-// The top-left 640 x 640 crop of a [3, 1024, 1024] view.
-std::vector<float> crop_640(const std::vector<float>& image) {
-  std::vector<float> tile(size_t(3) * 640 * 640);
-  for (int c = 0; c < 3; ++c)
-    for (int y = 0; y < 640; ++y)
-      std::copy_n(image.data() + (size_t(c) * 1024 + y) * 1024, 640, tile.data() + (size_t(c) * 640 + y) * 640);
-  return tile;
-}
-
 }  // namespace
 
 TEST_CASE("golden tiny-a vision on CUDA: SAM, CLIP, projector, visual tokens, then prefill logits" * doctest::skip(no_gpu())) {
   Device& e = Device::get();
   const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
   uocr::VisionEncoder cpu(e.cfg, e.w);
-  uocr::VisionCaptures gc, cc;
-  const std::vector<float> gf = e.enc.encode_view(image.data(), 1024, &gc);
-  const std::vector<float> cf = cpu.encode_view(image.data(), 1024, &cc);
-  REQUIRE(gc.sam_neck.h == 64);
-  REQUIRE(gc.sam_out.h == 16);
-  check_stage("sam_neck", to_chw(gc.sam_neck), uocr_test::tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
-  check_stage("sam_out", to_chw(gc.sam_out), uocr_test::tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
-  check_stage("clip_out", gc.clip_out, uocr_test::tiny_a_f32("clip_out.npy"), cc.clip_out);
-  check_stage("projector_out", gf, uocr_test::tiny_a_f32("projector_out.npy"), cf);
+  uocr_test::check_golden_view("cuda", e.enc, cpu, image);
   const std::vector<float> visual = e.enc.visual_tokens(image, {}, 0, 0);
   REQUIRE(int64_t(visual.size()) == e.enc.token_count(1024, 0, 0, 0) * e.cfg.decoder.hidden);
-  check_stage("vision_tokens", visual, e.vision, cpu.visual_tokens(image, {}, 0, 0));
+  check_stage("cuda", "vision_tokens", visual, e.vision, cpu.visual_tokens(image, {}, 0, 0));
   CHECK(e.enc.peak_activation_bytes() > 0);
 
   // These visual tokens through the CUDA decoder give the reference prefill logits.

@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 3  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 4  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -82,7 +82,10 @@ class SessionParams(ctypes.Structure):
                 ("reference_pages", ctypes.c_int32), ("reference_blocks", ctypes.c_int32),
                 ("reference_block_tokens", ctypes.c_int32), ("positions", ctypes.c_int32),
                 ("checkpoint_path", ctypes.c_char_p), ("checkpoint_every_tokens", ctypes.c_int32),
-                ("resume", ctypes.c_int32)]
+                ("resume", ctypes.c_int32),
+                # API version 4
+                ("max_batch", ctypes.c_int32), ("max_batch_wait_us", ctypes.c_int32),
+                ("reference_gate_fan_out", ctypes.c_int32), ("reference_gate_beam", ctypes.c_int32)]
 
 
 class EventStruct(ctypes.Structure):
@@ -286,7 +289,8 @@ class Session(_Handle):
     temperature, top_p, seed, ngram_size, ngram_window, loop_guard, image_mode, max_image_pixels,
     backend, device_index, pages_per_group, overlap_pages, page_fallback_tokens, reference_mode,
     reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
-    checkpoint_every_tokens, resume).
+    checkpoint_every_tokens, resume, max_batch, max_batch_wait_us, reference_gate_fan_out,
+    reference_gate_beam).
     """
 
     _free = _lib.uocr_session_free

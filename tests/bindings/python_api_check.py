@@ -32,6 +32,9 @@ expect_error(lambda: uocr.Model("/nonexistent/uocr-model"), uocr.E_IO, "missing 
 with uocr.Model(model_dir) as model:
     check(model.info().layers == 2, "model info")
     expect_error(lambda: model.session(temperature=-1.0), uocr.E_INVALID_ARGUMENT, "bad temperature")
+    # API 4 fields reach the library (which checks them).
+    expect_error(lambda: model.session(reference_gate_fan_out=1), uocr.E_INVALID_ARGUMENT, "bad gate fan-out")
+    expect_error(lambda: model.session(max_batch=-1), uocr.E_INVALID_ARGUMENT, "bad max_batch")
     with model.session(max_new_tokens=8) as s:
         e = expect_error(lambda: s.add_image_bytes(b"not an image"), uocr.E_INVALID_IMAGE, "undecodable bytes")
         check(e is not None and "cannot decode" in e.message, "decode message")

@@ -11,6 +11,10 @@
 // as upstream generation stops at that length (set_position_limit() widens the range on purpose,
 // for page groups over documents longer than the model's context; see uocr/decoder/page_groups.hpp).
 //
+// decode_batch() steps several sequences (one KvCache each) at once, every row bit-identical to
+// its decode_step: uocr/decoder/step_batcher.hpp merges the steps of documents decoded in
+// different threads into it (continuous batching).
+//
 // Working memory: every temporary of prefill, prefill_segment and decode_step lives in member
 // buffers that grow to the largest size a call needs and are then reused (a decode step allocates
 // nothing); scratch_bytes() is what they hold.
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/backends/cpu/scratch.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/attention.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -31,6 +36,15 @@
 #include "uocr/decoder/rope.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+
+// One compiled body for every caller (see Decoder::decode_rows).
+#if defined(__clang__)
+#define UOCR_NOT_SPECIALIZED __attribute__((noinline))
+#elif defined(__GNUC__)
+#define UOCR_NOT_SPECIALIZED __attribute__((noinline, noclone))
+#else
+#define UOCR_NOT_SPECIALIZED
+#endif
 
 namespace uocr {
 
@@ -51,6 +65,25 @@ class Decoder {
     }
     final_norm_ = w_.final_norm.weight->to_vector();
     logits_.resize(size_t(c_.vocab));
+    const auto fewest = [this](const LinearWeights& l) { batch_rows_ = std::min(batch_rows_, cpu::row_exact_rows(*l.weight)); };
+    for (const DecoderLayerWeights& lw : w_.layers) {
+      for (const LinearWeights* l : {&lw.q, &lw.k, &lw.v, &lw.o}) fewest(*l);
+      std::vector<const MlpWeights*> mlps;
+      if (lw.moe) {
+        fewest(lw.router);
+        for (const MlpWeights& e : lw.experts) mlps.push_back(&e);
+        if (lw.has_shared) mlps.push_back(&lw.shared);
+      } else {
+        mlps.push_back(&lw.dense);
+      }
+      for (const MlpWeights* m : mlps)
+        for (const LinearWeights* l : {&m->gate, &m->up, &m->down}) fewest(*l);
+    }
+    batch_rows_ = std::min(batch_rows_, cpu::row_exact_rows(*w_.lm_head));
+    // Rows after the first start as aligned as it only when the row widths are whole alignment units.
+    if (cpu::aligned_floats(c_.hidden) != c_.hidden || cpu::aligned_floats(shape_.q_row()) != shape_.q_row() ||
+        cpu::aligned_floats(shape_.kv_row()) != shape_.kv_row())
+      batch_rows_ = 1;
   }
 
   const DecoderConfig& config() const { return c_; }
@@ -233,57 +266,116 @@ class Decoder {
   // Feeds one generated token at `position` through the cache (ring or growing window per the
   // cache's mode) and returns its logits [vocab]; the reference stays valid until the next call.
   const std::vector<float>& decode_step(int32_t token, int64_t position, KvCache& cache) {
-    const int64_t hidden = c_.hidden, kr = shape_.kv_row();
     check_step(token, position, cache);
-    float* const x = grow(x_, hidden);
-    float* const a = grow(a_, hidden);
-    float* const f = grow(f_, hidden);
-    float* const q = grow(q_, shape_.q_row());
-    float* const attn = grow(attn_, shape_.q_row());
-    embed_row(token, x);
-    const int64_t slot = cache.claim_slot();  // after validation: a rejected call leaves the cache as it was
-    const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
-    // Grows only when the cache does (full mode); in R-SWA mode it is sized once.
-    float* const scores = attention_ ? nullptr : grow(scores_, shape_.heads * (ref + cache.generated_capacity()));
-    for (int l = 0; l < c_.layers; ++l) {
-      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-      float* k = cache.generated_k(l) + slot * kr;
-      float* v = cache.generated_v(l) + slot * kr;
-      rms_norm(x, 1, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-      cpu::linear(a, 1, lw.q, q);
-      cpu::linear(a, 1, lw.k, k);
-      cpu::linear(a, 1, lw.v, v);
-      rope_.apply(q, shape_.heads, position);
-      rope_.apply(k, shape_.kv_heads, position);
-      if (attention_)
-        attention_->attend(l, q, KvRows{cache.reference_k(l), cache.reference_v(l), ref},
-                           KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, attn);
-      else
-        decode_attention(q, KvRows{cache.reference_k(l), cache.reference_v(l), ref},
-                         KvRows{cache.generated_k(l), cache.generated_v(l), gen}, shape_, scores, attn);
-      cpu::linear(attn, 1, lw.o, f);
-      add_into(x, f, hidden);
-      rms_norm(x, 1, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, 1, f, mlp_, moe_);
-      add_into(x, f, hidden);
-    }
-    rms_norm(x, 1, hidden, final_norm_.data(), c_.rms_eps, a);
-    cpu::linear(a, 1, *w_.lm_head, nullptr, logits_.data());
+    KvCache* const caches[1] = {&cache};
+    DecodeAttention* const attentions[1] = {attention_};
+    decode_rows(&token, &position, caches, attentions, 1, logits_.data());
     return logits_;
   }
+
+  // One step of several sequences (continuous batching, uocr/decoder/step_batcher.hpp): token i
+  // at positions[i] through *caches[i] (distinct caches), attending with attentions[i] (nullptr or
+  // no list: dense; set_decode_attention() is not used here). Returns the logits [n, vocab], row i
+  // for sequence i, valid until the next call. Every row is validated before any cache changes.
+  // Rows go through the linear layers and the MoE together (the weights are read once per
+  // group of batch_rows() rows, not once per sequence); attention runs per row over its own cache.
+  // Row i gets exactly the bits decode_step gives it alone: the CPU kernels keep per-row
+  // accumulators up to batch_rows() rows (cpu::row_exact_rows), larger batches go in groups, and
+  // every row starts as aligned as the first (1 row at a time for widths that would not).
+  const std::vector<float>& decode_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& positions,
+                                         const std::vector<KvCache*>& caches,
+                                         const std::vector<DecodeAttention*>& attentions = {}) {
+    const int64_t n = int64_t(tokens.size());
+    require(n > 0 && positions.size() == tokens.size() && caches.size() == tokens.size() &&
+                (attentions.empty() || attentions.size() == tokens.size()),
+            Status::invalid_argument,
+            "decode batch: tokens, positions, caches (and attentions, when given) must be non-empty and of equal length");
+    std::vector<const KvCache*> seen(caches.begin(), caches.end());
+    std::sort(seen.begin(), seen.end());
+    require(seen.front() != nullptr && std::adjacent_find(seen.begin(), seen.end()) == seen.end(), Status::invalid_argument,
+            "decode batch: every sequence needs its own (non-null) KV cache");
+    for (int64_t i = 0; i < n; ++i) check_step(tokens[size_t(i)], positions[size_t(i)], *caches[size_t(i)]);
+    const std::vector<DecodeAttention*> dense(attentions.empty() ? size_t(n) : 0, nullptr);
+    DecodeAttention* const* att = attentions.empty() ? dense.data() : attentions.data();
+    float* const logits = grow(batch_logits_, n * c_.vocab);
+    for (int64_t i0 = 0; i0 < n; i0 += batch_rows_) {
+      const int64_t rows = std::min(batch_rows_, n - i0);
+      decode_rows(tokens.data() + i0, positions.data() + i0, caches.data() + i0, att + i0, rows, logits + i0 * c_.vocab);
+    }
+    batch_logits_.resize(size_t(n * c_.vocab));  // never shrinks capacity: a smaller batch reuses it
+    return batch_logits_;
+  }
+
+  // Rows decode_batch() runs through the weights in one pass.
+  int64_t batch_rows() const { return batch_rows_; }
 
   // Bytes of working memory this decoder holds (its buffers' capacities; SR-SWA's are its own).
   size_t scratch_bytes() const {
     size_t floats = 0;
-    for (const std::vector<float>* b : {&x_, &a_, &f_, &q_, &attn_, &scores_, &block_scores_, &logits_})
-      floats += b->capacity();
-    return floats * sizeof(float) + context_.capacity() * sizeof(KvRows) + mlp_.bytes() + moe_.bytes();
+    for (const cpu::AlignedFloats* b : {&x_, &a_, &f_, &q_, &attn_, &new_k_, &new_v_, &scores_}) floats += b->capacity();
+    for (const std::vector<float>* b : {&block_scores_, &logits_, &batch_logits_}) floats += b->capacity();
+    return floats * sizeof(float) + context_.capacity() * sizeof(KvRows) + slots_.capacity() * sizeof(int64_t) +
+           mlp_.bytes() + moe_.bytes();
   }
 
  private:
   void embed_row(int32_t id, float* out) const {
     check_token(id);
     w_.embed->read_f32(int64_t(id) * c_.hidden, c_.hidden, out);
+  }
+
+  // The step of n validated rows (decode_step, decode_batch): hidden states [n, hidden] layer by
+  // layer; each row's new key/value goes to a slot claimed in its own cache. logits: [n, vocab].
+  // Neither inlined nor cloned: decode_step's constant n = 1 would let the compiler vectorise
+  // the RMSNorm reductions differently from decode_batch's, and rows would not match to the bit.
+  UOCR_NOT_SPECIALIZED void decode_rows(const int32_t* tokens, const int64_t* positions, KvCache* const* caches,
+                   DecodeAttention* const* attentions, int64_t n, float* logits) {
+    const int64_t hidden = c_.hidden, kr = shape_.kv_row(), qr = shape_.q_row();
+    float* const x = grow(x_, n * hidden);
+    float* const a = grow(a_, n * hidden);
+    float* const f = grow(f_, n * hidden);
+    float* const q = grow(q_, n * qr);
+    float* const attn = grow(attn_, n * qr);
+    float* const k = grow(new_k_, n * kr);
+    float* const v = grow(new_v_, n * kr);
+    slots_.resize(size_t(n));
+    int64_t score_rows = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      embed_row(tokens[i], x + i * hidden);
+      slots_[size_t(i)] = caches[i]->claim_slot();  // after validation: a rejected call leaves the cache as it was
+      // Grows only when a cache does (full mode); in R-SWA mode it is sized once.
+      if (!attentions[i]) score_rows = std::max(score_rows, caches[i]->reference_rows() + caches[i]->generated_capacity());
+    }
+    float* const scores = score_rows ? grow(scores_, shape_.heads * score_rows) : nullptr;
+    for (int l = 0; l < c_.layers; ++l) {
+      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+      rms_norm(x, n, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
+      cpu::linear(a, n, lw.q, q);
+      cpu::linear(a, n, lw.k, k);
+      cpu::linear(a, n, lw.v, v);
+      for (int64_t i = 0; i < n; ++i) {
+        KvCache& cache = *caches[i];
+        float* const qi = q + i * qr;
+        float* const ki = k + i * kr;
+        rope_.apply(qi, shape_.heads, positions[i]);
+        rope_.apply(ki, shape_.kv_heads, positions[i]);
+        std::copy(ki, ki + kr, cache.generated_k(l) + slots_[size_t(i)] * kr);
+        std::copy(v + i * kr, v + (i + 1) * kr, cache.generated_v(l) + slots_[size_t(i)] * kr);
+        const KvRows ref{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()};
+        const KvRows gen{cache.generated_k(l), cache.generated_v(l), cache.generated_rows()};
+        if (attentions[i])
+          attentions[i]->attend(l, qi, ref, gen, shape_, attn + i * qr);
+        else
+          decode_attention(qi, ref, gen, shape_, scores, attn + i * qr);
+      }
+      cpu::linear(attn, n, lw.o, f);
+      add_into(x, f, n * hidden);
+      rms_norm(x, n, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
+      feed_forward(lw, a, n, f, mlp_, moe_);
+      add_into(x, f, n * hidden);
+    }
+    rms_norm(x, n, hidden, final_norm_.data(), c_.rms_eps, a);
+    cpu::linear(a, n, *w_.lm_head, nullptr, logits);
   }
 
   void check_positions(int64_t first, int64_t count) const {
@@ -314,7 +406,8 @@ class Decoder {
   }
 
   // `n` floats of `buffer`, grown when smaller and never shrunk.
-  static float* grow(std::vector<float>& buffer, int64_t n) {
+  template <class Floats>
+  static float* grow(Floats& buffer, int64_t n) {
     if (buffer.size() < size_t(n)) buffer.resize(size_t(n));
     return buffer.data();
   }
@@ -326,6 +419,7 @@ class Decoder {
   const DecoderConfig& c_;
   const DecoderWeights& w_;
   int64_t position_limit_ = c_.max_positions;
+  int64_t batch_rows_ = cpu::kSmallGemmRows;  // lowered by the constructor to what every weight allows
   DecodeAttention* attention_ = nullptr;
   Rope rope_;
   AttentionShape shape_;
@@ -333,8 +427,13 @@ class Decoder {
   std::vector<float> final_norm_;
   // Scratch of every call (see the top of the file): rows of hidden states, queries, attention
   // outputs; decode scores (they follow the cache capacity); the blocked prefill attentions'
-  // per-thread scores; the decode logits; a segment's context rows; the feed-forward buffers.
-  std::vector<float> x_, a_, f_, q_, attn_, scores_, block_scores_, logits_;
+  // per-thread scores; the decode logits (one row; decode_batch's rows); a decode step's new keys
+  // and values and the cache slots they go to; a segment's context rows; the feed-forward buffers.
+  // The row buffers are aligned as Eigen aligns (cpu/scratch.hpp): vectorised reductions (RMSNorm,
+  // softmax) peel to an aligned start, so a row's bits would otherwise depend on the heap.
+  cpu::AlignedFloats x_, a_, f_, q_, attn_, new_k_, new_v_, scores_;
+  std::vector<float> block_scores_, logits_, batch_logits_;
+  std::vector<int64_t> slots_;
   std::vector<KvRows> context_;
   MlpScratch mlp_;
   MoeScratch moe_;

@@ -139,6 +139,8 @@ class BasicPageGroupDecoder {
   // SR-SWA summarizes the keys on the host: in place (uocr::KvCache) or read back a page at a
   // time (Cache::summarize_page).
   static constexpr bool kHostKv = std::is_same_v<Cache, KvCache>;
+  using decoder_type = Dec;
+  using cache_type = Cache;
 
   BasicPageGroupDecoder(Dec decoder, Cache cache, PageGroupParams params = {})
       : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params) {
@@ -270,8 +272,16 @@ class BasicPageGroupDecoder {
   // Feeds generated token `token` at the next position; returns the logits of the one after it.
   // Throws Status::invalid_argument at the position limit (check next_position() first).
   const std::vector<float>& step(int32_t token) {
+    return step(token, [](int32_t t, int64_t position, Dec& dec, Cache& cache) -> const std::vector<float>& {
+      return dec.decode_step(t, position, cache);
+    });
+  }
+  // As step(), the decoding done by decode(token, position, decoder, cache) -> logits (a
+  // StepBatcher running it in one batch with other documents' steps: uocr/decoder/step_batcher.hpp).
+  template <class Decode>
+  const std::vector<float>& step(int32_t token, Decode&& decode) {
     require(src_ != nullptr, Status::invalid_argument, "page groups: step() before start()");
-    const std::vector<float>& logits = dec_.decode_step(token, next_position(), cache_);
+    const std::vector<float>& logits = decode(token, next_position(), dec_, cache_);
     ++generated_;
     track();
     return logits;

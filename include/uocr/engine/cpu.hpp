@@ -28,21 +28,36 @@ class CpuVisionEngine final : public VisionEngine {
   vision::Workspace ws_;  // activations, reused page after page
 };
 
+// With batching.max_batch > 1 every document's decode steps go through one StepBatcher per
+// model and BatchParams (Model::backend_state "cpu:batch:..."), shared by all such engines.
 class CpuEngine final : public Engine {
  public:
-  explicit CpuEngine(std::shared_ptr<const Model> model) : model_(std::move(model)) {
+  using PageGroups = PageGroupEngine<PageGroupDecoder, true>;
+
+  explicit CpuEngine(std::shared_ptr<const Model> model, BatchParams batching = {}) : model_(std::move(model)) {
     require(model_ != nullptr, Status::invalid_argument, "engine needs a model");
+    validate(batching);
+    if (batching.max_batch > 1)
+      batcher_ = model_->backend_state<PageGroups::Batcher>(
+          "cpu:batch:" + std::to_string(batching.max_batch) + ":" + std::to_string(batching.max_wait_us), [&] {
+            return std::make_shared<PageGroups::Batcher>(Decoder(model_->config().decoder, model_->weights().decoder),
+                                                         batching, kMaxExtrapolatedPosition);
+          });
   }
   Backend backend() const override { return Backend::cpu; }
   std::string device() const override { return "CPU"; }
   std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
     const ModelConfig& cfg = model_->config();
-    return std::make_unique<PageGroupEngine<PageGroupDecoder>>(model_, cfg.decoder, model_->weights().decoder, window, groups);
+    auto e = std::make_unique<PageGroups>(model_, cfg.decoder, model_->weights().decoder, window, groups);
+    if (batcher_) e->batch_steps(batcher_);
+    return e;
   }
+  BatchStats batch_stats() const override { return batcher_ ? batcher_->stats() : BatchStats{}; }
 
  private:
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<PageGroups::Batcher> batcher_;  // null: batching off
 };
 
 }  // namespace uocr

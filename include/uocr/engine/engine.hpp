@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
+#include "uocr/decoder/step_batcher.hpp"
 
 namespace uocr {
 
@@ -106,25 +108,54 @@ class DecoderEngine {
 };
 
 // DecoderEngine over page groups PG (a BasicPageGroupDecoder). `owner` keeps alive what PG
-// refers to (the model's weights; a device and its uploaded weights).
-template <class PG>
+// refers to (the model's weights; a device and its uploaded weights). kBatching (a decoder with
+// decode_batch and check_step: CPU, CUDA): with batch_steps(), decode steps go through a
+// StepBatcher shared with other documents (continuous batching); the document counts as decoding
+// there from the end of start()/resume() to its destruction, except while a next_page()
+// prefills entering pages.
+template <class PG, bool kBatching = false>
 class PageGroupEngine final : public DecoderEngine {
  public:
+  using Batcher = StepBatcher<typename PG::decoder_type, typename PG::cache_type>;
+
   template <class... Args>
   explicit PageGroupEngine(std::shared_ptr<const void> owner, Args&&... args)
       : owner_(std::move(owner)), pg_(std::forward<Args>(args)...) {}
 
-  std::vector<float> start(const DocumentLayout& layout, PageEmbeddingSource& pages) override {
-    return pg_.start(layout, pages);
+  // Decode steps through `batcher` from the next start()/resume() on.
+  void batch_steps(std::shared_ptr<Batcher> batcher) {
+    static_assert(kBatching, "this backend's decoder has no batched step");
+    member_.reset();
+    batcher_ = std::move(batcher);
+    if (batcher_) member_.emplace(*batcher_);
   }
-  const std::vector<float>& step(int32_t token) override { return pg_.step(token); }
-  int64_t next_page() override { return pg_.next_page(); }
+
+  std::vector<float> start(const DocumentLayout& layout, PageEmbeddingSource& pages) override {
+    decoding(false);
+    std::vector<float> logits = pg_.start(layout, pages);
+    decoding(true);
+    return logits;
+  }
+  const std::vector<float>& step(int32_t token) override {
+    if constexpr (kBatching) {
+      if (batcher_) return batched_step(token);
+    }
+    return pg_.step(token);
+  }
+  int64_t next_page() override {
+    decoding(false);
+    const int64_t entered = pg_.next_page();
+    decoding(true);
+    return entered;
+  }
 
   PageGroupState state() const override { return pg_.state(); }
   void visit_kv(const KvVisitor& f) override { pg_.visit_kv(f); }
   void resume(const DocumentLayout& layout, PageEmbeddingSource& pages, const PageGroupState& state,
               const KvVisitor& fill_kv) override {
+    decoding(false);
     pg_.resume(layout, pages, state, fill_kv);
+    decoding(true);
   }
 
   bool pages_pending() const override { return pg_.pages_pending(); }
@@ -139,7 +170,8 @@ class PageGroupEngine final : public DecoderEngine {
   size_t peak_kv_bytes() const override { return pg_.peak_kv_bytes(); }
   size_t page_buffer_bytes() const override { return pg_.page_buffer_bytes(); }
   size_t sparse_summary_bytes() const override { return pg_.sparse_summary_bytes(); }
-  size_t scratch_bytes() const override { return pg_.scratch_bytes(); }
+  // With batching: plus this document's logits row (the batch decoder's scratch is shared).
+  size_t scratch_bytes() const override { return pg_.scratch_bytes() + logits_.capacity() * sizeof(float); }
   SparseReference* sparse() override { return pg_.sparse(); }
 
   double prefill_seconds() const override { return pg_.prefill_seconds(); }
@@ -148,8 +180,25 @@ class PageGroupEngine final : public DecoderEngine {
   PG& page_groups() { return pg_; }
 
  private:
+  void decoding(bool on) {
+    if (member_) member_->active(on);
+  }
+
+  const std::vector<float>& batched_step(int32_t token) {
+    using Dec = typename PG::decoder_type;
+    using Cache = typename PG::cache_type;
+    return pg_.step(token, [this](int32_t t, int64_t position, Dec& dec, Cache& cache) -> const std::vector<float>& {
+      dec.check_step(t, position, cache);  // against this document's own limits, before it joins a batch
+      batcher_->step(t, position, cache, pg_.sparse(), logits_);
+      return logits_;
+    });
+  }
+
   std::shared_ptr<const void> owner_;  // declared first: outlives pg_
   PG pg_;
+  std::shared_ptr<Batcher> batcher_;
+  std::optional<typename Batcher::Member> member_;  // declared after batcher_: leaves before it goes
+  std::vector<float> logits_;                        // this document's row of the last batch
 };
 
 // A backend opened for one model on one device (see uocr/engine/open.hpp).
@@ -162,6 +211,9 @@ class Engine {
   virtual std::unique_ptr<VisionEngine> vision() = 0;
   // A decoder for one document: R-SWA window (0: full attention) and page-group parameters.
   virtual std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) = 0;
+  // Continuous batching (open_engine's BatchParams): what the batcher shared by this engine's
+  // documents did so far (every engine of the model with the same parameters shares it).
+  virtual BatchStats batch_stats() const { return {}; }
 };
 
 }  // namespace uocr

@@ -52,17 +52,23 @@ inline void check_backend(Backend backend, int device_index) {
 
 // The backend `backend` on device `device_index` for `model`. Status::unsupported when it is not
 // built in, or (opening the device) when there is no such device: the message names the backend
-// and lists the devices found.
-inline std::shared_ptr<Engine> open_engine(const std::shared_ptr<const Model>& model, Backend backend, int device_index = 0) {
+// and lists the devices found. `batching` (max_batch > 1): the documents decoded by engines
+// opened with the same parameters on this model and device have their decode steps batched
+// (uocr/decoder/step_batcher.hpp); CPU and CUDA only, Status::unsupported on Vulkan.
+inline std::shared_ptr<Engine> open_engine(const std::shared_ptr<const Model>& model, Backend backend, int device_index = 0,
+                                           const BatchParams& batching = {}) {
   require(model != nullptr, Status::invalid_argument, "engine needs a model");
   check_backend(backend, device_index);
+  validate(batching);
+  require(backend != Backend::vulkan || batching.max_batch == 1, Status::unsupported,
+          "continuous batching (max_batch > 1) is not available on the vulkan backend");
 #if UOCR_HAVE_VULKAN
   if (backend == Backend::vulkan) return std::make_shared<vulkan::VulkanEngine>(model, device_index);
 #endif
 #if UOCR_HAVE_CUDA
-  if (backend == Backend::cuda) return std::make_shared<cuda::CudaEngine>(model, device_index);
+  if (backend == Backend::cuda) return std::make_shared<cuda::CudaEngine>(model, device_index, batching);
 #endif
-  return std::make_shared<CpuEngine>(model);
+  return std::make_shared<CpuEngine>(model, batching);
 }
 
 }  // namespace uocr

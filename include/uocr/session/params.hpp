@@ -44,6 +44,7 @@ struct SessionParams {
   LoopGuardParams loop_guard_params;
   Backend backend = Backend::cpu;    // where vision and decoder run (uocr/engine/open.hpp)
   int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
+  BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
 };
 
 // Checks everything up front, not seconds later after the vision encoder has run.
@@ -59,6 +60,7 @@ inline void validate(const Model& model, const SessionParams& p) {
           Status::invalid_argument, "loop guard needs check_every > 0, min_repeats > 1 and max_period > 0");
   require(p.mode == ImageMode::base || model.config().sam.image_size == 1024, Status::unsupported,
           "gundam mode needs a model whose page size is 1024");
+  validate(p.batching);
   Sampler check(p.sampling);  // throws on bad sampling parameters
   (void)check;
 }

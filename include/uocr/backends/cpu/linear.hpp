@@ -304,6 +304,17 @@ inline void gemm_tiles(const float* x, int64_t m, const TensorView& w, float* y,
 // AVX-512: 1.3-3x at m 5..64, even at 128, Eigen ahead from ~200).
 inline constexpr int64_t kSmallGemmRows = 128;
 
+// Input rows up to which linear() gives each row exactly the bits it gets alone (m = 1): the
+// mat-vec (m <= 4) and, with AVX-512, the bf16 small-m kernel keep one accumulator chain per row
+// whatever m is; the Eigen tiles (and f16 weights, which always take them) do not.
+// Decoder::decode_batch groups its rows by this.
+inline int64_t row_exact_rows(const TensorView& w) {
+#ifdef UOCR_CPU_AVX512
+  if (w.dtype == DType::bf16) return kSmallGemmRows;
+#endif
+  return w.dtype == DType::f16 ? 1 : 4;
+}
+
 // y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]).
 inline void linear(const float* x, int64_t m, const TensorView& w, const TensorView* bias, float* y) {
   const int64_t n = w.dim(0), k = w.dim(1);

@@ -12,7 +12,9 @@
 // CudaKvCache each) by one token in one pass: the linear layers see one row per sequence (the
 // weights are read once per step, not once per sequence), attention runs per sequence over its
 // own reference + ring. Any set of caches may be passed at each step, so sequences join and
-// leave between steps (continuous batching at the step level).
+// leave between steps. Sessions drive it through uocr::StepBatcher (uocr/decoder/step_batcher.hpp,
+// CudaEngine with BatchParams): one batch CudaDecoder on its own Context per device, the caches
+// in the sessions' Contexts (each cache's stream is synchronised before a batch reads it).
 //
 // Everything runs on the device, MoE routing included (softmax + greedy top-k with the CPU's tie
 // rule, moe.cu); up to kDeviceMoeMaxAssignments token→expert assignments the experts run as one
@@ -56,6 +58,7 @@ class CudaKvCache : public ReservedKvRing<CudaKvCache> {
     size_ring();
   }
 
+  Context& context() const { return *ctx_; }  // where the rows live and are written by prefills
   float* reference_k(int layer) const { return layers_[size_t(layer)].ref_k.f32(); }
   float* reference_v(int layer) const { return layers_[size_t(layer)].ref_v.f32(); }
   float* generated_k(int layer) const { return layers_[size_t(layer)].gen_k.f32(); }
@@ -242,6 +245,22 @@ class CudaDecoder {
     return logits_;
   }
 
+  // decode_batch for uocr::StepBatcher: SR-SWA is not batched here, so every attention must be
+  // null (dense); CudaEngine keeps SR-SWA documents out of its batches.
+  const std::vector<float>& decode_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& positions,
+                                         const std::vector<CudaKvCache*>& caches,
+                                         const std::vector<DecodeAttention*>& attentions) {
+    require(std::all_of(attentions.begin(), attentions.end(), [](const DecodeAttention* a) { return a == nullptr; }),
+            Status::unsupported, "CUDA batched decoding is dense only: SR-SWA documents step alone");
+    return decode_batch(tokens, positions, caches);
+  }
+
+  // As uocr::Decoder::check_step, plus a prefilled cache: what every decode step is checked for.
+  void check_step(int32_t token, int64_t position, const CudaKvCache& cache) const {
+    host_.check_step(token, position, cache);
+    require(cache.reference_rows() > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
+  }
+
   // As decode_batch, but returns only each row's argmax (greedy decoding; the logits stay on the
   // device, so a step reads back n ints instead of n·vocab floats).
   const std::vector<int32_t>& decode_batch_greedy(const std::vector<int32_t>& tokens, const std::vector<int64_t>& positions,
@@ -283,12 +302,13 @@ class CudaDecoder {
   // Validates every sequence first (a rejected call leaves all caches as they were), then claims
   // their slots and runs the step; the logits end in logits_dev_ [n, vocab].
   void decode_rows(const int32_t* tokens, const int64_t* positions, CudaKvCache* const* caches, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-      host_.check_step(tokens[i], positions[i], *caches[i]);
-      require(caches[i]->reference_rows() > 0, Status::invalid_argument, "decode step before prefill: the KV cache is empty");
-    }
+    for (int64_t i = 0; i < n; ++i) check_step(tokens[i], positions[i], *caches[i]);
     require(!sparse_ || n == 1, Status::unsupported,
             "CUDA SR-SWA decodes one sequence per step (decode_step); batched steps need it detached");
+    // A cache filled on another Context's stream (a session's, under a StepBatcher) is read here
+    // once that stream is done (a resume's uploads are asynchronous).
+    for (int64_t i = 0; i < n; ++i)
+      if (&caches[i]->context() != ctx_) caches[i]->context().synchronize();
     ctx_->make_current();
     ensure_rows(n);
     const int64_t layers = c_->layers, kr = int64_t(c_->kv_heads) * c_->head_dim, qr = int64_t(c_->heads) * c_->head_dim;

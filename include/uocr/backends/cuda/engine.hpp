@@ -8,6 +8,9 @@
 // (its weights uploaded on the first vision() call) runs on the device model's Context, one view
 // at a time under its lock.
 //
+// Continuous batching (BatchParams, uocr/decoder/step_batcher.hpp): one DeviceBatcher per device
+// and parameters runs the documents' decode steps through CudaDecoder::decode_batch.
+//
 // SR-SWA works as on Vulkan (host selection, device attention: decoder.hpp); checkpoints copy
 // the KV rows through the host (ReservedKvRing::visit_rows) in the CPU's layout, so a
 // checkpoint written on any backend resumes here and the other way round.
@@ -23,6 +26,7 @@
 #include "uocr/backends/cuda/vision.hpp"
 #include "uocr/backends/cuda/weights.hpp"
 #include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/device_vision.hpp"
 #include "uocr/engine/engine.hpp"
 #include "uocr/model/model.hpp"
 
@@ -55,40 +59,37 @@ struct DeviceModel {
 
 using CudaPageGroups = BasicPageGroupDecoder<CudaDecoder, CudaKvCache>;
 
-class CudaVisionEngine final : public VisionEngine {
- public:
-  CudaVisionEngine(std::shared_ptr<const Model> model, std::shared_ptr<DeviceModel> dev)
-      : model_(std::move(model)), dev_(std::move(dev)) {
-    std::lock_guard<std::mutex> lock(dev_->vision_mutex);
-    hidden_ = dev_->vision_encoder(*model_).hidden();
-  }
-  int hidden() const override { return hidden_; }
-  std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
-                                   int tiles_x, int tiles_y) override {
-    std::lock_guard<std::mutex> lock(dev_->vision_mutex);
-    CudaVisionEncoder& enc = dev_->vision_encoder(*model_);
-    enc.reset_peak();
-    std::vector<float> out = enc.visual_tokens(global_view, tiles, tiles_x, tiles_y);
-    peak_ = std::max(peak_, enc.peak_activation_bytes());
-    return out;
-  }
-  // The device activation buffers of the largest view encoded (allocated per view).
-  size_t scratch_bytes() const override { return peak_; }
+using CudaVisionEngine = DeviceVisionEngine<DeviceModel>;
 
- private:
-  std::shared_ptr<const Model> model_;  // owns dev_ (backend_state) and the weights its encoder reads
-  std::shared_ptr<DeviceModel> dev_;
-  int hidden_ = 0;
-  size_t peak_ = 0;
+// Continuous batching on one device: the batch CudaDecoder on its own Context (stream, scratch)
+// over the shared weights; the documents' caches stay in their sessions' Contexts.
+struct DeviceBatcher {
+  using Batcher = PageGroupEngine<CudaPageGroups, true>::Batcher;
+  DeviceBatcher(const Model& model, std::shared_ptr<DeviceModel> d, const BatchParams& p)
+      : dev(std::move(d)), ctx(dev->ctx.info().index),
+        batcher(CudaDecoder(ctx, model.config().decoder, model.weights().decoder, dev->decoder), p,
+                kMaxExtrapolatedPosition) {}
+  std::shared_ptr<DeviceModel> dev;  // the weights the batch decoder reads
+  Context ctx;
+  Batcher batcher;
 };
 
 class CudaEngine final : public Engine {
  public:
   // Opens device `device_index` for `model`, uploading the decoder weights unless another session
   // already did. Status::unsupported without a driver or device; invalid_argument for an index
-  // out of range.
-  CudaEngine(std::shared_ptr<const Model> model, int device_index)
-      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)) {}
+  // out of range. batching.max_batch > 1: documents without SR-SWA have their decode steps
+  // batched with those of every CudaEngine opened with the same parameters on this device.
+  CudaEngine(std::shared_ptr<const Model> model, int device_index, const BatchParams& batching = {})
+      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)) {
+    validate(batching);
+    if (batching.max_batch > 1) {
+      const std::string key = "cuda:" + std::to_string(device_index) + ":batch:" + std::to_string(batching.max_batch) +
+                              ":" + std::to_string(batching.max_wait_us);
+      batcher_ = model_->backend_state<DeviceBatcher>(
+          key, [&] { return std::make_shared<DeviceBatcher>(*model_, dev_, batching); });
+    }
+  }
 
   Backend backend() const override { return Backend::cuda; }
   std::string device() const override {
@@ -107,14 +108,19 @@ class CudaEngine final : public Engine {
     };
     auto owner = std::make_shared<Owner>(model_, dev_);
     const DecoderConfig& c = model_->config().decoder;
-    return std::make_unique<PageGroupEngine<CudaPageGroups>>(
+    auto e = std::make_unique<PageGroupEngine<CudaPageGroups, true>>(
         owner, CudaDecoder(owner->ctx, c, model_->weights().decoder, dev_->decoder), CudaKvCache(owner->ctx, c, window),
         groups);
+    // SR-SWA selects per sequence on the host between layers: such documents step alone.
+    if (batcher_ && !groups.sparse) e->batch_steps(std::shared_ptr<DeviceBatcher::Batcher>(batcher_, &batcher_->batcher));
+    return e;
   }
+  BatchStats batch_stats() const override { return batcher_ ? batcher_->batcher.stats() : BatchStats{}; }
 
  private:
   std::shared_ptr<const Model> model_;
   std::shared_ptr<DeviceModel> dev_;
+  std::shared_ptr<DeviceBatcher> batcher_;  // null: batching off
 };
 
 }  // namespace uocr::cuda

@@ -9,16 +9,15 @@
 // SR-SWA, checkpoints / resume and position extrapolation work as on the CPU (a checkpoint
 // resumes on either backend); SR-SWA selects on the host (VulkanDecoder, decoder.hpp).
 #pragma once
-#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <vector>
 
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/backends/vulkan/decoder.hpp"
 #include "uocr/backends/vulkan/vision.hpp"
 #include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/device_vision.hpp"
 #include "uocr/engine/engine.hpp"
 #include "uocr/model/model.hpp"
 
@@ -36,6 +35,9 @@ struct DeviceModel {
   std::mutex vision_mutex;
   VulkanVisionEncoder vision;
 
+  // DeviceVisionEngine's access to the encoder (made with the device model).
+  VulkanVisionEncoder& vision_encoder(const Model&) { return vision; }
+
   static ContextOptions options(int device_index) {
     ContextOptions o;
     o.device_index = device_index;
@@ -50,27 +52,7 @@ struct DeviceModel {
 
 using VulkanPageGroups = BasicPageGroupDecoder<VulkanDecoder, VulkanKvCache>;
 
-class VulkanVisionEngine final : public VisionEngine {
- public:
-  VulkanVisionEngine(std::shared_ptr<const Model> model, std::shared_ptr<DeviceModel> dev)
-      : model_(std::move(model)), dev_(std::move(dev)) {}
-  int hidden() const override { return dev_->vision.hidden(); }
-  std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
-                                   int tiles_x, int tiles_y) override {
-    std::lock_guard<std::mutex> lock(dev_->vision_mutex);
-    dev_->vision.reset_peak();
-    std::vector<float> out = dev_->vision.visual_tokens(global_view, tiles, tiles_x, tiles_y);
-    peak_ = std::max(peak_, dev_->vision.peak_activation_bytes());
-    return out;
-  }
-  // The device activation buffers of the largest view encoded (allocated per view).
-  size_t scratch_bytes() const override { return peak_; }
-
- private:
-  std::shared_ptr<const Model> model_;  // owns dev_ (backend_state) and the weights its encoder reads
-  std::shared_ptr<DeviceModel> dev_;
-  size_t peak_ = 0;
-};
+using VulkanVisionEngine = DeviceVisionEngine<DeviceModel>;
 
 class VulkanEngine final : public Engine {
  public:

@@ -1,0 +1,344 @@
+// Continuous batching (uocr/decoder/step_batcher.hpp): Decoder::decode_batch rows against
+// decode_step (bit for bit), the batcher's scheduling and error paths with a scripted decoder,
+// and sessions in several threads on one model with batching on against each run alone.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+#include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/step_batcher.hpp"
+#include "uocr/engine/open.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/session/infinite.hpp"
+#include "uocr/session/page_source.hpp"
+
+using uocr::Status;
+using uocr_test::status_of;
+
+namespace {
+
+std::shared_ptr<const uocr::Model> demo_model() {
+  static const std::shared_ptr<const uocr::Model> m = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");
+  return m;
+}
+
+std::string sample(int page) { return uocr_test::source_dir() + "/samples/data/demo-page" + std::to_string(page) + ".png"; }
+
+std::vector<float> random_rows(int64_t rows, int64_t hidden, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(size_t(rows * hidden));
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("decode_batch: every row is decode_step's row, bit for bit, in rings and growing windows") {
+  const auto model = demo_model();
+  const uocr::DecoderConfig& c = model->config().decoder;
+  uocr::Decoder alone(c, model->weights().decoder), batched(c, model->weights().decoder);
+  CHECK(batched.batch_rows() > 4);  // bf16 weights on this build: rows go through the small-m kernel together
+
+  // Six sequences (more than the mat-vec's 4 rows): different prompt lengths, R-SWA windows of
+  // 4 and 8 (the rings wrap) and full attention.
+  constexpr int kSeq = 6, kSteps = 12;
+  const int windows[kSeq] = {4, 8, 0, 4, 8, 0};
+  std::vector<uocr::KvCache> a, b;
+  std::vector<int32_t> tokens(kSeq);
+  std::vector<int64_t> positions(kSeq);
+  for (int i = 0; i < kSeq; ++i) {
+    a.emplace_back(c, windows[i]);
+    b.emplace_back(c, windows[i]);
+    const int64_t p = 5 + 3 * i;
+    const std::vector<float> prompt = random_rows(p, c.hidden, unsigned(i + 1));
+    const std::vector<float> la = alone.prefill(prompt, 0, a.back()), lb = alone.prefill(prompt, 0, b.back());
+    REQUIRE(uocr_test::bit_identical(la, lb));
+    tokens[size_t(i)] = int32_t(uocr_test::argmax(la));
+    positions[size_t(i)] = p;
+  }
+  std::vector<uocr::KvCache*> caches;
+  for (uocr::KvCache& k : b) caches.push_back(&k);
+  int64_t mismatches = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    // A different subset every step: sequences join and leave between steps.
+    std::vector<int32_t> bt;
+    std::vector<int64_t> bp;
+    std::vector<uocr::KvCache*> bc;
+    std::vector<int> who;
+    for (int i = 0; i < kSeq; ++i)
+      if (s < 2 || (s + i) % 4 != 0) {
+        who.push_back(i);
+        bt.push_back(tokens[size_t(i)]);
+        bp.push_back(positions[size_t(i)]);
+        bc.push_back(caches[size_t(i)]);
+      }
+    const std::vector<float> rows = batched.decode_batch(bt, bp, bc);
+    REQUIRE(rows.size() == who.size() * size_t(c.vocab));
+    for (size_t r = 0; r < who.size(); ++r) {
+      const int i = who[r];
+      const std::vector<float>& one = alone.decode_step(tokens[size_t(i)], positions[size_t(i)], a[size_t(i)]);
+      mismatches += std::memcmp(one.data(), rows.data() + r * size_t(c.vocab), size_t(c.vocab) * sizeof(float)) != 0;
+      tokens[size_t(i)] = int32_t(uocr_test::argmax(one));
+      ++positions[size_t(i)];
+    }
+  }
+  CHECK(mismatches == 0);
+  for (int i = 0; i < kSeq; ++i) CHECK(a[size_t(i)].generated_rows() == b[size_t(i)].generated_rows());
+
+  // A bad row refuses the whole call before any cache changes.
+  const int64_t before = b[0].generated_rows();
+  CHECK(status_of([&] { batched.decode_batch({tokens[0], int32_t(c.vocab)}, {positions[0], positions[1]}, {caches[0], caches[1]}); }) ==
+        Status::invalid_argument);
+  CHECK(status_of([&] { batched.decode_batch({tokens[0], tokens[0]}, {positions[0], positions[0]}, {caches[0], caches[0]}); }) ==
+        Status::invalid_argument);
+  CHECK(status_of([&] { batched.decode_batch({}, {}, {}); }) == Status::invalid_argument);
+  CHECK(b[0].generated_rows() == before);
+}
+
+namespace {
+
+// A decoder that scripts decode_batch: the logits row of token t is {t, position}; token 13
+// fails the whole batch.
+struct ScriptedCache {};
+struct ScriptedDecoder {
+  std::vector<float> out;
+  void set_position_limit(int64_t) {}
+  const std::vector<float>& decode_batch(const std::vector<int32_t>& tokens, const std::vector<int64_t>& positions,
+                                         const std::vector<ScriptedCache*>&, const std::vector<uocr::DecodeAttention*>&) {
+    for (int32_t t : tokens) uocr::require(t != 13, Status::internal, "scripted failure");
+    out.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) out.insert(out.end(), {float(tokens[i]), float(positions[i])});
+    return out;
+  }
+};
+using ScriptedBatcher = uocr::StepBatcher<ScriptedDecoder, ScriptedCache>;
+
+// `threads` threads, each with its own cache and logits row, call step(t, s, cache, row) for
+// s = 0, 1, ... up to `steps` times or until it returns false; returns when all have finished.
+template <class Step>
+void each_thread_steps(int threads, int steps, Step&& step) {
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      ScriptedCache cache;
+      std::vector<float> row;
+      for (int s = 0; s < steps; ++s)
+        if (!step(t, s, cache, row)) break;
+    });
+  for (std::thread& th : pool) th.join();
+}
+
+}  // namespace
+
+TEST_CASE("StepBatcher: batches when every sequence waits, bounded wait, errors reach the whole batch") {
+  ScriptedBatcher batcher(ScriptedDecoder{}, {4, 5000000}, 1 << 24);  // 5 s: never reached while all four step
+  constexpr int kThreads = 4, kSteps = 25;
+
+  // All four registered before any steps: every batch then waits for all of them.
+  std::vector<std::unique_ptr<ScriptedBatcher::Member>> members;
+  for (int t = 0; t < kThreads; ++t) {
+    members.push_back(std::make_unique<ScriptedBatcher::Member>(batcher));
+    members.back()->active(true);
+  }
+
+  SUBCASE("four decoding sequences: every step is one batch of four, each thread gets its own row") {
+    std::atomic<int> wrong{0};
+    each_thread_steps(kThreads, kSteps, [&](int t, int s, ScriptedCache& cache, std::vector<float>& row) {
+      batcher.step(100 + t, s, cache, nullptr, row);
+      wrong += row != std::vector<float>{float(100 + t), float(s)};
+      return true;
+    });
+    CHECK(wrong == 0);
+    const uocr::BatchStats st = batcher.stats();
+    CHECK(st.steps == kThreads * kSteps);
+    CHECK(st.batches == kSteps);
+    CHECK(st.largest == kThreads);
+    CHECK(st.timeouts == 0);
+  }
+
+  SUBCASE("a registered sequence that stops stepping holds the others back by at most max_wait") {
+    ScriptedBatcher quick(ScriptedDecoder{}, {4, 2000}, 1 << 24);
+    ScriptedBatcher::Member me(quick), idle(quick);
+    me.active(true);
+    idle.active(true);  // never steps
+    ScriptedCache cache;
+    std::vector<float> row;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < 10; ++s) quick.step(7, s, cache, nullptr, row);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(quick.stats().timeouts == 10);
+    CHECK(seconds < 5.0);  // 10 x 2 ms of waiting, with plenty of room for a loaded machine
+    idle.active(false);    // now alone: no wait at all
+    for (int s = 0; s < 10; ++s) quick.step(7, s, cache, nullptr, row);
+    CHECK(quick.stats().timeouts == 10);
+    CHECK(quick.stats().batches == 20);
+  }
+
+  SUBCASE("an error in a batch reaches every thread in it; the others carry on") {
+    std::atomic<int> failed{0}, internal{0}, ok_after{0};
+    each_thread_steps(kThreads, kSteps, [&](int t, int s, ScriptedCache& cache, std::vector<float>& row) {
+      const Status st = status_of([&] { batcher.step(t == 0 && s == 10 ? 13 : 100 + t, s, cache, nullptr, row); });
+      if (st != Status::ok) {
+        ++failed;
+        internal += st == Status::internal;
+        if (t == 0) {  // the failing document ends (leaves the batcher); the others keep decoding
+          members[0]->active(false);
+          return false;
+        }
+      } else if (s > 10) {
+        ++ok_after;
+      }
+      return true;
+    });
+    CHECK(failed == kThreads);  // step 10 was one batch of all four
+    CHECK(internal == kThreads);
+    CHECK(ok_after == (kThreads - 1) * (kSteps - 11));
+  }
+}
+
+namespace {
+
+struct Transcript {
+  std::vector<int32_t> tokens;
+  std::string text;
+  Status status = Status::ok;
+  uocr::StopReason stop = uocr::StopReason::eos;
+  // Decode steps it ran: every token is fed back but the last one unless the run ended at EOS
+  // (the first token comes from the prefill).
+  int64_t steps() const { return int64_t(tokens.size()) - (stop == uocr::StopReason::eos ? 0 : 1); }
+};
+
+// Document d of the threaded test: one sample page each (the fourth sampled with a seed), and a
+// three-page document in groups of two (a slide: the document leaves the batch while its next
+// page is encoded and prefilled). `stop_after` > 0 cancels after that many tokens.
+Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_after = 0) {
+  uocr::SessionParams sp;
+  sp.max_new_tokens = 120;
+  sp.batching = batching;
+  uocr::InfiniteParams ip;
+  std::vector<std::string> files{sample(1 + d % 3)};
+  if (d == 3) sp.sampling = {0.8f, 0.9f, 42};
+  if (d == 4) {
+    files = {sample(1), sample(2), sample(3)};
+    ip.groups.group_pages = 2;
+    ip.groups.overlap_pages = 1;
+    ip.page_fallback_tokens = 40;
+  }
+  Transcript out;
+  out.status = status_of([&] {
+    uocr::InfiniteSession s(demo_model(), sp, ip);
+    uocr::FilePages pages(files);
+    const uocr::RunSummary sum = s.run(pages, [&](const uocr::Event& e) {
+      if (e.type == uocr::Event::Type::token && e.token >= 0) out.tokens.push_back(e.token);
+      return stop_after == 0 || int64_t(out.tokens.size()) < stop_after;
+    });
+    out.text = sum.text;
+    out.stop = sum.stop;
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sessions in five threads with batching on give each document's tokens alone; batches formed") {
+  constexpr int kDocs = 5;
+  std::vector<Transcript> alone;
+  for (int d = 0; d < kDocs; ++d) alone.push_back(transcribe(d, {}));
+  for (const Transcript& t : alone) {
+    REQUIRE(t.status == Status::ok);
+    REQUIRE(t.tokens.size() > 10);
+  }
+  CHECK(alone[0].tokens != alone[1].tokens);
+  CHECK(alone[0].tokens != alone[3].tokens);  // document 3 samples
+
+  const uocr::BatchParams batching{8, 50000};
+  const auto stats = [&] { return uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, batching)->batch_stats(); };
+  const uocr::BatchStats before = stats();
+  std::vector<Transcript> together(kDocs);
+  std::vector<std::thread> threads;
+  for (int d = 0; d < kDocs; ++d) threads.emplace_back([&, d] { together[size_t(d)] = transcribe(d, batching); });
+  for (std::thread& th : threads) th.join();
+  const uocr::BatchStats after = stats();
+  for (int d = 0; d < kDocs; ++d) {
+    CAPTURE(d);
+    CHECK(together[size_t(d)].status == Status::ok);
+    CHECK(together[size_t(d)].tokens == alone[size_t(d)].tokens);
+    CHECK(together[size_t(d)].text == alone[size_t(d)].text);
+  }
+  int64_t steps = 0;
+  for (const Transcript& t : alone) steps += t.steps();
+  CHECK(after.steps - before.steps == steps);
+  CHECK(after.largest >= 2);
+  CHECK(after.batches - before.batches < steps);  // steps shared batches
+  for (const Transcript& t : alone) MESSAGE("document: ", t.tokens.size(), " tokens");
+  MESSAGE("batches ", after.batches - before.batches, " for ", steps, " steps, largest ", after.largest, ", timeouts ",
+          after.timeouts - before.timeouts);
+
+  // Batching off is the engine without a batcher (today's path).
+  CHECK(uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, {})->batch_stats().batches == 0);
+}
+
+TEST_CASE("batched sessions: one that is cancelled or fails early does not hold up the others") {
+  const uocr::BatchParams batching{4, 1000000};  // 1 s per step: a document left registered would show
+  const Transcript reference = transcribe(0, {});
+  std::vector<Transcript> got(4);
+  std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  threads.emplace_back([&] { got[0] = transcribe(0, batching); });
+  threads.emplace_back([&] { got[1] = transcribe(0, batching, 5); });  // cancelled after 5 tokens
+  threads.emplace_back([&] {
+    // Four pages in groups of two: the fourth is read at the second slide (10 tokens after the
+    // first at the latest), while the document decodes in the batch, and fails.
+    uocr::SessionParams sp;
+    sp.batching = batching;
+    uocr::InfiniteParams ip;
+    ip.groups.group_pages = 2;
+    ip.groups.overlap_pages = 1;
+    ip.page_fallback_tokens = 10;
+    got[2].status = status_of([&] {
+      uocr::InfiniteSession s(demo_model(), sp, ip);
+      uocr::CallbackPages pages(4, [](int64_t i, uocr::ImageU8& page) {
+        uocr::require(i < 3, Status::io, "page 4 is unreadable");
+        page = uocr::load_image(sample(int(i) + 1));
+        return true;
+      });
+      s.run(pages, [&](const uocr::Event& e) {
+        if (e.type == uocr::Event::Type::token && e.token >= 0) got[2].tokens.push_back(e.token);
+        return true;
+      });
+    });
+  });
+  threads.emplace_back([&] { got[3] = transcribe(1, batching); });
+  for (std::thread& th : threads) th.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(got[0].status == Status::ok);
+  CHECK(got[0].tokens == reference.tokens);
+  CHECK(got[1].tokens.size() == 5);
+  CHECK(got[2].status == Status::io);
+  CHECK(got[2].tokens.size() >= 2);  // it had been decoding in the batch
+  CHECK(got[3].status == Status::ok);
+  // Document 0 alone has ~30 steps: each waiting out 1 s for a vanished document, 30 s.
+  CHECK(seconds < 10.0);
+  MESSAGE("four batched sessions, two ending early: ", seconds, " s");
+}
+
+TEST_CASE("batching parameters are validated; Vulkan refuses batching") {
+  CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, {0, 10}); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, {4, -1}); }) == Status::invalid_argument);
+  uocr::SessionParams sp;
+  sp.batching.max_batch = -3;
+  CHECK(status_of([&] { uocr::InfiniteSession s(demo_model(), sp); }) == Status::invalid_argument);
+  const Status vk = status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::vulkan, 0, {4, 10}); });
+  CHECK(vk == Status::unsupported);
+}
