@@ -97,6 +97,11 @@ namespace Uocr
         public IntPtr CheckpointPath;
         public int CheckpointEveryTokens;
         public int Resume;
+        // API version 4
+        public int MaxBatch;
+        public int MaxBatchWaitUs;
+        public int ReferenceGateFanOut;
+        public int ReferenceGateBeam;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -162,7 +167,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 3; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 4; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -334,6 +339,12 @@ namespace Uocr
         public string CheckpointPath = null; // null: no checkpoints (crash-safe resume, see c_api/README.md)
         public int CheckpointEveryTokens = 0; // also every N tokens (0: after the prefill and at page boundaries)
         public bool Resume = false;          // continue from CheckpointPath
+        // Continuous batching (CPU, CUDA): sessions of one model in different threads with the same
+        // two values step together, each getting the tokens it would get alone.
+        public int MaxBatch = 0;             // sessions per batched step (0 or 1: off)
+        public int MaxBatchWaitUs = 0;       // longest a step waits for the others (0: 1000; -1: no wait)
+        public int ReferenceGateFanOut = 0;  // Sparse: pages per gate-tree node (0: 4; else >= 2)
+        public int ReferenceGateBeam = 0;    // Sparse: gate nodes kept per level (0: twice ReferencePages)
     }
 
     public sealed class Model : IDisposable
@@ -395,6 +406,10 @@ namespace Uocr
             p.Positions = (int)o.Positions;
             p.CheckpointEveryTokens = o.CheckpointEveryTokens;
             p.Resume = o.Resume ? 1 : 0;
+            p.MaxBatch = o.MaxBatch;
+            p.MaxBatchWaitUs = o.MaxBatchWaitUs;
+            p.ReferenceGateFanOut = o.ReferenceGateFanOut;
+            p.ReferenceGateBeam = o.ReferenceGateBeam;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

@@ -126,6 +126,14 @@ static class ApiCheck
             Check(!run(narrow).SequenceEqual(full), "SR-SWA on one page and block differs from dense");
             var device = Expect<UocrException>(() => model.CreateSession(new SessionOptions { Backend = Backend.Vulkan, DeviceIndex = 1000 }), "missing device");
             Check(device != null && device.Status == Status.Unsupported, "missing device status");
+            // API 4 fields: a gate of fan-out 2 keeping one node per level runs; out-of-range values are refused.
+            narrow.ReferenceGateFanOut = 2;
+            narrow.ReferenceGateBeam = 1;
+            Check(run(narrow).Count > 0, "SR-SWA with a fan-out-2 gate runs");
+            var gate = Expect<UocrException>(() => model.CreateSession(new SessionOptions { ReferenceGateFanOut = 1 }), "gate fan-out 1");
+            Check(gate != null && gate.Status == Status.InvalidArgument && gate.Message.Contains("reference_gate_fan_out"), "gate fan-out message");
+            var batch = Expect<UocrException>(() => model.CreateSession(new SessionOptions { MaxBatch = -1 }), "max_batch -1");
+            Check(batch != null && batch.Status == Status.InvalidArgument && batch.Message.Contains("max_batch"), "max_batch message");
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

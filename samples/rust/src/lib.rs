@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 3;
+pub const API_VERSION: i32 = 4;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -130,6 +130,11 @@ struct RawSessionParams {
     checkpoint_path: *const c_char,
     checkpoint_every_tokens: i32,
     resume: i32,
+    // API version 4
+    max_batch: i32,
+    max_batch_wait_us: i32,
+    reference_gate_fan_out: i32,
+    reference_gate_beam: i32,
 }
 
 #[repr(C)]
@@ -194,7 +199,7 @@ pub struct RunSummary {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 120);
+    assert!(std::mem::size_of::<RawSessionParams>() == 136);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
     assert!(std::mem::size_of::<RunSummary>() == 136);
@@ -405,6 +410,10 @@ impl Model {
             raw.checkpoint_every_tokens = c.every_tokens;
             raw.resume = c.resume as i32;
         }
+        raw.max_batch = params.max_batch;
+        raw.max_batch_wait_us = params.max_batch_wait_us;
+        raw.reference_gate_fan_out = params.reference_gate_fan_out;
+        raw.reference_gate_beam = params.reference_gate_beam;
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -505,6 +514,15 @@ pub struct SessionParams {
     pub positions: Positions,
     /// None: no checkpoints.
     pub checkpoint: Option<Checkpoint>,
+    /// Continuous batching: sessions of one model (CPU or CUDA) run in different threads with the
+    /// same `max_batch` (>= 2; 0 or 1: off) and `max_batch_wait_us` (0: 1000; -1: no wait) have
+    /// their decode steps computed together, each getting the tokens it would get alone.
+    pub max_batch: i32,
+    pub max_batch_wait_us: i32,
+    /// SR-SWA page gate (with `Reference::Sparse`): pages per gate-tree node (0: 4; else >= 2) and
+    /// nodes kept per level (0: twice the page budget).
+    pub reference_gate_fan_out: i32,
+    pub reference_gate_beam: i32,
 }
 
 impl Default for SessionParams {
@@ -530,6 +548,10 @@ impl Default for SessionParams {
             reference: Reference::Dense,
             positions: Positions::Limit,
             checkpoint: None,
+            max_batch: raw.max_batch,
+            max_batch_wait_us: raw.max_batch_wait_us,
+            reference_gate_fan_out: raw.reference_gate_fan_out,
+            reference_gate_beam: raw.reference_gate_beam,
         }
     }
 }

@@ -145,6 +145,15 @@ fn typed_options_reach_the_library() {
     assert_ne!(run(SessionParams { reference: narrow, ..sliding(24) }), dense);
     let err = model.session(&SessionParams { backend: Backend::Vulkan, device_index: 1000, ..Default::default() }).err().unwrap();
     assert_eq!(err.status, status::E_UNSUPPORTED, "{}", err);
+    // API 4 fields: a gate of fan-out 2 keeping one node per level runs; out-of-range values are refused.
+    let gated = SessionParams { reference: narrow, reference_gate_fan_out: 2, reference_gate_beam: 1, ..sliding(24) };
+    assert!(!run(gated).is_empty());
+    let err = model.session(&SessionParams { reference_gate_fan_out: 1, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+    assert!(err.message.contains("reference_gate_fan_out"), "{}", err.message);
+    let err = model.session(&SessionParams { max_batch: -1, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+    assert!(err.message.contains("max_batch"), "{}", err.message);
 }
 
 #[test]
