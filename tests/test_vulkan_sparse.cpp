@@ -103,8 +103,9 @@ void check_case(const Case& c, int steps = 3) {
         for (size_t i = 0; i < got.size(); ++i) CHECK((got[i].begin == want[i].begin && got[i].rows == want[i].rows));
       }
     }
-    CHECK(dev.rows_attended() == cpu_rows);
-    CHECK(dev.bounds_evaluated() == cpu_bounds);
+    const vk::DeviceSparseReference::StepCounts n = dev.step_counts();
+    CHECK(n.rows_attended == cpu_rows);
+    CHECK(n.bounds_evaluated == cpu_bounds);
   }
   uocr_test::check_no_validation_errors(ctx, c.name);
 }

@@ -313,10 +313,12 @@ class VulkanDecoder {
     ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
     rec.submit();
     const int64_t head_layers = int64_t(c_.heads) * c_.layers;
-    if (sparse)
-      sparse_->count_selection(head_layers, ref, device_sparse_.rows_attended(), device_sparse_.bounds_evaluated());
-    else if (sparse_)
+    if (sparse) {
+      const DeviceSparseReference::StepCounts n = device_sparse_.step_counts();
+      sparse_->count_selection(head_layers, ref, n.rows_attended, n.bounds_evaluated);
+    } else if (sparse_) {
       sparse_->count_selection(head_layers, ref, head_layers * ref, 0);
+    }
     ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
     return logits_;
   }

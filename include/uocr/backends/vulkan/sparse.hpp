@@ -14,7 +14,9 @@
 //   dev.begin_step(rec);
 //   dev.select(rec, layer, q);                      // per layer, q [heads*d] after RoPE
 //   dev.attend(rec, layer, q, reference, window, out);
-//   rec.submit(); sparse.count_selection(heads * layers, ref_rows, dev.rows_attended(), dev.bounds_evaluated());
+//   rec.submit();
+//   const auto n = dev.step_counts();
+//   sparse.count_selection(heads * layers, ref_rows, n.rows_attended, n.bounds_evaluated);
 //
 // Sizes: per head scratch for the largest candidate set (gate level or gated blocks, a power of
 // two) and span list; the selection output keeps every layer's spans of the last step
@@ -103,9 +105,15 @@ class DeviceSparseReference {
   }
 
   // After the step's submit: its reference rows attended and Quest bounds evaluated, summed over
-  // heads and layers.
-  int64_t rows_attended() const { return counts()[0]; }
-  int64_t bounds_evaluated() const { return counts()[1]; }
+  // heads and layers (one read of the two words).
+  struct StepCounts {
+    int64_t rows_attended = 0, bounds_evaluated = 0;
+  };
+  StepCounts step_counts() const {
+    uint32_t c[2] = {0, 0};
+    ctx_->download(counts_, c, sizeof c);
+    return {int64_t(c[0]), int64_t(c[1])};
+  }
 
   // Head h's spans in layer `layer` of the last step (merged, by row), read back (tests).
   std::vector<RowSpan> selection(int layer, int h) const {
@@ -150,12 +158,6 @@ class DeviceSparseReference {
     Buffer out = sized(std::move(b), bytes, what);
     if (bytes) ctx_->upload(out, data, bytes);
     return out;
-  }
-
-  std::vector<int64_t> counts() const {
-    uint32_t c[2] = {0, 0};
-    ctx_->download(counts_, c, sizeof c);
-    return {int64_t(c[0]), int64_t(c[1])};
   }
 
   Context* ctx_;
