@@ -204,7 +204,7 @@ TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
   CHECK(stat(r.output, "reference_rows_attended") == 0);
 }
 
-TEST_CASE("uocr run: page group, SR-SWA and checkpoint options are checked") {
+TEST_CASE("uocr run: page group, SR-SWA, checkpoint and --cuda-graphs options are checked") {
   const std::string page = " '" + tiny() + "/page.png'";
   auto fails = [&](const std::string& options, const std::string& needle) {
     const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 " + options + page);
@@ -221,6 +221,7 @@ TEST_CASE("uocr run: page group, SR-SWA and checkpoint options are checked") {
   fails("--reference-budget 1,4 --reference-gate 4", "--reference-gate");
   fails("--reference-budget 1,4 --reference-gate 1,0", "fan-out");
   fails("--positions far", "--positions");
+  fails("--cuda-graphs yes", "--cuda-graphs must be on or off");
   fails("--resume", "--checkpoint");
   fails("--checkpoint-every -1 --checkpoint /tmp/x.ckpt", "--checkpoint-every");
   fails("--separate-pages --checkpoint /tmp/x.ckpt", "--separate-pages");

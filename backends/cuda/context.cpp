@@ -60,6 +60,9 @@ struct Context::Impl {
   std::unordered_map<size_t, std::vector<void*>> free_blocks;  // block size -> cached blocks
   MemoryStats stats;
   std::vector<Buffer> scratch;
+  uint64_t scratch_generation = 0;
+  bool capturing = false;        // inside capture(): the stream records instead of running
+  bool refused_alloc = false;    // alloc was asked for during the capture
 
   void drop_cache() {
     for (auto& [size, blocks] : free_blocks)
@@ -105,7 +108,21 @@ void* Context::blas() const { return impl_->blas; }
 GemmPrecision Context::gemm_precision() const { return impl_->precision; }
 void Context::set_gemm_precision(GemmPrecision p) { impl_->precision = p; }
 
+// What a capture must not contain: an allocation (it is not recorded, so the graph would hold
+// a block sized for this step only; capture() sees refused_alloc and lets the caller run
+// eagerly), host copies (replays would read or write the host buffer of the capture's call) and
+// waits (nothing runs during a capture). Refused here with a clear error rather than left to
+// CUDA's invalidation of the capture.
+void Context::refuse_during_capture(const char* what) {
+  if (!impl_->capturing) return;
+  throw Error(Status::internal, std::string("CUDA: ") + what + " during graph capture");
+}
+
 Buffer Context::alloc(size_t bytes, const char* what) {
+  if (impl_->capturing) {
+    impl_->refused_alloc = true;
+    refuse_during_capture((std::string("allocation of ") + what).c_str());
+  }
   make_current();
   const size_t block = block_size(std::max<size_t>(bytes, 1));
   MemoryStats& s = impl_->stats;
@@ -149,6 +166,7 @@ void Context::upload(const Buffer& dst, size_t offset, const void* src, size_t b
 // From pageable host memory the copy returns once the source has been staged, so `src` may be
 // reused at once; the device sees the data before any later work on the stream.
 void Context::upload(void* dst, const void* src, size_t bytes) {
+  refuse_during_capture("upload from host memory");
   if (bytes == 0) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, impl_->stream), "cudaMemcpyAsync (upload)");
 }
@@ -159,6 +177,7 @@ void Context::download(const Buffer& src, size_t offset, void* dst, size_t bytes
 }
 
 void Context::download(const void* src, void* dst, size_t bytes) {
+  refuse_during_capture("download to host memory");
   if (bytes > 0) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, impl_->stream), "cudaMemcpyAsync (download)");
   synchronize();
 }
@@ -172,17 +191,83 @@ void Context::copy(void* dst, const void* src, size_t bytes) {
 }
 
 // Kernel faults are reported here (asynchronously), named by the sync rather than the kernel.
-void Context::synchronize() { check(cudaStreamSynchronize(impl_->stream), "stream synchronize (an earlier kernel or copy failed)"); }
+void Context::synchronize() {
+  refuse_during_capture("stream synchronize");
+  check(cudaStreamSynchronize(impl_->stream), "stream synchronize (an earlier kernel or copy failed)");
+}
 
 float* Context::scratch(int slot, size_t floats) {
   require(slot >= 0 && slot < 16, Status::internal, "CUDA scratch slot out of range");
   if (impl_->scratch.size() <= size_t(slot)) impl_->scratch.resize(size_t(slot) + 1);
   Buffer& b = impl_->scratch[size_t(slot)];
   if (b.bytes() < floats * sizeof(float)) {
+    ++impl_->scratch_generation;
     b = Buffer();  // stream order makes the old block safe to hand out again
     b = alloc(floats * sizeof(float), "op scratch");
   }
   return b.f32();
+}
+
+uint64_t Context::scratch_generation() const { return impl_->scratch_generation; }
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));  // nothing to do on failure here
+}
+
+bool Context::capture(Graph& g, const std::function<void()>& work) {
+  make_current();
+  check(cudaStreamBeginCapture(impl_->stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  impl_->capturing = true;
+  impl_->refused_alloc = false;
+  // Ends the capture on every path (an exception included), so the stream runs work again; the
+  // graph it returns is destroyed with it.
+  struct Capture {
+    Impl& impl;
+    cudaGraph_t graph = nullptr;
+    cudaError_t end() {
+      if (!impl.capturing) return cudaSuccess;
+      impl.capturing = false;
+      return cudaStreamEndCapture(impl.stream, &graph);
+    }
+    ~Capture() {
+      end();
+      if (graph) cudaGraphDestroy(graph);
+    }
+  } cap{*impl_};
+  auto failure = [&](const std::string& why) {
+    cudaGetLastError();  // the error belongs to this failure, not to a later call
+    g = Graph();
+    return Error(Status::internal, "CUDA graph capture: " + why);
+  };
+  auto cuda_error = [](cudaError_t e) { return std::string(cudaGetErrorString(e)) + " (" + cudaGetErrorName(e) + ")"; };
+  try {
+    work();
+  } catch (const Error& e) {
+    cap.end();
+    if (impl_->refused_alloc) {
+      cudaGetLastError();
+      return false;
+    }
+    throw failure(e.what());
+  }
+  const cudaError_t ended = cap.end();
+  if (ended != cudaSuccess) throw failure("cudaStreamEndCapture: " + cuda_error(ended));
+  if (g.exec_) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(static_cast<cudaGraphExec_t>(g.exec_), cap.graph, &info) == cudaSuccess) return true;
+    cudaGetLastError();  // refused (another topology, say): instantiate instead
+    g = Graph();
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, cap.graph, 0);
+  if (made != cudaSuccess) throw failure("cudaGraphInstantiate: " + cuda_error(made));
+  g.exec_ = exec;
+  return true;
+}
+
+void Context::launch(const Graph& g) {
+  require(!g.empty(), Status::internal, "CUDA: launch of an empty graph");
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec_), impl_->stream), "cudaGraphLaunch");
 }
 
 MemoryStats Context::memory() const { return impl_->stats; }

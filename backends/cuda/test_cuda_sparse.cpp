@@ -1,21 +1,27 @@
-// SR-SWA on the CUDA decoder (decoder.hpp: host selection through uocr::SparseReference, the
-// selected rows gathered and attended on the device), on the upstream multi_3 case (tiny-b, GQA
-// 4/2 heads, 3 pages) with page groups: partial budgets give the CPU's selections and logits
-// (within the CUDA budget), budgets covering everything give dense CUDA R-SWA bit for bit (the
-// dense shortcut and the gathered kernel both), the CUDA engine takes SR-SWA as the CPU engine
+// SR-SWA on the CUDA device. The selection kernel (sparse_select.cu through
+// cuda::DeviceSparseReference) against the CPU's rule (uocr::SparseReference::select_step) span for
+// span and count for count over the cases the Vulkan test runs (tests/sparse_select_cases.hpp:
+// gate trees of every depth, budgets, tail lanes, GQA, ties), and the span attention against the
+// CPU's. The decoder (decoder.hpp) on the upstream multi_3 case (tiny-b, GQA 4/2 heads, 3 pages)
+// with page groups: partial budgets give the CPU's selections, counts and logits (within the
+// CUDA budget), budgets covering everything give dense CUDA R-SWA bit for bit (the dense shortcut
+// and the span kernel over one merged span both), the CUDA engine takes SR-SWA as the CPU engine
 // does (tiny-a, which has a tokenizer), and a batched step with SR-SWA attached is
-// Status::unsupported. Without a usable GPU the
-// cases are skipped and the executable exits 77 (gpu_test.hpp).
+// Status::unsupported. Without a usable GPU the cases are skipped and the executable exits 77
+// (gpu_test.hpp).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "gpu_test.hpp"
 #include "multi3_device.hpp"
+#include "sparse_select_cases.hpp"
+#include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/backends/cuda/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"
@@ -32,6 +38,72 @@ using uocr_test::multi3_page_groups;
 using uocr_test::multi3_rows;
 using uocr_test::no_gpu;
 
+namespace {
+
+cu::Context& context() {
+  static cu::Context c;
+  return c;
+}
+
+// A device buffer holding v.
+cu::Buffer upload(cu::Context& ctx, const std::vector<float>& v) {
+  cu::Buffer b = ctx.alloc(v.size() * sizeof(float), "test input");
+  ctx.upload(b, 0, v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// check_device_selection's Device over cuda::DeviceSparseReference: a step's queries go up at
+// once (one row per layer), the layers' selections are enqueued, the counters read once.
+struct CudaSelection {
+  cu::Context& ctx = context();
+  cu::DeviceSparseReference dev{ctx};
+
+  void sync(const uocr::SparseReference& s, int heads) { dev.sync(s, heads); }
+  std::pair<int64_t, int64_t> step(const std::vector<std::vector<float>>& queries) {
+    std::vector<float> all;
+    for (const std::vector<float>& q : queries) all.insert(all.end(), q.begin(), q.end());
+    const cu::Buffer q = upload(ctx, all);
+    dev.begin_step();
+    for (size_t l = 0; l < queries.size(); ++l) dev.select(int(l), q.f32() + l * queries[0].size());
+    const cu::DeviceSparseReference::StepCounts n = dev.step_counts();
+    return {n.rows_attended, n.bounds_evaluated};
+  }
+  std::vector<uocr::RowSpan> spans(int layer, int h) const { return dev.selection(layer, h); }
+};
+
+}  // namespace
+
+TEST_CASE("SR-SWA selection on CUDA is the CPU's, span for span, over gate trees, budgets and ties" *
+          doctest::skip(no_gpu())) {
+  for (const uocr_test::SparseCase& c : uocr_test::sparse_selection_cases()) {
+    CudaSelection dev;
+    uocr_test::check_device_selection(c, dev);
+  }
+}
+
+TEST_CASE("SR-SWA attention over the CUDA device's spans and the window matches the CPU's span attention" *
+          doctest::skip(no_gpu())) {
+  const uocr_test::SpanAttentionCase t;
+  uocr::SparseReference cpu = t.f.sparse(t.c.params);
+  cu::Context& ctx = context();
+  cu::DeviceSparseReference dev(ctx);
+  dev.sync(cpu, t.c.heads);
+  const cu::Buffer rk = upload(ctx, t.keys()), rv = upload(ctx, t.values), wk = upload(ctx, t.win_k),
+                   wv = upload(ctx, t.win_v), q = upload(ctx, t.query);
+  const cu::Buffer out = ctx.alloc(size_t(t.shape.q_row()) * sizeof(float), "out");
+  dev.begin_step();
+  dev.select(t.layer, q.f32());
+  dev.attend(t.layer, q.f32(), cu::ops::AttentionDims{t.c.heads, t.c.kv_heads, t.c.head_dim},
+             cu::ops::KvSpan{rk.f32(), rv.f32(), t.f.rows}, cu::ops::KvSpan{wk.f32(), wv.f32(), t.window}, out.f32());
+  const std::vector<float> want = t.expected(cpu);
+  std::vector<float> got(want.size());
+  ctx.download(out, 0, got.data(), got.size() * sizeof(float));
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+  MESSAGE("device span attention: worst absolute error " << worst);
+  CHECK(worst < 1e-5);
+}
+
 TEST_CASE("SR-SWA on CUDA: partial budgets select and score as on the CPU" * doctest::skip(no_gpu())) {
   const Multi3& f = Multi3::get();
   uocr_test::for_partial_budgets([&](const uocr::PageGroupParams& pp) {
@@ -39,8 +111,10 @@ TEST_CASE("SR-SWA on CUDA: partial budgets select and score as on the CPU" * doc
     cu::CudaPageGroups gpu = multi3_page_groups(pp);
     const auto ref = multi3_rows(cpu);
     const double worst = compare_cuda_rows(multi3_rows(gpu), ref);
+    const int last_layer = f.cfg.decoder.layers - 1;
     uocr_test::check_same_selections(
-        *gpu.sparse(), [&](int h) { return gpu.sparse()->last_selection(h); }, *cpu.sparse(), f.cfg.decoder.heads, worst);
+        *gpu.sparse(), [&](int h) { return gpu.decoder().device_selection(last_layer, h); }, *cpu.sparse(),
+        f.cfg.decoder.heads, worst);
   });
 }
 
@@ -53,8 +127,8 @@ TEST_CASE("SR-SWA on CUDA: budgets covering everything are dense R-SWA bit for b
   const auto expected = multi3_rows(dense);
   pp.sparse = true;
   for (bool shortcut : {true, false}) {
-    // shortcut: select_step hands the step to the dense kernel; else every head gathers the
-    // whole reference + the ring and the kernel sees the same keys in the same order.
+    // shortcut: the step goes to the dense kernel; else every head selects the whole reference as
+    // one span and the span kernel sees the same keys in the same order.
     CAPTURE(shortcut);
     pp.sparse_params = {16, 0, 0, shortcut};
     cu::CudaPageGroups full = multi3_page_groups(pp);

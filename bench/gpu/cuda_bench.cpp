@@ -9,7 +9,9 @@
 //    random pixels, median of 3 after a warm-up;
 //  - prefill of 273 (one base page), 1,024 and 4,096 prompt tokens, and 1,024 with bf16 GEMMs;
 //  - single-stream decode with R-SWA (window n): decode_step (logits read back, argmax on the
-//    host, as a session does) and the device-greedy path (argmax on the GPU);
+//    host, as a session does) and the device-greedy path (argmax on the GPU), each with CUDA
+//    graphs on (the default: the step replays a captured graph) and off (kernels launched one by
+//    one), on fresh caches in the same run, and the ratio of the step times;
 //  - batched decode of B sequences per step (decode_batch_greedy), total tokens/s, and 16
 //    concurrent sessions the way the engine runs them now (a thread and a stream each, no batching);
 //  - full attention vs R-SWA: mean step time over the first and the last 128 of --long steps;
@@ -140,22 +142,39 @@ class Bench {
   }
 
   void single_stream() {
-    cu::CudaKvCache cache(ctx_, d_, a_.window);
-    dec_->prefill(prompt(a_.prompt), 0, cache);
-    int32_t tok = 5;
-    for (int i = 0; i < 8; ++i) tok = argmax(dec_->decode_step(tok, a_.prompt + i, cache));  // warm-up
-    ctx_.synchronize();
-    const double t0 = now();
-    for (int64_t i = 0; i < a_.decode; ++i) tok = argmax(dec_->decode_step(tok, a_.prompt + 8 + i, cache));
-    const double host = now() - t0;
-    add("decode, 1 stream (logits to host)", a_.decode / host, "tokens/s", "R-SWA n=" + std::to_string(a_.window));
-    std::vector<cu::CudaKvCache*> one = {&cache};
-    std::vector<int32_t> t = {tok};
-    const double t1 = now();
-    for (int64_t i = 0; i < a_.decode; ++i) t = dec_->decode_batch_greedy(t, {a_.prompt + 8 + a_.decode + i}, one);
-    add("decode, 1 stream (argmax on GPU)", a_.decode / (now() - t1), "tokens/s", "target >= 1,200");
-    add("KV cache per session", double(cache.allocated_bytes()) / (1 << 20), "MiB",
-        "P=" + std::to_string(a_.prompt) + " + n=" + std::to_string(a_.window));
+    double greedy_ms[2] = {0, 0};  // step time with graphs on, off
+    for (bool graphs : {true, false}) {
+      dec_->set_cuda_graphs(graphs);
+      const std::string label = graphs ? ", CUDA graphs" : ", no graphs";
+      cu::CudaKvCache cache(ctx_, d_, a_.window);
+      dec_->prefill(prompt(a_.prompt), 0, cache);
+      int32_t tok = 5;
+      for (int i = 0; i < 8; ++i) tok = argmax(dec_->decode_step(tok, a_.prompt + i, cache));  // warm-up (capture)
+      ctx_.synchronize();
+      const double t0 = now();
+      for (int64_t i = 0; i < a_.decode; ++i) tok = argmax(dec_->decode_step(tok, a_.prompt + 8 + i, cache));
+      const double host = now() - t0;
+      add("decode, 1 stream (logits to host)" + label, a_.decode / host, "tokens/s",
+          "R-SWA n=" + std::to_string(a_.window) + ", " + ms(host / double(a_.decode)) + " ms/step");
+      std::vector<cu::CudaKvCache*> one = {&cache};
+      std::vector<int32_t> t = {tok};
+      const double t1 = now();
+      for (int64_t i = 0; i < a_.decode; ++i) t = dec_->decode_batch_greedy(t, {a_.prompt + 8 + a_.decode + i}, one);
+      const double greedy = now() - t1;
+      greedy_ms[graphs ? 0 : 1] = greedy / double(a_.decode) * 1e3;
+      add("decode, 1 stream (argmax on GPU)" + label, a_.decode / greedy, "tokens/s",
+          ms(greedy / double(a_.decode)) + " ms/step, target >= 1,200");
+      if (graphs) {
+        // Fewer replays than the 2·decode + 8 steps above: some ran eagerly (the failure is in the note).
+        const cu::CudaDecoder::GraphStats& st = dec_->graph_stats();
+        add("decode steps replayed from CUDA graphs", double(st.replays), "steps",
+            std::to_string(st.captures) + " captures" + (st.last_failure.empty() ? "" : "; " + st.last_failure));
+        add("KV cache per session", double(cache.allocated_bytes()) / (1 << 20), "MiB",
+            "P=" + std::to_string(a_.prompt) + " + n=" + std::to_string(a_.window));
+      }
+    }
+    dec_->set_cuda_graphs(true);
+    add("decode step time, no graphs / CUDA graphs", greedy_ms[1] / greedy_ms[0], "x", "argmax on GPU, 1 stream");
   }
 
   // B independent sequences stepped together (each its own cache; the same prompt).
@@ -315,6 +334,8 @@ class Bench {
   }
 
   std::vector<float> prompt(int64_t p) const { return dec_->embed(std::vector<int32_t>(ids_.begin(), ids_.begin() + p)); }
+
+  static std::string ms(double seconds) { return std::to_string(seconds * 1e3).substr(0, 6); }
 
   static int32_t argmax(const std::vector<float>& logits) {
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());

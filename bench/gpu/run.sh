@@ -110,11 +110,11 @@ if [[ $skip_build -eq 0 ]]; then
   fi
   build_start=$(date +%s)
   run_step 360 "build (ninja -j$jobs)" ninja -C "$build" -j"$jobs" backends/cuda/test_cuda backends/cuda/test_cuda_sparse \
-    backends/cuda/test_cuda_vision backends/cuda/test_cuda_resume backends/cuda/uocr_cuda_bench \
+    backends/cuda/test_cuda_vision backends/cuda/test_cuda_resume backends/cuda/test_cuda_graphs backends/cuda/uocr_cuda_bench \
     || die "build failed (see $log)"
   say "build took $(( $(date +%s) - build_start ))s"
 fi
-for exe in test_cuda test_cuda_sparse test_cuda_vision test_cuda_resume uocr_cuda_bench; do
+for exe in test_cuda test_cuda_sparse test_cuda_vision test_cuda_resume test_cuda_graphs uocr_cuda_bench; do
   [[ -x "$build/backends/cuda/$exe" ]] || die "CUDA target $exe missing in $build (build with -Dcuda=enabled)"
 done
 
@@ -140,6 +140,7 @@ run_tests "conformance, golden parity, batching, page groups" "$build/backends/c
 run_tests "SR-SWA against the CPU's" "$build/backends/cuda/test_cuda_sparse" "$out/test_sparse.log" 120
 run_tests "vision encoder against the CPU's and upstream" "$build/backends/cuda/test_cuda_vision" "$out/test_vision.log" 120
 run_tests "checkpoints: CUDA -> CUDA, CPU -> CUDA, CUDA -> CPU" "$build/backends/cuda/test_cuda_resume" "$out/test_resume.log" 120
+run_tests "CUDA graphs: decode steps replayed == eager, bit for bit" "$build/backends/cuda/test_cuda_graphs" "$out/test_graphs.log" 120
 
 # 3. The random-weight checkpoint (written meanwhile, see above).
 if [[ -n "$gen_pid" ]]; then

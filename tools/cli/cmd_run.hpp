@@ -235,6 +235,10 @@ inline int cmd_run(const Args& args) {
   params.sampling.seed = uint64_t(args.integer("--seed", 0));
   params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
   params.device_index = args.integer("--device", 0);
+  const std::string graphs = args.get("--cuda-graphs", "on");
+  uocr::require(graphs == "on" || graphs == "off", uocr::Status::invalid_argument,
+                [&] { return "--cuda-graphs must be on or off, got '" + graphs + "'"; });
+  params.cuda_graphs = graphs == "on";
 
   uocr::InfiniteParams inf;
   inf.groups.group_pages = args.integer("--pages-per-group", inf.groups.group_pages);

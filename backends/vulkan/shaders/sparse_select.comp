@@ -10,7 +10,8 @@
 // Scores go to order-preserving integer keys (+0 for -0, so equal scores tie as on the CPU) and a
 // bitonic sort in the head's scratch orders (key, id) pairs, any count (padded to a power of two).
 //
-// Buffers: bounds of the layer ([kv_head][block or node][min d, max d]); tables (uint words):
+// Buffers (laid out by uocr/decoder/sparse_tables.hpp, shared with CUDA's sparse_select.cu): bounds
+// of the layer ([kv_head][block or node][min d, max d]); tables (uint words):
 //   blocks [2B] (first row, rows), page_first_block [P + 1], level_first [L + 1], always [2A];
 // scratch per head: cand [2C] (key, id) pairs, spans [2S] (row, rows) pairs, kept [K];
 // sel per (layer, head), `sel_stride` words: count, total rows, bounds, then count x (row, rows,

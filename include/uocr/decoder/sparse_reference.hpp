@@ -332,10 +332,10 @@ class SparseReference final : public DecodeAttention {
     return heads_[size_t(h)].spans;
   }
 
-  // One step's selection in `layer` without the attention, for a backend that attends on its own
-  // (CUDA reads q back and attends on the device). True: the dense kernel serves this step
-  // (budgets covering a layout that is the whole reference); else head h's reference spans are in
-  // last_selection(h). q [heads·d] after RoPE; counted as attend() counts.
+  // One step's selection in `layer` without the attention, for a caller that attends on its own
+  // (the device backends' selection kernels are tested against it). True: the dense kernel serves
+  // this step (budgets covering a layout that is the whole reference); else head h's reference
+  // spans are in last_selection(h). q [heads·d] after RoPE; counted as attend() counts.
   bool select_step(int layer, const float* q, int64_t reference_rows, const AttentionShape& s) {
     check_step(layer, reference_rows, s);
     if (int(heads_.size()) < s.heads) heads_.resize(size_t(s.heads));
@@ -375,7 +375,7 @@ class SparseReference final : public DecodeAttention {
     bounds_evaluated_ += bounds;
   }
 
-  // What a device backend mirrors to select on its own (backends/vulkan/sparse.hpp): the blocks
+  // What a device backend mirrors to select on its own (decoder/sparse_tables.hpp): the blocks
   // (rows), each page's first block (page p: [page_first_block()[p], page_first_block()[p + 1])),
   // the gate levels' first nodes (level l: [level_first()[l], level_first()[l + 1])), whether the
   // gate runs, and per layer the bounds: [kv_head][block][min d, max d] and [kv_head][node][min d,

@@ -55,8 +55,9 @@ inline void check_backend(Backend backend, int device_index) {
 // and lists the devices found. `batching` (max_batch > 1): the documents decoded by engines
 // opened with the same parameters on this model and device have their decode steps batched
 // (uocr/decoder/step_batcher.hpp); CPU and CUDA only, Status::unsupported on Vulkan.
+// `cuda_graphs`: CUDA decode steps replay CUDA graphs (cuda/decoder.hpp); other backends ignore it.
 inline std::shared_ptr<Engine> open_engine(const std::shared_ptr<const Model>& model, Backend backend, int device_index = 0,
-                                           const BatchParams& batching = {}) {
+                                           const BatchParams& batching = {}, bool cuda_graphs = true) {
   require(model != nullptr, Status::invalid_argument, "engine needs a model");
   check_backend(backend, device_index);
   validate(batching);
@@ -66,7 +67,9 @@ inline std::shared_ptr<Engine> open_engine(const std::shared_ptr<const Model>& m
   if (backend == Backend::vulkan) return std::make_shared<vulkan::VulkanEngine>(model, device_index);
 #endif
 #if UOCR_HAVE_CUDA
-  if (backend == Backend::cuda) return std::make_shared<cuda::CudaEngine>(model, device_index, batching);
+  if (backend == Backend::cuda) return std::make_shared<cuda::CudaEngine>(model, device_index, batching, cuda_graphs);
+#else
+  (void)cuda_graphs;
 #endif
   return std::make_shared<CpuEngine>(model, batching);
 }

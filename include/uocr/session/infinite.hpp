@@ -192,7 +192,7 @@ class InfiniteSession {
     PageGroupDecoder::validate(inf_.groups);
     // Opened now, so a backend that is not built in or a missing device is reported here; the
     // device and its copy of the weights are shared with the model's other sessions.
-    backend_ = open_engine(model_, params_.backend, params_.device_index, params_.batching);
+    backend_ = open_engine(model_, params_.backend, params_.device_index, params_.batching, params_.cuda_graphs);
   }
 
   const Model& model() const { return *model_; }

@@ -45,6 +45,7 @@ struct SessionParams {
   Backend backend = Backend::cpu;    // where vision and decoder run (uocr/engine/open.hpp)
   int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
   BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
+  bool cuda_graphs = true;           // CUDA backend: decode steps replay CUDA graphs (same logits; backends/cuda/README.md)
 };
 
 // Checks everything up front, not seconds later after the vision encoder has run.

@@ -31,7 +31,7 @@ class Session {
     validate(*model_, params_);
     // Opens the backend's device now (the model keeps it for every later run and session), so a
     // backend that is not built in or a missing device is reported here, not by run().
-    open_engine(model_, params_.backend, params_.device_index, params_.batching);
+    open_engine(model_, params_.backend, params_.device_index, params_.batching, params_.cuda_graphs);
   }
 
   const Model& model() const { return *model_; }

@@ -5,6 +5,7 @@
 //  - a caching device allocator: freed blocks go back to a per-size free list of the Context and
 //    are reused by later allocations of the same rounded size. Reuse is safe without events
 //    because every kernel of a Context runs on its one stream, in the order the host issued it.
+//  - CUDA graphs of the stream (capture / launch; CudaDecoder replays its decode steps with them);
 //  - every CUDA / cuBLAS failure becomes a uocr::Error: no driver or no device (or a driver too
 //    old, or no kernel image for this GPU) -> Status::unsupported with the message
 //    "no CUDA device: <cuda error string>", out of device memory -> Status::out_of_memory,
@@ -16,6 +17,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +82,26 @@ class Buffer {
   size_t bytes_ = 0, block_ = 0;
 };
 
+// An executable CUDA graph (cudaGraphExec_t) made by Context::capture; move-only. Destroying
+// one that is still running is safe (CUDA frees it when it completes).
+class Graph {
+ public:
+  Graph() = default;
+  Graph(Graph&& o) noexcept { std::swap(exec_, o.exec_); }
+  Graph& operator=(Graph&& o) noexcept {
+    std::swap(exec_, o.exec_);  // o's destructor destroys what this held
+    return *this;
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph();
+  bool empty() const { return exec_ == nullptr; }
+
+ private:
+  friend class Context;
+  void* exec_ = nullptr;
+};
+
 struct MemoryStats {
   size_t live = 0;           // bytes in Buffers now
   size_t reserved = 0;       // live + cached free blocks (what the allocator holds from CUDA)
@@ -120,6 +142,24 @@ class Context {
   // attention scores); valid until the next call asking for scratch in the same slot.
   float* scratch(int slot, size_t floats);
 
+  // Changes whenever a scratch slot gets a new block: a graph captured before holds the old
+  // address (CudaDecoder recaptures its step graphs when it changes).
+  uint64_t scratch_generation() const;
+
+  // Records what `work` enqueues on the stream into `g` instead of running it, then brings g's
+  // executable up to date: cudaGraphExecUpdate when g has one (same kernels, other arguments),
+  // a fresh instantiation when there is none or the update is refused. Nothing runs; launch(g)
+  // runs it. The capture is thread-local (cudaStreamCaptureModeThreadLocal): CUDA refuses
+  // unsafe calls (cudaMalloc, synchronous copies) from this thread while it lasts, not from the
+  // other threads' Contexts. While it lasts this Context refuses alloc, upload, download and
+  // synchronize itself: when `work` asks for an allocation, capture() returns false (g as it
+  // was, nothing enqueued) and the caller runs the work eagerly, which sizes the buffers. Any
+  // other failure (an error thrown by `work`, CUDA refusing a call, end of capture or
+  // instantiation failing) throws uocr::Error "CUDA graph capture: ..." after the capture was
+  // ended and the stream left usable; g is then empty.
+  bool capture(Graph& g, const std::function<void()>& work);
+  void launch(const Graph& g);  // enqueues g on the stream
+
   MemoryStats memory() const;
   void reset_peak();
   void release_cached();  // returns the cached free blocks to CUDA
@@ -127,6 +167,7 @@ class Context {
  private:
   friend class Buffer;
   void give_back(void* p, size_t block, size_t bytes) noexcept;
+  void refuse_during_capture(const char* what);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

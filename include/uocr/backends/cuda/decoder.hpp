@@ -22,23 +22,30 @@
 // per-expert counts back once per MoE layer and runs one GEMM per expert.
 //
 // SR-SWA (set_decode_attention), as on Vulkan: the CPU's SparseReference holds the key summaries
-// and selects on the host; CudaKvCache::summarize_page reads a page's keys back after it was
-// prefilled. In a decode step each layer reads q back (one wait per layer), select_step picks
-// each head's reference spans, gather_rows packs those rows of the head's KV head (and the ring)
-// into one buffer, and the attention kernel runs over it with one row per head. Budgets covering
-// everything take the dense path: the bits of dense R-SWA. One sequence per step (decode_step).
+// (CudaKvCache::summarize_page reads a page's keys back after it was prefilled), and a mirror on
+// the device (DeviceSparseReference, cuda/sparse.hpp) selects each head's reference spans per
+// layer with the CPU's rule, bit for bit; the span attention kernel reads them. No q read-back:
+// the step's rows-attended / bounds-evaluated counters are read once, after the last layer.
+// Budgets covering everything take the dense path: the bits of dense R-SWA. One sequence per
+// step (decode_step).
+//
+// CUDA graphs (set_cuda_graphs, on by default): a dense decode step (no SR-SWA attached) of up to
+// ops::kMatvecMaxRows rows is captured once per batch size and then replayed as one graph launch
+// instead of ~20 kernel launches per layer; its host work (tables, row pointers, positions,
+// tokens) is done before the launch. Logits are bit-identical to eager steps (see replay_step).
+// SR-SWA steps, larger batches and MoE steps that read expert counts back run eagerly.
 //
 // Thread-safety: one CudaDecoder and its caches per thread, like the Context they use.
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "uocr/backends/cuda/context.hpp"
 #include "uocr/backends/cuda/ops.hpp"
+#include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/backends/cuda/weights.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -155,17 +162,37 @@ class CudaDecoder {
   void set_position_limit(int64_t limit) { host_.set_position_limit(limit); }
   int64_t position_limit() const { return host_.position_limit(); }
 
-  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). The selection runs on
-  // the host, the attention on the device (see the top of this file).
+  // Decode steps through CUDA graphs (on by default; see the top of this file); either way the
+  // logits are the same bits.
+  void set_cuda_graphs(bool on) {
+    graphs_on_ = on;
+    if (!on) graphs_.clear();
+  }
+  bool cuda_graphs() const { return graphs_on_; }
+  // What the graph path did: steps captured (a graph made or brought up to date), steps replayed
+  // from a graph (captured ones included), graph-eligible steps run eagerly (a capture that first
+  // needed an allocation, or failed), and the last capture failure ("" when none).
+  struct GraphStats {
+    int64_t captures = 0, replays = 0, eager_steps = 0;
+    std::string last_failure;
+  };
+  const GraphStats& graph_stats() const { return graph_stats_; }
+
+  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). Selection and
+  // attention run on the device (see the top of this file).
   void set_decode_attention(SparseReference* sparse) { sparse_ = sparse; }
+
+  // Head h's reference spans in layer `layer` of the last SR-SWA decode step that selected on the
+  // device, read back (tests).
+  std::vector<RowSpan> device_selection(int layer, int h) const { return sparse_dev_.selection(layer, h); }
 
   // Bytes of working memory held: the device activation buffers and the host-side copies.
   size_t scratch_bytes() const {
-    size_t n = host_.scratch_bytes() + (logits_.capacity() + q_host_.capacity()) * sizeof(float) +
-               (next_.capacity() + sel_rows_.capacity()) * sizeof(int32_t) + sel_table_.capacity() * sizeof(ops::AttentionRow);
+    size_t n = host_.scratch_bytes() + logits_.capacity() * sizeof(float) + next_.capacity() * sizeof(int32_t) +
+               sparse_dev_.bytes();
     for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &kb_, &vb_, &gate_, &up_, &ints_, &probs_, &weight_, &moe_ints_,
                             &expert_in_, &expert_out_, &shared_, &logits_dev_, &seg_k_, &seg_v_, &rows_table_,
-                            &pointer_table_, &positions_, &sel_k_, &sel_v_, &sel_rows_dev_, &sel_table_dev_})
+                            &pointer_table_, &positions_})
       n += b->bytes();
     return n;
   }
@@ -305,12 +332,14 @@ class CudaDecoder {
     for (int64_t i = 0; i < n; ++i) check_step(tokens[i], positions[i], *caches[i]);
     require(!sparse_ || n == 1, Status::unsupported,
             "CUDA SR-SWA decodes one sequence per step (decode_step); batched steps need it detached");
+    const bool sparse = sparse_ && begin_sparse_step(*caches[0]);
     // A cache filled on another Context's stream (a session's, under a StepBatcher) is read here
     // once that stream is done (a resume's uploads are asynchronous).
     for (int64_t i = 0; i < n; ++i)
       if (&caches[i]->context() != ctx_) caches[i]->context().synchronize();
     ctx_->make_current();
     ensure_rows(n);
+    ensure_logits(n);
     const int64_t layers = c_->layers, kr = int64_t(c_->kv_heads) * c_->head_dim, qr = int64_t(c_->heads) * c_->head_dim;
     std::vector<ops::AttentionRow> rows(size_t(layers * n));
     std::vector<float*> dst(size_t(2 * layers * n));  // per layer: n key rows, then n value rows
@@ -332,10 +361,84 @@ class CudaDecoder {
     float* const* ptrs = upload_pointers(dst);
     const int64_t* pos = upload_positions(positions, n);
     ctx_->upload(ints_.data(), tokens, size_t(n) * sizeof(int32_t));
-    ops::embed(*ctx_, ints_.as<int32_t>(), n, d_->embed, x_.f32());
-    for (int64_t l = 0; l < layers; ++l)
-      layer(int(l), n, nullptr, nullptr, ptrs + 2 * l * n, 0, pos, table + l * n, max_keys, sparse_ ? caches[0] : nullptr);
-    final_logits(0, n);
+    const StepArgs step{n, table, ptrs, pos, max_keys, sparse ? caches[0] : nullptr};
+    const bool moe_on_device = c_->n_routed_experts == 0 || n * c_->experts_per_token <= kDeviceMoeMaxAssignments;
+    if (graphs_on_ && !sparse_ && n <= ops::kMatvecMaxRows && moe_on_device)
+      replay_step(step);
+    else
+      run_step(step);
+    if (sparse_) end_sparse_step(sparse, caches[0]->reference_rows());
+  }
+
+  // The device half of a decode step: n rows of ints_ through the layers, logits in logits_dev_.
+  struct StepArgs {
+    int64_t n;
+    const ops::AttentionRow* table;  // per layer, n rows
+    float* const* ptrs;              // per layer, n key rows then n value rows
+    const int64_t* positions;
+    int64_t max_keys;
+    const CudaKvCache* sparse;  // the one cache SR-SWA selects for, else null
+  };
+  void run_step(const StepArgs& s) {
+    ops::embed(*ctx_, ints_.as<int32_t>(), s.n, d_->embed, x_.f32());
+    for (int64_t l = 0; l < c_->layers; ++l)
+      layer(int(l), s.n, nullptr, nullptr, s.ptrs + 2 * l * s.n, 0, s.positions, s.table + l * s.n, s.max_keys, s.sparse);
+    final_logits(0, s.n);
+  }
+
+  // run_step through a CUDA graph per batch size n (n <= kMatvecMaxRows: every linear layer is a
+  // mat-vec kernel, so no cuBLAS call, hence no cuBLAS workspace, is in the graph; MoE stays on the
+  // device). What changes from step to step reaches the kernels through device memory written
+  // before the launch (tokens in ints_, positions, the new KV rows' addresses, the attention rows
+  // with their key counts and KV addresses), so the graph's kernel arguments are buffer addresses,
+  // sizes fixed by n, and attention's max_keys, which only strides its score scratch: the graph is
+  // captured with a power-of-two key capacity (grow-only per batch size, so caches of different
+  // lengths taking turns do not recapture), which gives the bits of the exact count. A graph is
+  // therefore replayed while those addresses and the capacity stay the same (graph_key); when one
+  // changes (a buffer re-sized by a prefill, a cache past the capacity, the scratch replaced) the
+  // step is captured again and Context::capture brings the executable up to date with
+  // cudaGraphExecUpdate (re-instantiating when refused). Re-capturing every step instead would
+  // cost a capture's host time per step, what the graph is there to save. Buffers are sized
+  // before capture (ensure_rows, ensure_logits); a capture that still needs an allocation (the
+  // attention scratch growing) runs that step eagerly, which allocates, and the next step
+  // captures. A capture that fails runs its step eagerly and is not retried until the key changes.
+  void replay_step(StepArgs s) {
+    if (graphs_.size() <= size_t(s.n)) graphs_.resize(size_t(s.n) + 1);
+    StepGraph& g = graphs_[size_t(s.n)];
+    while (g.capacity < s.max_keys) g.capacity *= 2;
+    s.max_keys = g.capacity;
+    std::vector<uintptr_t> key = graph_key(g.capacity);
+    if (key != g.key) {
+      g.key.clear();
+      g.failed = false;
+      try {
+        if (ctx_->capture(g.graph, [&] { run_step(s); })) {
+          g.key = std::move(key);
+          ++graph_stats_.captures;
+        }
+      } catch (const Error& e) {
+        graph_stats_.last_failure = e.what();
+        g.key = std::move(key);
+        g.failed = true;
+      }
+    }
+    if (g.key.empty() || g.failed) {
+      run_step(s);
+      ++graph_stats_.eager_steps;
+      return;
+    }
+    ctx_->launch(g.graph);
+    ++graph_stats_.replays;
+  }
+
+  // What a step graph has baked in: the key capacity, the scratch generation and the address of
+  // every buffer a decode step touches.
+  std::vector<uintptr_t> graph_key(int64_t capacity) const {
+    std::vector<uintptr_t> key{uintptr_t(capacity), uintptr_t(ctx_->scratch_generation())};
+    for (const Buffer* b : {&x_, &a_, &f_, &q_, &attn_, &kb_, &vb_, &gate_, &up_, &ints_, &probs_, &weight_, &moe_ints_,
+                            &expert_in_, &expert_out_, &shared_, &logits_dev_, &rows_table_, &pointer_table_, &positions_})
+      key.push_back(reinterpret_cast<uintptr_t>(b->data()));
+    return key;
   }
 
   // The attention rows of t new tokens written at reference rows dst.. of `cache`: row i sees
@@ -354,7 +457,7 @@ class CudaDecoder {
 
   // One decoder layer over t rows of x_. New keys/values go to k_dst/v_dst (t contiguous rows)
   // or, when those are null, through kb_/vb_ to the row addresses dst[0..t) / dst[t..2t).
-  // `sparse`: the cache of a one-row decode step that SR-SWA selects for.
+  // `sparse`: the cache of a one-row decode step whose attention SR-SWA selects on the device.
   void layer(int l, int64_t t, float* k_dst, float* v_dst, float* const* dst, int64_t first_position,
              const int64_t* positions, const ops::AttentionRow* rows, int64_t max_keys,
              const CudaKvCache* sparse = nullptr) {
@@ -373,7 +476,10 @@ class CudaDecoder {
       ops::scatter_rows(c, k, t, kr, dst);
       ops::scatter_rows(c, v, t, kr, dst + t);
     }
-    if (!sparse || !sparse_attention(l, *sparse)) ops::attention(c, rows, t, dims_, max_keys);
+    if (sparse)
+      sparse_attention(l, *sparse);
+    else
+      ops::attention(c, rows, t, dims_, max_keys);
     ops::linear(c, attn_.f32(), t, L.o, nullptr, f_.f32());
     ops::add(c, x_.f32(), f_.f32(), t * hidden);
     ops::rms_norm(c, x_.f32(), t, hidden, L.post_norm.f32(), c_->rms_eps, a_.f32());
@@ -381,56 +487,40 @@ class CudaDecoder {
     ops::add(c, x_.f32(), f_.f32(), t * hidden);
   }
 
-  // SR-SWA attention of layer l for the one row of a decode step. q is read back and the host
-  // selects (SparseReference::select_step); false: budgets cover the whole reference, the dense
-  // kernel serves. Else attn_ = each head's attention over its selected reference rows + the ring:
-  // gather_rows copies those rows of its KV head into sel_k_/sel_v_ (the cache viewed as
-  // [rows·kv_heads, head_dim]; per head its reference rows, then per KV head the ring in slot
-  // order), and one attention launch runs one row per head with dims 1/1/head_dim. The keys come
-  // in the dense kernel's order (reference rows ascending, then the ring), so a selection of the
-  // whole reference gives the dense bits.
-  bool sparse_attention(int l, const CudaKvCache& cache) {
-    const int heads = c_->heads, kv_heads = c_->kv_heads;
-    const int64_t d = c_->head_dim, ref = cache.reference_rows(), gen = cache.generated_rows();
-    q_host_.resize(size_t(heads * d));
-    ctx_->download(q_.data(), q_host_.data(), q_host_.size() * sizeof(float));
-    const AttentionShape shape{heads, kv_heads, c_->head_dim};
-    if (sparse_->select_step(l, q_host_.data(), ref, shape)) return false;
-    require(std::max(ref, gen) * kv_heads <= std::numeric_limits<int32_t>::max(), Status::unsupported,
-            "CUDA SR-SWA: the KV cache has more rows than 32-bit gather indices reach");
-    sel_rows_.clear();
-    std::vector<int64_t> first(size_t(heads) + 1);
-    for (int h = 0; h < heads; ++h) {
-      first[size_t(h)] = int64_t(sel_rows_.size());
-      for (const RowSpan& sp : sparse_->last_selection(h))
-        for (int64_t r = sp.begin; r < sp.end(); ++r) sel_rows_.push_back(int32_t(r * kv_heads + shape.kv_head_of(h)));
-    }
-    const int64_t selected = first[size_t(heads)] = int64_t(sel_rows_.size());
-    for (int g = 0; g < kv_heads; ++g)
-      for (int64_t r = 0; r < gen; ++r) sel_rows_.push_back(int32_t(r * kv_heads + g));
-    const int64_t total = int64_t(sel_rows_.size());
-    if (total > sel_capacity_) {
-      sel_k_ = ctx_->alloc(size_t(total * d) * sizeof(float), "SR-SWA selected keys");
-      sel_v_ = ctx_->alloc(size_t(total * d) * sizeof(float), "SR-SWA selected values");
-      sel_capacity_ = total;
-    }
-    const int32_t* idx = upload_vector(sel_rows_dev_, sel_rows_, "SR-SWA gather indices");
-    ops::gather_rows(*ctx_, cache.reference_k(l), idx, selected, d, sel_k_.f32());
-    ops::gather_rows(*ctx_, cache.reference_v(l), idx, selected, d, sel_v_.f32());
-    ops::gather_rows(*ctx_, cache.generated_k(l), idx + selected, total - selected, d, sel_k_.f32() + selected * d);
-    ops::gather_rows(*ctx_, cache.generated_v(l), idx + selected, total - selected, d, sel_v_.f32() + selected * d);
-    sel_table_.resize(size_t(heads));
-    int64_t max_keys = 1;
-    for (int h = 0; h < heads; ++h) {
-      const int64_t a0 = first[size_t(h)], a_rows = first[size_t(h) + 1] - a0, b0 = selected + shape.kv_head_of(h) * gen;
-      sel_table_[size_t(h)] = ops::AttentionRow{q_.f32() + h * d, attn_.f32() + h * d,
-                                                ops::KvSpan{sel_k_.f32() + a0 * d, sel_v_.f32() + a0 * d, a_rows},
-                                                ops::KvSpan{sel_k_.f32() + b0 * d, sel_v_.f32() + b0 * d, gen}};
-      max_keys = std::max(max_keys, a_rows + gen);
-    }
-    ops::attention(*ctx_, upload_vector(sel_table_dev_, sel_table_, "SR-SWA attention rows"), heads,
-                   ops::AttentionDims{1, 1, c_->head_dim}, max_keys);
+  // Before a one-row SR-SWA step (nothing enqueued yet, no slot claimed): the CPU's checks for
+  // every layer; true when the device selects (else budgets cover the whole reference and the
+  // dense kernel serves), the mirror then synced and its counters zeroed.
+  bool begin_sparse_step(const CudaKvCache& cache) {
+    const int64_t ref = cache.reference_rows();
+    const AttentionShape shape{c_->heads, c_->kv_heads, c_->head_dim};
+    for (int l = 0; l < c_->layers; ++l) sparse_->check_step(l, ref, shape);
+    if (sparse_->dense_step(ref)) return false;
+    ctx_->make_current();
+    sparse_dev_.sync(*sparse_, c_->heads);
+    sparse_dev_.begin_step();
     return true;
+  }
+
+  // After the step's last layer: its selections added to the SparseReference's counters (the
+  // device's two counters, one read; dense steps count every reference row).
+  void end_sparse_step(bool selected, int64_t reference_rows) {
+    const int64_t head_layers = int64_t(c_->heads) * c_->layers;
+    if (!selected) {
+      sparse_->count_selection(head_layers, reference_rows, head_layers * reference_rows, 0);
+      return;
+    }
+    const DeviceSparseReference::StepCounts n = sparse_dev_.step_counts();
+    sparse_->count_selection(head_layers, reference_rows, n.rows_attended, n.bounds_evaluated);
+  }
+
+  // SR-SWA attention of layer l for the one row of a decode step: the device selects each head's
+  // reference spans from q_ and attn_ = each head's attention over those rows of its KV head,
+  // then the ring (reference keys in row order, then the ring: the dense kernel's order, so a
+  // selection of the whole reference gives the dense bits).
+  void sparse_attention(int l, const CudaKvCache& cache) {
+    sparse_dev_.select(l, q_.f32());
+    sparse_dev_.attend(l, q_.f32(), dims_, ops::KvSpan{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()},
+                       ops::KvSpan{cache.generated_k(l), cache.generated_v(l), cache.generated_rows()}, attn_.f32());
   }
 
   // y[m, hidden] = down(silu(gate·x) ⊙ up·x) with single matrices.
@@ -572,13 +662,18 @@ class CudaDecoder {
   Buffer x_, a_, f_, q_, attn_, kb_, vb_, gate_, up_, ints_, probs_, weight_, moe_ints_, expert_in_, expert_out_, shared_;
   Buffer logits_dev_, seg_k_, seg_v_, rows_table_, pointer_table_, positions_;
   SparseReference* sparse_ = nullptr;
-  std::vector<float> q_host_;                  // SR-SWA: the step's q, read back for the selection
-  std::vector<int32_t> sel_rows_;              // SR-SWA: gather indices (see sparse_attention)
-  std::vector<ops::AttentionRow> sel_table_;   // SR-SWA: one attention row per head
-  Buffer sel_k_, sel_v_, sel_rows_dev_, sel_table_dev_;
-  int64_t sel_capacity_ = 0;                   // rows sel_k_/sel_v_ hold
+  DeviceSparseReference sparse_dev_{*ctx_};  // SR-SWA selection on the device (buffers from the first sparse step)
   std::vector<float> logits_;
   std::vector<int32_t> next_;
+  struct StepGraph {
+    Graph graph;
+    std::vector<uintptr_t> key;  // graph_key of the capture; empty: none usable
+    bool failed = false;         // the capture under `key` failed: eager until the key changes
+    int64_t capacity = 256;      // keys attention's scores are strided by (a power of two)
+  };
+  bool graphs_on_ = true;
+  std::vector<StepGraph> graphs_;  // by batch size
+  GraphStats graph_stats_;
 };
 
 }  // namespace uocr::cuda

@@ -11,7 +11,10 @@
 // Continuous batching (BatchParams, uocr/decoder/step_batcher.hpp): one DeviceBatcher per device
 // and parameters runs the documents' decode steps through CudaDecoder::decode_batch.
 //
-// SR-SWA works as on Vulkan (host selection, device attention: decoder.hpp); checkpoints copy
+// CUDA graphs (`cuda_graphs`, SessionParams::cuda_graphs, on by default): every decoder this
+// engine makes, the batch decoder included, replays its dense decode steps as graphs.
+//
+// SR-SWA works as on Vulkan (selection and attention on the device: sparse.hpp); checkpoints copy
 // the KV rows through the host (ReservedKvRing::visit_rows) in the CPU's layout, so a
 // checkpoint written on any backend resumes here and the other way round.
 #pragma once
@@ -65,10 +68,14 @@ using CudaVisionEngine = DeviceVisionEngine<DeviceModel>;
 // over the shared weights; the documents' caches stay in their sessions' Contexts.
 struct DeviceBatcher {
   using Batcher = PageGroupEngine<CudaPageGroups, true>::Batcher;
-  DeviceBatcher(const Model& model, std::shared_ptr<DeviceModel> d, const BatchParams& p)
+  DeviceBatcher(const Model& model, std::shared_ptr<DeviceModel> d, const BatchParams& p, bool cuda_graphs)
       : dev(std::move(d)), ctx(dev->ctx.info().index),
-        batcher(CudaDecoder(ctx, model.config().decoder, model.weights().decoder, dev->decoder), p,
-                kMaxExtrapolatedPosition) {}
+        batcher(with_graphs(CudaDecoder(ctx, model.config().decoder, model.weights().decoder, dev->decoder), cuda_graphs),
+                p, kMaxExtrapolatedPosition) {}
+  static CudaDecoder with_graphs(CudaDecoder d, bool on) {
+    d.set_cuda_graphs(on);
+    return d;
+  }
   std::shared_ptr<DeviceModel> dev;  // the weights the batch decoder reads
   Context ctx;
   Batcher batcher;
@@ -80,14 +87,16 @@ class CudaEngine final : public Engine {
   // already did. Status::unsupported without a driver or device; invalid_argument for an index
   // out of range. batching.max_batch > 1: documents without SR-SWA have their decode steps
   // batched with those of every CudaEngine opened with the same parameters on this device.
-  CudaEngine(std::shared_ptr<const Model> model, int device_index, const BatchParams& batching = {})
-      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)) {
+  // cuda_graphs: decode steps replay CUDA graphs (CudaDecoder::set_cuda_graphs).
+  CudaEngine(std::shared_ptr<const Model> model, int device_index, const BatchParams& batching = {},
+             bool cuda_graphs = true)
+      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)), graphs_(cuda_graphs) {
     validate(batching);
     if (batching.max_batch > 1) {
       const std::string key = "cuda:" + std::to_string(device_index) + ":batch:" + std::to_string(batching.max_batch) +
-                              ":" + std::to_string(batching.max_wait_us);
+                              ":" + std::to_string(batching.max_wait_us) + (cuda_graphs ? ":graphs" : ":eager");
       batcher_ = model_->backend_state<DeviceBatcher>(
-          key, [&] { return std::make_shared<DeviceBatcher>(*model_, dev_, batching); });
+          key, [&] { return std::make_shared<DeviceBatcher>(*model_, dev_, batching, cuda_graphs); });
     }
   }
 
@@ -109,9 +118,10 @@ class CudaEngine final : public Engine {
     auto owner = std::make_shared<Owner>(model_, dev_);
     const DecoderConfig& c = model_->config().decoder;
     auto e = std::make_unique<PageGroupEngine<CudaPageGroups, true>>(
-        owner, CudaDecoder(owner->ctx, c, model_->weights().decoder, dev_->decoder), CudaKvCache(owner->ctx, c, window),
-        groups);
-    // SR-SWA selects per sequence on the host between layers: such documents step alone.
+        owner,
+        DeviceBatcher::with_graphs(CudaDecoder(owner->ctx, c, model_->weights().decoder, dev_->decoder), graphs_),
+        CudaKvCache(owner->ctx, c, window), groups);
+    // SR-SWA selects from one document's summaries (CudaDecoder's mirror): such documents step alone.
     if (batcher_ && !groups.sparse) e->batch_steps(std::shared_ptr<DeviceBatcher::Batcher>(batcher_, &batcher_->batcher));
     return e;
   }
@@ -121,6 +131,7 @@ class CudaEngine final : public Engine {
   std::shared_ptr<const Model> model_;
   std::shared_ptr<DeviceModel> dev_;
   std::shared_ptr<DeviceBatcher> batcher_;  // null: batching off
+  bool graphs_;                             // decode steps through CUDA graphs
 };
 
 }  // namespace uocr::cuda

@@ -9,6 +9,7 @@
 
 #include "uocr/backends/cuda/context.hpp"
 #include "uocr/core/dtype.hpp"
+#include "uocr/decoder/sparse_tables.hpp"
 
 namespace uocr::cuda {
 
@@ -90,6 +91,18 @@ struct AttentionDims {
 inline constexpr int kMaxHeadDim = 256;
 // `rows` is a device array of n AttentionRow; max_keys ≥ a.rows + b.rows of every row.
 void attention(Context& c, const AttentionRow* rows, int64_t n, const AttentionDims& d, int64_t max_keys);
+
+// SR-SWA decode step on the device (sparse_select.cu; tables, bounds, scratch and selection laid
+// out as uocr/decoder/sparse_tables.hpp says). sparse_select: layer p.layer's selection for q
+// [heads·d] (after RoPE), the CPU's rule bit for bit, one block per head: the head's merged spans
+// go to `selection`, its rows attended and bounds evaluated are added to counts[0] / counts[1].
+void sparse_select(Context& c, const SparseSelectParams& p, const float* q, const float* block_bounds,
+                   const float* node_bounds, const uint32_t* tables, uint32_t* scratch, uint32_t* selection,
+                   uint64_t* counts);
+// out [heads·d] = each head's attention over its selected rows of `reference` (selection: the
+// layer's heads, sel_stride words each), in span order, then every row of `window`.
+void span_attention(Context& c, const float* q, const AttentionDims& d, const KvSpan& reference, const KvSpan& window,
+                    const uint32_t* selection, int64_t sel_stride, float* out);
 
 // MoE routing on the device (moe.cu). logits [m, experts] → softmax probabilities in place,
 // choice [m, k] and weight [m, k] (greedy top-k, the lower expert index winning ties, weights

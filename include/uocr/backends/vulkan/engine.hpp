@@ -7,7 +7,7 @@
 // users; the shared vision encoder (it caches size-dependent tables) is used under its own lock.
 //
 // SR-SWA, checkpoints / resume and position extrapolation work as on the CPU (a checkpoint
-// resumes on either backend); SR-SWA selects on the host (VulkanDecoder, decoder.hpp).
+// resumes on either backend); SR-SWA selects on the device (DeviceSparseReference, sparse.hpp).
 #pragma once
 #include <memory>
 #include <mutex>

@@ -30,6 +30,7 @@
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
+#include "uocr/decoder/sparse_tables.hpp"
 
 namespace uocr::vulkan {
 
@@ -41,44 +42,22 @@ class DeviceSparseReference {
   // revisions differ between instances too). `heads`: query heads of the decoder.
   void sync(const SparseReference& s, int heads) {
     if (s.revision() == revision_ && heads == heads_) return;
-    const SparseParams& sp = s.params();
-    const int64_t blocks = int64_t(s.blocks().size()), pages = int64_t(s.page_count());
-    const int levels = s.gate_levels();
-    const int64_t nodes = s.level_first().back();
-    const int64_t always = int64_t(s.layout().always.size());
-    int64_t widest_page = 0;
-    for (int64_t p = 0; p < pages; ++p) widest_page = std::max(widest_page, s.page_first_block()[size_t(p) + 1] - s.page_first_block()[size_t(p)]);
-    const bool gates = s.gates();
-    const int64_t gated = gates ? std::min(blocks, int64_t(sp.page_budget) * widest_page) : blocks;
-    const int64_t kept_blocks = sp.block_budget ? std::min<int64_t>(sp.block_budget, gated) : gated;
-    const int64_t gate_slots = gates ? std::max<int64_t>(s.level_first()[size_t(levels)] - s.level_first()[size_t(levels) - 1],
-                                                         int64_t(s.gate_beam()) * sp.gate_fan_out)
-                                     : 0;
     require(s.head_dim() <= ops::kMaxAttentionHeadDim, Status::unsupported, "SR-SWA on Vulkan: head_dim above 256");
+    const SparseTables t = sparse_tables(s, heads, "Vulkan");
     layers_ = s.layers();
     heads_ = heads;
     kv_heads_ = s.kv_heads();
     head_dim_ = s.head_dim();
-    push_ = Push{u32(heads), u32(heads / kv_heads_), u32(head_dim_), 0, u32(blocks), u32(pages), u32(levels), u32(nodes),
-                 u32(sp.gate_fan_out), u32(s.gate_beam()), u32(sp.page_budget), u32(sp.block_budget), gates ? 1u : 0u,
-                 u32(always), u32(pow2(std::max<int64_t>({gate_slots, gated, 1}))), u32(pow2(always + kept_blocks)),
-                 u32(std::max(s.gate_beam(), 1)), u32(3 + 3 * (always + kept_blocks))};
-
-    std::vector<uint32_t> tab;
-    for (const RowSpan& b : s.blocks()) tab.insert(tab.end(), {u32(b.begin), u32(b.rows)});
-    for (int64_t v : s.page_first_block()) tab.push_back(u32(v));
-    for (int64_t v : s.level_first()) tab.push_back(u32(v));
-    for (const RowSpan& a : s.layout().always) tab.insert(tab.end(), {u32(a.begin), u32(a.rows)});
-    tables_ = upload(tables_, tab.data(), tab.size() * 4, "SR-SWA tables");
+    push_ = t.params;
+    tables_ = upload(tables_, t.words.data(), t.words.size() * 4, "SR-SWA tables");
     block_bounds_.resize(size_t(layers_));
     node_bounds_.resize(size_t(layers_));
     for (int l = 0; l < layers_; ++l) {
       block_bounds_[size_t(l)] = upload(block_bounds_[size_t(l)], s.block_bounds(l).data(), s.block_bounds(l).size() * 4, "SR-SWA block bounds");
       node_bounds_[size_t(l)] = upload(node_bounds_[size_t(l)], s.node_bounds(l).data(), s.node_bounds(l).size() * 4, "SR-SWA gate bounds");
     }
-    const size_t scratch_words = size_t(heads) * (2 * size_t(push_.cand_cap) + 2 * size_t(push_.span_cap) + push_.kept_cap);
-    scratch_ = sized(std::move(scratch_), scratch_words * 4, "SR-SWA selection scratch");
-    selection_ = sized(std::move(selection_), size_t(layers_) * size_t(heads) * push_.sel_stride * 4, "SR-SWA selected spans");
+    scratch_ = sized(std::move(scratch_), t.scratch_words() * 4, "SR-SWA selection scratch");
+    selection_ = sized(std::move(selection_), t.selection_words(layers_) * 4, "SR-SWA selected spans");
     if (counts_.size() == 0) counts_ = ctx_->buffer(8, MemoryUse::staging, "SR-SWA step counters");
     revision_ = s.revision();
   }
@@ -89,12 +68,12 @@ class DeviceSparseReference {
   // Records layer `layer`'s selection for the query row q [heads*d] (after RoPE).
   void select(Recorder& rec, int layer, const Buffer& q) const {
     require(revision_ != 0 && layer >= 0 && layer < layers_, Status::internal, "SR-SWA device selection: not synced");
-    Push pc = push_;
-    pc.layer = u32(layer);
+    SparseSelectParams pc = push_;
+    pc.layer = uint32_t(layer);
     rec.dispatch(kernel(rec.context(), "sparse_select", 7),
                  {in(q), in(block_bounds_[size_t(layer)]), in(node_bounds_[size_t(layer)]), in(tables_), out(scratch_),
                   out(selection_), out(counts_)},
-                 &pc, sizeof pc, u32(heads_));
+                 &pc, sizeof pc, uint32_t(heads_));
   }
 
   // Records each head's attention over layer `layer`'s selection of `reference` then `window`.
@@ -121,9 +100,7 @@ class DeviceSparseReference {
             "SR-SWA device selection: bad layer or head");
     const std::vector<uint32_t> w = ctx_->download_vector<uint32_t>(
         selection_, push_.sel_stride, (size_t(layer) * size_t(heads_) + size_t(h)) * push_.sel_stride);
-    std::vector<RowSpan> spans;
-    for (uint32_t i = 0; i < w[0]; ++i) spans.push_back(RowSpan{int64_t(w[3 + 3 * i]), int64_t(w[4 + 3 * i])});
-    return spans;
+    return selection_spans<RowSpan>(w);
   }
 
   size_t bytes() const {
@@ -134,21 +111,6 @@ class DeviceSparseReference {
   }
 
  private:
-  struct Push {  // sparse_select.comp's push constants
-    uint32_t heads, group, head_dim, layer, blocks, pages, levels, nodes, fan, beam, page_budget, block_budget, gates, always,
-        cand_cap, span_cap, kept_cap, sel_stride;
-  };
-
-  static uint32_t u32(int64_t v) {
-    require(v >= 0 && v <= int64_t(UINT32_MAX), Status::unsupported, "SR-SWA on Vulkan: a table entry exceeds 32 bits");
-    return uint32_t(v);
-  }
-  static int64_t pow2(int64_t n) {
-    int64_t m = 1;
-    while (m < n) m <<= 1;
-    return m;
-  }
-
   // A buffer of exactly `bytes` (at least 4), reusing `b` when it already has that size.
   Buffer sized(Buffer b, size_t bytes, const char* what) const {
     bytes = std::max<size_t>(bytes, 4);
@@ -163,7 +125,7 @@ class DeviceSparseReference {
   Context* ctx_;
   uint64_t revision_ = 0;
   int layers_ = 0, heads_ = 0, kv_heads_ = 0, head_dim_ = 0;
-  Push push_{};
+  SparseSelectParams push_{};  // sparse_select.comp's push constants (layer set per dispatch)
   Buffer tables_, scratch_, selection_, counts_;
   std::vector<Buffer> block_bounds_, node_bounds_;  // per layer
 };
