@@ -13,9 +13,10 @@
 
 namespace {
 
-// The shipped model (docs/TRAINING.md §7) scores 0.213 on these two pages; the target is
-// 0.05, which it does not reach yet. A pipeline that no longer reads scores ~1.
-constexpr double kDemoCerBound = 0.30;
+// The shipped model (docs/TRAINING.md §7) scores 0.053 on these two pages; the target is
+// 0.05. The margin covers greedy choices that flip between CPUs of other SIMD widths; a pipeline
+// that no longer reads scores ~1.
+constexpr double kDemoCerBound = 0.10;
 
 // Code points of UTF-8 text with "<PAGE>" markers removed and every whitespace run made one
 // space (eval.py's normalise), so the score is about characters read, not line breaks.
@@ -78,8 +79,8 @@ TEST_CASE("the CER measure: normalisation and edit distance") {
   CHECK(cer("äöü", "aöü") == doctest::Approx(1.0 / 3));  // code points, not bytes
 }
 
-// Each page is its own run: the demo model was trained on single pages only (docs/TRAINING.md),
-// so a multi-page prompt is outside what it learned (docs/ACCURACY.md, multi-page rows).
+// Each page is its own run: the demo model was trained mostly on single pages (docs/TRAINING.md)
+// and does not read multi-page prompts well yet (docs/ACCURACY.md, multi-page rows).
 TEST_CASE("the demo model reads two short sample pages") {
   std::string text, reference;
   for (const char* page : {"demo-page1", "demo-page2"}) {
