@@ -28,6 +28,24 @@ struct TinyAGolden {
   uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
   std::vector<int32_t> input_ids = tiny_a_ids("input_ids.npy");
   std::vector<int32_t> gen_ids = tiny_a_ids("gen_ids.npy");
+
+  // Step s of the staggered batch the batched-decoding tests run: sequences 0 and 1 from step 0,
+  // sequence 2 joining at step 5 (continuous batching: any set of caches per step), sequence i
+  // fed the golden stream shifted by i, each at its own position after the prompt.
+  struct BatchStep {
+    std::vector<int32_t> tokens;
+    std::vector<int64_t> positions;
+  };
+  BatchStep staggered_step(int s) const {
+    const int64_t p = int64_t(input_ids.size());
+    BatchStep b;
+    for (int i = 0; i < (s < 5 ? 2 : 3); ++i) {
+      const int step = i == 2 ? s - 5 : s;
+      b.tokens.push_back(gen_ids[size_t(step + i)]);
+      b.positions.push_back(p + step);
+    }
+    return b;
+  }
   std::vector<float> vision = tiny_a_f32("vision_tokens.npy");
 };
 

@@ -303,24 +303,19 @@ TEST_CASE("batched decoding: several sequences per step give exactly the single-
     batched.prefill(input, 0, group[i]);
   }
   for (int s = 0; s < 20; ++s) {
-    // Sequence 2 joins at step 5 (continuous batching: any set of caches per step).
-    const size_t n = s < 5 ? 2 : 3;
-    std::vector<int32_t> tokens;
-    std::vector<int64_t> positions;
+    const auto b = e.staggered_step(s);
+    const size_t n = b.tokens.size();
     std::vector<cu::CudaKvCache*> caches;
     std::vector<float> expected;
     for (size_t i = 0; i < n; ++i) {
-      const int step = int(i) == 2 ? s - 5 : s;
-      tokens.push_back(e.gen_ids[size_t(step) + i]);
-      positions.push_back(p + step);
       caches.push_back(&group[i]);
-      const std::vector<float>& l = single.decode_step(tokens.back(), positions.back(), solo[i]);
+      const std::vector<float>& l = single.decode_step(b.tokens[i], b.positions[i], solo[i]);
       expected.insert(expected.end(), l.begin(), l.end());
     }
     if (s % 2) {
-      CHECK(batched.decode_batch(tokens, positions, caches) == expected);
+      CHECK(batched.decode_batch(b.tokens, b.positions, caches) == expected);
     } else {
-      const std::vector<int32_t> next = batched.decode_batch_greedy(tokens, positions, caches);
+      const std::vector<int32_t> next = batched.decode_batch_greedy(b.tokens, b.positions, caches);
       for (size_t i = 0; i < n; ++i) {
         const float* row = expected.data() + i * size_t(d.vocab);
         CHECK(next[i] == int32_t(std::max_element(row, row + d.vocab) - row));

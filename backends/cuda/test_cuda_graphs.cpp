@@ -136,7 +136,6 @@ TEST_CASE("batches of 2 and 3 with different cache lengths: graph steps == eager
   Env& e = Env::get();
   const uocr::DecoderConfig& d = e.cfg.decoder;
   cu::CudaDecoder graphs = e.decoder(true), eager = e.decoder(false);
-  const int64_t p = int64_t(e.input_ids.size());
   const std::vector<float> input = graphs.embed_prompt(e.input_ids, e.vision);
   const int windows[3] = {8, 0, 3};  // two rings that wrap, one growing cache
   std::vector<cu::CudaKvCache> gc, ec;
@@ -151,22 +150,18 @@ TEST_CASE("batches of 2 and 3 with different cache lengths: graph steps == eager
   const int steps = 40;
   for (int s = 0; s < steps; ++s) {
     // Sequence 2 joins at step 5, so its cache is 5 rows shorter than the others from then on.
-    const size_t n = s < 5 ? 2 : 3;
-    std::vector<int32_t> tokens;
-    std::vector<int64_t> positions;
+    const auto b = e.staggered_step(s);
     std::vector<cu::CudaKvCache*> g_caches, e_caches;
-    for (size_t i = 0; i < n; ++i) {
-      const int step = i == 2 ? s - 5 : s;
-      tokens.push_back(e.gen_ids[size_t(step) + i]);
-      positions.push_back(p + step);
+    for (size_t i = 0; i < b.tokens.size(); ++i) {
       g_caches.push_back(&gc[i]);
       e_caches.push_back(&ec[i]);
     }
     INFO("step " << s);
     if (s % 4 == 3) {
-      CHECK(graphs.decode_batch_greedy(tokens, positions, g_caches) == eager.decode_batch_greedy(tokens, positions, e_caches));
+      CHECK(graphs.decode_batch_greedy(b.tokens, b.positions, g_caches) ==
+            eager.decode_batch_greedy(b.tokens, b.positions, e_caches));
     } else {
-      CHECK(graphs.decode_batch(tokens, positions, g_caches) == eager.decode_batch(tokens, positions, e_caches));
+      CHECK(graphs.decode_batch(b.tokens, b.positions, g_caches) == eager.decode_batch(b.tokens, b.positions, e_caches));
     }
   }
   const cu::CudaDecoder::GraphStats& st = graphs.graph_stats();
