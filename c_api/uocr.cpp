@@ -64,7 +64,8 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_batch) == 
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_batch_wait_us) == 124, "max_batch_wait_us moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_fan_out) == 128, "reference_gate_fan_out moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_beam) == 132, "reference_gate_beam moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 136, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, cuda_graphs) == 136, "cuda_graphs moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 144, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -419,6 +420,14 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
     fail(UOCR_E_INVALID_ARGUMENT, "max_batch_wait_us must be -1, 0 or positive, got " + std::to_string(p.max_batch_wait_us));
   if (p.max_batch) c.batching.max_batch = p.max_batch;
   if (p.max_batch_wait_us) c.batching.max_wait_us = p.max_batch_wait_us < 0 ? 0 : p.max_batch_wait_us;
+  if (p.cuda_graphs < UOCR_CUDA_GRAPHS_DEFAULT || p.cuda_graphs > UOCR_CUDA_GRAPHS_OFF)
+    fail(UOCR_E_INVALID_ARGUMENT, "cuda_graphs " + std::to_string(p.cuda_graphs) + " is not a UOCR_CUDA_GRAPHS_* value");
+  if (p.cuda_graphs != UOCR_CUDA_GRAPHS_DEFAULT) c.cuda_graphs = p.cuda_graphs == UOCR_CUDA_GRAPHS_ON;
+  // Non-zero there is a newer caller's field, answered like unknown bytes past the struct (read_params).
+  if (p.reserved_0 != 0)
+    fail(UOCR_E_UNSUPPORTED, "uocr_session_params.reserved_0 is " + std::to_string(p.reserved_0) +
+                                 ", a field this library (API version " + std::to_string(UOCR_API_VERSION) +
+                                 ") does not know; leave it zero or use a newer library");
   return c;
 }
 

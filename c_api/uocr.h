@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 4
+#define UOCR_API_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -238,6 +238,10 @@ typedef struct uocr_session_params {
     /* API 4: the SR-SWA page gate, a tree over the pages searched from the top (README.md). */
     int32_t reference_gate_fan_out; /* pages per gate-tree node and nodes per node above; 0: 4; else >= 2 */
     int32_t reference_gate_beam;    /* gate nodes kept per tree level; 0: twice reference_pages */
+    /* API 5: CUDA graphs (CUDA backend; the others ignore it). Decode steps replay captured
+     * graphs, saving launch overhead; the logits are the same either way. */
+    int32_t cuda_graphs;       /* UOCR_CUDA_GRAPHS_*; 0: default (on) */
+    int32_t reserved_0;        /* 0; a later API's field (named, so no tail padding of unknown bytes is left here) */
     /* append-only below this line */
 } uocr_session_params;
 
@@ -245,6 +249,9 @@ typedef struct uocr_session_params {
 #define UOCR_REFERENCE_SPARSE 1 /* SR-SWA: a page gate + block selection per step (faster, approximate) */
 #define UOCR_POSITIONS_LIMIT 0       /* refuse documents past the model's context length, as upstream */
 #define UOCR_POSITIONS_EXTRAPOLATE 1 /* allow positions past it (up to 2^24; quality unmeasured there) */
+#define UOCR_CUDA_GRAPHS_DEFAULT 0 /* on */
+#define UOCR_CUDA_GRAPHS_ON 1
+#define UOCR_CUDA_GRAPHS_OFF 2       /* every decode step launches its kernels one by one */
 
 #define UOCR_SESSION_PARAMS_MIN_SIZE ((uint32_t)offsetof(uocr_session_params, max_image_pixels))
 

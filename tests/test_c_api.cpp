@@ -475,6 +475,43 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     REQUIRE(create(&p) == UOCR_OK);
     uocr_session_free(s);
   }
+  SUBCASE("cuda_graphs (API 5): out-of-range refused by name; on and off run on the CPU, which ignores them") {
+    CHECK(sp.cuda_graphs == UOCR_CUDA_GRAPHS_DEFAULT);
+    CHECK(sp.reserved_0 == 0);
+    refused([](uocr_session_params& p) { p.cuda_graphs = 3; }, "cuda_graphs");
+    refused([](uocr_session_params& p) { p.cuda_graphs = -1; }, "cuda_graphs");
+    uocr_session_params p = sp;
+    p.reserved_0 = 1;  // what a newer caller's field there would look like
+    CHECK(create(&p) == UOCR_E_UNSUPPORTED);
+    CHECK(std::string(uocr_last_error()).find("reserved_0") != std::string::npos);
+    std::string texts[3];
+    const int32_t values[3] = {UOCR_CUDA_GRAPHS_DEFAULT, UOCR_CUDA_GRAPHS_ON, UOCR_CUDA_GRAPHS_OFF};
+    for (int i = 0; i < 3; ++i) {
+      p = sp;
+      p.max_new_tokens = 8;
+      p.cuda_graphs = values[i];
+      REQUIRE(create(&p) == UOCR_OK);
+      REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+      REQUIRE(uocr_session_run(s, nullptr, nullptr, nullptr) == UOCR_OK);
+      texts[i] = session_text(s);
+      uocr_session_free(s);
+    }
+    CHECK(!texts[0].empty());
+    CHECK(texts[1] == texts[0]);
+    CHECK(texts[2] == texts[0]);
+  }
+  SUBCASE("an API-version-4 struct (up to reference_gate_beam): cuda_graphs takes its default") {
+    struct {
+      unsigned char p[offsetof(uocr_session_params, cuda_graphs)];
+      int32_t poison[2];  // would be cuda_graphs = 7 (invalid) and reserved_0 = 7 (a newer field)
+    } v4;
+    std::memcpy(v4.p, &sp, sizeof v4.p);
+    uint32_t size = sizeof v4.p;
+    std::memcpy(v4.p, &size, sizeof size);
+    for (int32_t& x : v4.poison) x = 7;
+    REQUIRE(create(v4.p) == UOCR_OK);
+    uocr_session_free(s);
+  }
   SUBCASE("a newer, larger struct: zero tail accepted, unknown non-zero fields refused") {
     struct {
       uocr_session_params p;

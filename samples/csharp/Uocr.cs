@@ -59,6 +59,10 @@ namespace Uocr
     /// <summary>Documents past the model's context length: refused (as upstream) or extrapolated.</summary>
     public enum Positions { Limit = 0, Extrapolate = 1 }
 
+    /// <summary>CUDA graphs for decode steps on the CUDA backend (same logits, less launch
+    /// overhead; other backends ignore it). Default: the library's, which is on.</summary>
+    public enum CudaGraphs { Default = 0, On = 1, Off = 2 }
+
     [StructLayout(LayoutKind.Sequential)]
     internal struct ModelParams
     {
@@ -102,6 +106,9 @@ namespace Uocr
         public int MaxBatchWaitUs;
         public int ReferenceGateFanOut;
         public int ReferenceGateBeam;
+        // API version 5
+        public int CudaGraphs;
+        public int Reserved0;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -167,7 +174,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 4; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 5; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -345,6 +352,7 @@ namespace Uocr
         public int MaxBatchWaitUs = 0;       // longest a step waits for the others (0: 1000; -1: no wait)
         public int ReferenceGateFanOut = 0;  // Sparse: pages per gate-tree node (0: 4; else >= 2)
         public int ReferenceGateBeam = 0;    // Sparse: gate nodes kept per level (0: twice ReferencePages)
+        public CudaGraphs CudaGraphs = CudaGraphs.Default; // CUDA backend: decode steps replay CUDA graphs
     }
 
     public sealed class Model : IDisposable
@@ -410,6 +418,7 @@ namespace Uocr
             p.MaxBatchWaitUs = o.MaxBatchWaitUs;
             p.ReferenceGateFanOut = o.ReferenceGateFanOut;
             p.ReferenceGateBeam = o.ReferenceGateBeam;
+            p.CudaGraphs = (int)o.CudaGraphs;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

@@ -134,6 +134,12 @@ static class ApiCheck
             Check(gate != null && gate.Status == Status.InvalidArgument && gate.Message.Contains("reference_gate_fan_out"), "gate fan-out message");
             var batch = Expect<UocrException>(() => model.CreateSession(new SessionOptions { MaxBatch = -1 }), "max_batch -1");
             Check(batch != null && batch.Status == Status.InvalidArgument && batch.Message.Contains("max_batch"), "max_batch message");
+            // API 5: graphs off runs (the CPU ignores the field: dense's tokens); out of range is refused.
+            var graphsOff = Sliding(24);
+            graphsOff.CudaGraphs = CudaGraphs.Off;
+            Check(run(graphsOff).SequenceEqual(full), "CUDA graphs off runs, tokens unchanged on the CPU");
+            var graphs = Expect<UocrException>(() => model.CreateSession(new SessionOptions { CudaGraphs = (CudaGraphs)3 }), "cuda_graphs 3");
+            Check(graphs != null && graphs.Status == Status.InvalidArgument && graphs.Message.Contains("cuda_graphs"), "cuda_graphs message");
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

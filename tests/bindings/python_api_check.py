@@ -35,6 +35,13 @@ with uocr.Model(model_dir) as model:
     # API 4 fields reach the library (which checks them).
     expect_error(lambda: model.session(reference_gate_fan_out=1), uocr.E_INVALID_ARGUMENT, "bad gate fan-out")
     expect_error(lambda: model.session(max_batch=-1), uocr.E_INVALID_ARGUMENT, "bad max_batch")
+    # API 5: out-of-range cuda_graphs is refused by name; off runs (the CPU ignores it).
+    e = expect_error(lambda: model.session(cuda_graphs=3), uocr.E_INVALID_ARGUMENT, "bad cuda_graphs")
+    check(e is not None and "cuda_graphs" in e.message, "cuda_graphs message")
+    for graphs in (uocr.CUDA_GRAPHS_OFF, False):
+        with model.session(max_new_tokens=4, cuda_graphs=graphs) as s:
+            s.add_image_file(image)
+            check(s.run().generated_tokens > 0, "cuda_graphs %r runs" % (graphs,))
     with model.session(max_new_tokens=8) as s:
         e = expect_error(lambda: s.add_image_bytes(b"not an image"), uocr.E_INVALID_IMAGE, "undecodable bytes")
         check(e is not None and "cannot decode" in e.message, "decode message")

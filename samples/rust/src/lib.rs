@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 4;
+pub const API_VERSION: i32 = 5;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -63,6 +63,15 @@ pub mod status {
     pub const E_VERSION_MISMATCH: i32 = -101;
     pub const E_BUSY: i32 = -102;
     pub const E_BUFFER_TOO_SMALL: i32 = -103;
+}
+
+/// `SessionParams::cuda_graphs` values (`UOCR_CUDA_GRAPHS_*`): CUDA decode steps replay CUDA
+/// graphs (same logits, less launch overhead); other backends ignore it.
+pub mod cuda_graphs {
+    /// The library's default: on.
+    pub const DEFAULT: i32 = 0;
+    pub const ON: i32 = 1;
+    pub const OFF: i32 = 2;
 }
 
 const EVENT_TOKEN: i32 = 1;
@@ -135,6 +144,9 @@ struct RawSessionParams {
     max_batch_wait_us: i32,
     reference_gate_fan_out: i32,
     reference_gate_beam: i32,
+    // API version 5
+    cuda_graphs: i32,
+    reserved_0: i32,
 }
 
 #[repr(C)]
@@ -199,7 +211,7 @@ pub struct RunSummary {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 136);
+    assert!(std::mem::size_of::<RawSessionParams>() == 144);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
     assert!(std::mem::size_of::<RunSummary>() == 136);
@@ -414,6 +426,7 @@ impl Model {
         raw.max_batch_wait_us = params.max_batch_wait_us;
         raw.reference_gate_fan_out = params.reference_gate_fan_out;
         raw.reference_gate_beam = params.reference_gate_beam;
+        raw.cuda_graphs = params.cuda_graphs;
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -523,6 +536,8 @@ pub struct SessionParams {
     /// nodes kept per level (0: twice the page budget).
     pub reference_gate_fan_out: i32,
     pub reference_gate_beam: i32,
+    /// CUDA graphs for decode steps on the CUDA backend: a `cuda_graphs::*` value (DEFAULT: on).
+    pub cuda_graphs: i32,
 }
 
 impl Default for SessionParams {
@@ -552,6 +567,7 @@ impl Default for SessionParams {
             max_batch_wait_us: raw.max_batch_wait_us,
             reference_gate_fan_out: raw.reference_gate_fan_out,
             reference_gate_beam: raw.reference_gate_beam,
+            cuda_graphs: raw.cuda_graphs,
         }
     }
 }

@@ -5,7 +5,7 @@
 //!         cargo test --offline --locked --test api -- --test-threads=1
 use std::path::PathBuf;
 
-use uocr::{status, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams};
+use uocr::{cuda_graphs, status, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams};
 
 fn model() -> Model {
     let dir = std::env::var_os("UOCR_TEST_MODEL").expect("set UOCR_TEST_MODEL to a model folder");
@@ -154,6 +154,12 @@ fn typed_options_reach_the_library() {
     let err = model.session(&SessionParams { max_batch: -1, ..Default::default() }).err().unwrap();
     assert_eq!(err.status, status::E_INVALID_ARGUMENT);
     assert!(err.message.contains("max_batch"), "{}", err.message);
+    // API 5: graphs off runs (the CPU ignores the field, so the tokens are dense's); out of range is refused.
+    assert_eq!(SessionParams::default().cuda_graphs, cuda_graphs::DEFAULT);
+    assert_eq!(run(SessionParams { cuda_graphs: cuda_graphs::OFF, ..sliding(24) }), dense);
+    let err = model.session(&SessionParams { cuda_graphs: 3, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+    assert!(err.message.contains("cuda_graphs"), "{}", err.message);
 }
 
 #[test]
