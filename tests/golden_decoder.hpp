@@ -71,6 +71,19 @@ struct DeviceGolden : TinyAGolden {
     dev_weights.reset();
     ctx.reset();
   }
+
+  // The caches of the staggered batch (staggered_step): R-SWA windows 8 and 3 (rings that wrap)
+  // and 0 (a growing full-attention cache), each prefilled with `input` by `dec`.
+  template <class Cache, class Decoder>
+  std::vector<Cache> staggered_caches(Decoder& dec, const std::vector<float>& input) const {
+    std::vector<Cache> caches;
+    caches.reserve(3);
+    for (int window : {8, 0, 3}) {
+      caches.emplace_back(*ctx, cfg.decoder, window);
+      dec.prefill(input, 0, caches.back());
+    }
+    return caches;
+  }
 };
 
 constexpr double kGoldenRowRel = 1e-4;  // full logits rows against the upstream float32 run

@@ -358,6 +358,17 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     if (named) CHECK(std::string(uocr_last_error()).find(named) != std::string::npos);
   };
 
+  // What a caller built against an older header sends: sp's first `bytes` bytes (struct_size =
+  // bytes), followed here by `fields` int32 set to `poison`, which the library must not read.
+  auto create_older = [&](size_t bytes, int fields, int32_t poison) {
+    std::vector<unsigned char> older(bytes + size_t(fields) * sizeof poison);
+    std::memcpy(older.data(), &sp, bytes);
+    const uint32_t size = uint32_t(bytes);
+    std::memcpy(older.data(), &size, sizeof size);
+    for (int i = 0; i < fields; ++i) std::memcpy(older.data() + bytes + size_t(i) * sizeof poison, &poison, sizeof poison);
+    return create(older.data());
+  };
+
   SUBCASE("NULL params are the defaults") {
     REQUIRE(create(nullptr) == UOCR_OK);
     uocr_session_free(s);
@@ -432,15 +443,8 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     uocr_session_free(s);
   }
   SUBCASE("an API-version-1 struct (up to max_image_pixels): page groups and checkpoints take their defaults") {
-    struct {
-      unsigned char p[offsetof(uocr_session_params, backend)];
-      int32_t poison[4];  // would be backend, device_index, pages_per_group = 1 (invalid), overlap
-    } v1;
-    std::memcpy(v1.p, &sp, sizeof v1.p);
-    uint32_t size = sizeof v1.p;
-    std::memcpy(v1.p, &size, sizeof size);
-    for (int32_t& x : v1.poison) x = 1;
-    REQUIRE(create(v1.p) == UOCR_OK);
+    // 1s where backend, device_index, pages_per_group (1: invalid) and overlap_pages would be
+    REQUIRE(create_older(offsetof(uocr_session_params, backend), 4, 1) == UOCR_OK);
     uocr_session_free(s);
   }
   SUBCASE("page group, SR-SWA and checkpoint fields: defaults and out-of-range values") {
@@ -501,15 +505,8 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     CHECK(texts[2] == texts[0]);
   }
   SUBCASE("an API-version-4 struct (up to reference_gate_beam): cuda_graphs takes its default") {
-    struct {
-      unsigned char p[offsetof(uocr_session_params, cuda_graphs)];
-      int32_t poison[2];  // would be cuda_graphs = 7 (invalid) and reserved_0 = 7 (a newer field)
-    } v4;
-    std::memcpy(v4.p, &sp, sizeof v4.p);
-    uint32_t size = sizeof v4.p;
-    std::memcpy(v4.p, &size, sizeof size);
-    for (int32_t& x : v4.poison) x = 7;
-    REQUIRE(create(v4.p) == UOCR_OK);
+    // 7s where cuda_graphs (7: invalid) and reserved_0 (non-zero: a newer field) would be
+    REQUIRE(create_older(offsetof(uocr_session_params, cuda_graphs), 2, 7) == UOCR_OK);
     uocr_session_free(s);
   }
   SUBCASE("a newer, larger struct: zero tail accepted, unknown non-zero fields refused") {

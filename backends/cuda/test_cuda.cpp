@@ -292,16 +292,8 @@ TEST_CASE("batched decoding: several sequences per step give exactly the single-
   const int64_t p = int64_t(e.input_ids.size());
   const std::vector<float> input = single.embed_prompt(e.input_ids, e.vision);
   // Three sequences with different windows and lengths: the same prompt, shifted token streams.
-  const int windows[3] = {8, 0, 3};
-  std::vector<cu::CudaKvCache> solo, group;
-  for (int w : windows) {
-    solo.emplace_back(*e.ctx, d, w);
-    group.emplace_back(*e.ctx, d, w);
-  }
-  for (size_t i = 0; i < 3; ++i) {
-    single.prefill(input, 0, solo[i]);
-    batched.prefill(input, 0, group[i]);
-  }
+  std::vector<cu::CudaKvCache> solo = e.staggered_caches<cu::CudaKvCache>(single, input),
+                               group = e.staggered_caches<cu::CudaKvCache>(batched, input);
   for (int s = 0; s < 20; ++s) {
     const auto b = e.staggered_step(s);
     const size_t n = b.tokens.size();

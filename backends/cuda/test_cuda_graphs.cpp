@@ -134,19 +134,10 @@ TEST_CASE("one sequence: graph steps == eager steps bit for bit (ring wrap, key 
 
 TEST_CASE("batches of 2 and 3 with different cache lengths: graph steps == eager steps bit for bit" * doctest::skip(no_gpu())) {
   Env& e = Env::get();
-  const uocr::DecoderConfig& d = e.cfg.decoder;
   cu::CudaDecoder graphs = e.decoder(true), eager = e.decoder(false);
   const std::vector<float> input = graphs.embed_prompt(e.input_ids, e.vision);
-  const int windows[3] = {8, 0, 3};  // two rings that wrap, one growing cache
-  std::vector<cu::CudaKvCache> gc, ec;
-  for (int w : windows) {
-    gc.emplace_back(*e.ctx, d, w);
-    ec.emplace_back(*e.ctx, d, w);
-  }
-  for (size_t i = 0; i < 3; ++i) {
-    graphs.prefill(input, 0, gc[i]);
-    eager.prefill(input, 0, ec[i]);
-  }
+  std::vector<cu::CudaKvCache> gc = e.staggered_caches<cu::CudaKvCache>(graphs, input),
+                               ec = e.staggered_caches<cu::CudaKvCache>(eager, input);
   const int steps = 40;
   for (int s = 0; s < steps; ++s) {
     // Sequence 2 joins at step 5, so its cache is 5 rows shorter than the others from then on.
