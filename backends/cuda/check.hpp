@@ -60,5 +60,5 @@ inline cudaStream_t stream_of(const void* s) { return static_cast<cudaStream_t>(
 
 namespace uocr::cuda::detail {
 // Context::scratch slots of the ops (each op owns one, so nested use never aliases).
-enum ScratchSlot : int { kScratchGemmWeights = 0, kScratchGemmActivations = 1, kScratchAttention = 2 };
+enum ScratchSlot : int { kScratchGemmWeights = 0, kScratchGemmActivations = 1, kScratchAttention = 2, kScratchSamRel = 3 };
 }  // namespace uocr::cuda::detail

@@ -1,6 +1,6 @@
 // Device helpers shared by the kernels of backends/cuda/: weight loads widened to float32,
-// fixed-order warp and block reductions, the softmax and weighted-value passes of the attention
-// kernels, and launch-size arithmetic.
+// fixed-order warp and block reductions, the softmax pass of the attention kernels, and
+// launch-size arithmetic.
 //
 // Reductions are deterministic: a warp reduces with a xor butterfly (the same pairing every
 // run), a block first reduces each warp, then warp 0 reduces the per-warp partials in warp
@@ -88,11 +88,15 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(v);
 }
 
+struct SoftmaxStats {
+  float max, sum;
+};
+
 // The softmax numerators of one block's scores in place: s[j] = expf(s[j] − max) for j < n
-// (thread t takes j ≡ t mod Threads, Threads = blockDim.x); returns their sum (block_sum's
-// fixed order). `red` holds 32 floats; on return every s[j] is visible to the whole block.
+// (thread t takes j ≡ t mod Threads, Threads = blockDim.x); returns the max and their sum
+// (block_sum's fixed order). `red` holds 32 floats; on return every s[j] is visible to the whole block.
 template <int Threads>
-__device__ __forceinline__ float block_softmax_numerators(float* s, int64_t n, float* red) {
+__device__ __forceinline__ SoftmaxStats block_softmax_numerators(float* s, int64_t n, float* red) {
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < n; j += Threads) mx = fmaxf(mx, s[j]);
   mx = block_max(mx, red);
@@ -102,26 +106,7 @@ __device__ __forceinline__ float block_softmax_numerators(float* s, int64_t n, f
     s[j] = e;
     sum += e;
   }
-  return block_sum(sum, red);  // synchronises the block
-}
-
-// Σ_j (s[j] / sum) · value(j)[e] over j < n for column e = threadIdx.x of a head of d floats
-// (value(j): key j's value vector): thread t sums column t % d over j ≡ t / d (mod Threads / d)
-// ascending into `parts` (Threads floats), then the parts are added in order. Threads below d
-// get their column's value, the others 0. Synchronises the block.
-template <int Threads, class Value>
-__device__ __forceinline__ float block_weighted_values(const float* s, float sum, int64_t n, int d, Value value,
-                                                       float* parts) {
-  const int count = Threads / d, e = threadIdx.x % d, part = threadIdx.x / d;
-  float acc = 0.f;
-  if (part < count)
-    for (int64_t j = part; j < n; j += count) acc += (s[j] / sum) * value(j)[e];
-  parts[threadIdx.x] = acc;
-  __syncthreads();
-  float o = 0.f;
-  if (threadIdx.x < d)
-    for (int p = 0; p < count; ++p) o += parts[p * d + threadIdx.x];
-  return o;
+  return {mx, block_sum(sum, red)};  // block_sum synchronises the block
 }
 
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
@@ -130,8 +115,8 @@ inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + thread
 inline unsigned grid_stride_blocks(int64_t n, int threads) {
   return unsigned(std::min<int64_t>(blocks_for(n, threads), 65536));
 }
-// Query rows per launch of an attention kernel whose scores take `per_row` floats a row: the
-// score scratch stays within 2^25 floats (128 MiB) and the grid's y within 65535.
+// Query rows per launch of an attention kernel whose scratch takes `per_row` floats a row: the
+// scratch stays within 2^25 floats (128 MiB) and the grid's y within 65535.
 inline int64_t score_chunk_rows(int64_t per_row) {
   return std::max<int64_t>(1, std::min<int64_t>(65535, (int64_t(1) << 25) / per_row));
 }

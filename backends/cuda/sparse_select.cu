@@ -24,20 +24,18 @@
 // contraction) and max(a, b) = a < b ? b : a (std::max, -0 vs +0 included).
 // Layout: tables, bounds, scratch and selection as uocr/decoder/sparse_tables.hpp describes.
 //
-// Attention: one block of 256 threads per query head over its selected reference rows in span
-// order, then the window's rows in slot order: the dense kernel's (attention.cu) passes and
-// common.cuh helpers, term for term, so a selection of the whole reference gives dense R-SWA's
-// bits. The score pass finds a key's row by binary search over the span list (first key index
-// per span) and keeps it beside the score for the value pass; scores and rows live in the
-// attention scratch [heads, max_keys] each.
-#include "common.cuh"
+// Attention: each head's selected reference rows in span order, then the window's rows in slot
+// order, through the dense kernels (split_attention.cuh), so a selection of the whole reference
+// gives dense R-SWA's bits. A key's row is found by binary search over the span list (first key
+// index per span).
+#include "split_attention.cuh"
 
 namespace uocr::cuda {
 namespace {
 
 using namespace detail;
 
-constexpr int kThreads = 256, kWarps = kThreads / kWarp;
+constexpr int kThreads = 256;
 constexpr uint32_t kPad = 0xffffffffu;
 
 // The CPU's detail::quest_bound of q (d floats) over [mn, mn + d) and [mn + d, mn + 2d).
@@ -227,54 +225,39 @@ __global__ void __launch_bounds__(kThreads)
   atomicAdd(&counts[1], (unsigned long long)bounds);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    span_attention_kernel(const float* q, ops::KvSpan reference, ops::KvSpan window, const uint32_t* selection,
-                          uint32_t sel_stride, int heads, int kv_heads, int d, int64_t max_keys, float* scores,
-                          uint32_t* key_rows, float* out) {
-  __shared__ float qs[ops::kMaxHeadDim];
-  __shared__ float parts_out[kThreads];
-  __shared__ float red[kWarp];
-  const int h = blockIdx.x, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int g = h / (heads / kv_heads);
-  const uint32_t* sel = selection + size_t(h) * sel_stride;
-  const uint32_t spans = sel[0];
-  const int64_t kr = int64_t(kv_heads) * d, na = sel[1], n = na + window.rows;
-  float* s = scores + int64_t(h) * max_keys;
-  uint32_t* krow = key_rows + int64_t(h) * max_keys;
-  const float scale = 1.0f / sqrtf(float(d));
-
-  for (int e = threadIdx.x; e < d; e += kThreads) qs[e] = q[int64_t(h) * d + e];
-  __syncthreads();
-
-  for (int64_t j = warp; j < n; j += kWarps) {
-    const float* k;
-    uint32_t r = 0;
-    if (j < na) {  // span i: sel[3 + 3i] first row, [4 + 3i] rows, [5 + 3i] index of its first key
-      uint32_t lo = 0, hi = spans;
-      while (hi - lo > 1) {
-        const uint32_t mid = (lo + hi) / 2;
-        if (sel[5 + 3 * mid] <= uint32_t(j)) lo = mid; else hi = mid;
-      }
-      r = sel[3 + 3 * lo] + (uint32_t(j) - sel[5 + 3 * lo]);
-      k = reference.k + int64_t(r) * kr;
-    } else {
-      k = window.k + (j - na) * kr;
-    }
-    const float dot = warp_dot(qs, k + int64_t(g) * d, d);
-    if (lane == 0) {
-      s[j] = dot * scale;
-      if (j < na) krow[j] = r;
-    }
+// A head's SR-SWA keys: its selected reference rows in span order, then every row of the window
+// (the dense kernel's order, so a selection of the whole reference gives the dense bits).
+struct SpanKeys {
+  static constexpr bool kBias = false;
+  const float* q;
+  float* out;
+  const uint32_t* selection;
+  uint32_t sel_stride;
+  ops::KvSpan reference, window;
+  int64_t kv_row;
+  struct Row {
+    const float* q;
+    float* out;
+    int64_t n;
+    const uint32_t* sel;
+  };
+  __device__ Row row(int, int h) const {
+    const uint32_t* sel = selection + size_t(h) * sel_stride;
+    return {q, out, int64_t(sel[1]) + window.rows, sel};
   }
-  __syncthreads();
-
-  const float sum = block_softmax_numerators<kThreads>(s, n, red);
-  const float o = block_weighted_values<kThreads>(
-      s, sum, n, d,
-      [&](int64_t j) { return (j < na ? reference.v + int64_t(krow[j]) * kr : window.v + (j - na) * kr) + int64_t(g) * d; },
-      parts_out);
-  if (threadIdx.x < d) out[int64_t(h) * d + threadIdx.x] = o;
-}
+  // Key j's K row (value: its V row). Span i: sel[3 + 3i] first row, [4 + 3i] rows, [5 + 3i]
+  // index of its first key.
+  __device__ const float* kv(const Row& row, int64_t j, bool value) const {
+    const int64_t na = row.sel[1];
+    if (j >= na) return (value ? window.v : window.k) + (j - na) * kv_row;
+    uint32_t lo = 0, hi = row.sel[0];
+    while (hi - lo > 1) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (row.sel[5 + 3 * mid] <= uint32_t(j)) lo = mid; else hi = mid;
+    }
+    return (value ? reference.v : reference.k) + int64_t(row.sel[3 + 3 * lo] + (uint32_t(j) - row.sel[5 + 3 * lo])) * kv_row;
+  }
+};
 
 }  // namespace
 
@@ -291,16 +274,12 @@ void ops::sparse_select(Context& c, const SparseSelectParams& p, const float* q,
 
 void ops::span_attention(Context& c, const float* q, const AttentionDims& d, const KvSpan& reference, const KvSpan& window,
                          const uint32_t* selection, int64_t sel_stride, float* out) {
-  require(d.heads > 0 && d.kv_heads > 0 && d.heads % d.kv_heads == 0 && d.head_dim > 0 && d.head_dim <= kMaxHeadDim &&
-              sel_stride >= 3 && sel_stride <= int64_t(UINT32_MAX) && reference.rows >= 0 && window.rows >= 0,
+  require(sel_stride >= 3 && sel_stride <= int64_t(UINT32_MAX) && reference.rows >= 0 && window.rows >= 0,
           Status::invalid_argument, "CUDA span attention: bad shape");
   // A head's selected rows are disjoint rows of the reference: at most reference.rows keys.
-  const int64_t max_keys = std::max<int64_t>(reference.rows + window.rows, 1), per_head = int64_t(d.heads) * max_keys;
-  float* scores = c.scratch(kScratchAttention, size_t(2 * per_head));
-  span_attention_kernel<<<unsigned(d.heads), kThreads, 0, stream(c)>>>(
-      q, reference, window, selection, uint32_t(sel_stride), d.heads, d.kv_heads, d.head_dim, max_keys, scores,
-      reinterpret_cast<uint32_t*>(scores + per_head), out);
-  check_launch("span_attention");
+  const SpanKeys keys{q, out, selection, uint32_t(sel_stride), reference, window, int64_t(d.kv_heads) * d.head_dim};
+  split_attention<SpanKeys>(c, [&](int64_t) { return keys; }, 1, d, std::max<int64_t>(reference.rows + window.rows, 1),
+                            "span attention");
 }
 
 }  // namespace uocr::cuda

@@ -190,6 +190,10 @@ TEST_CASE("op conformance: RMSNorm, RoPE at large positions, SiLU*mul, embedding
     cu::Buffer out = c.alloc(3 * 4, "argmax");
     cu::ops::argmax(c, dx.f32(), 3, 5000, out.as<int32_t>());
     CHECK(down<int32_t>(out, 3) == std::vector<int32_t>{1234, 4999, 0});
+    // Fewer columns than the kernel's slices: empty slices take no part; ties still go first.
+    const cu::Buffer small = up(std::vector<float>{1, 3, 3, 0, -1, 2, 3, /* row 1 */ -5, -5, -5, -5, -5, -5, -5});
+    cu::ops::argmax(c, small.f32(), 2, 7, out.as<int32_t>());
+    CHECK(down<int32_t>(out, 2) == std::vector<int32_t>{1, 0});
   }
 }
 

@@ -16,8 +16,8 @@
 //    concurrent sessions the way the engine runs them now (a thread and a stream each, no batching);
 //  - full attention vs R-SWA: mean step time over the first and the last 128 of --long steps;
 //  - SR-SWA vs dense R-SWA over one reference of 15 pages (BOS + 15 x 273 tokens, the longest
-//    prompt timed above): decode_step with the selection attached (default budgets; one q read
-//    back per layer) and without, and the share of reference rows the selection attended;
+//    prompt timed above): decode_step with the selection attached (default budgets; page gate
+//    and token selector on the device) and without, and the share of reference rows the selection attended;
 //  - peak device memory (allocator) and KV bytes per session.
 // Exit codes: 0 measured, 2 no usable GPU (Status::unsupported; the message says why), 1 other errors.
 #include <algorithm>
@@ -299,7 +299,7 @@ class Bench {
     dec_->set_decode_attention(nullptr);
     add("SR-SWA over " + ref + ": step time", t * 1e3, "ms",
         std::to_string(100.0 * double(sparse.rows_attended()) / double(sparse.rows_dense())).substr(0, 4) +
-            "% of reference rows; selection on the host");
+            "% of reference rows; selection on the device");
   }
 
   void memory() {
