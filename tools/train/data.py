@@ -20,6 +20,11 @@ numbers/dates/prices. Fonts: DejaVu Sans/Serif/Mono and, when installed, Liberat
 Sans/Serif/Mono (Debian package fonts-liberation), regular and bold. Mild degradations: paper
 tint, ink colour, rotation up to ~1.5 degrees, Gaussian blur, pixel noise, JPEG re-encoding.
 
+The files are read under UOCR_TRAIN_DATA_ROOT (default "/"): on a machine without those Debian
+packages (a rented GPU, say), copy usr/share/fonts/truetype/{dejavu,liberation}, usr/share/dict
+and usr/share/common-licenses from one that has them and point the variable at the copy. A
+missing word list, licence corpus or font is an error, never a silent fallback.
+
 `level` (0..4) is the curriculum: 0 = one to three short lines in large type, 4 = full pages
 of up to ~250 characters at 17-26 px with headings, lists and tables.
 
@@ -35,7 +40,15 @@ import re
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-FONT_DIRS = ["/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation"]
+DATA_ROOT = os.environ.get("UOCR_TRAIN_DATA_ROOT", "/")
+
+
+def data_path(path):
+    """`path` (absolute, as on Debian) under DATA_ROOT."""
+    return os.path.join(DATA_ROOT, path.lstrip("/"))
+
+
+FONT_DIRS = [data_path("/usr/share/fonts/truetype/dejavu"), data_path("/usr/share/fonts/truetype/liberation")]
 REGULAR = ["DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSansCondensed.ttf",
            "LiberationSans-Regular.ttf", "LiberationSerif-Regular.ttf", "LiberationMono-Regular.ttf"]
 BOLD = {"DejaVuSans.ttf": "DejaVuSans-Bold.ttf", "DejaVuSerif.ttf": "DejaVuSerif-Bold.ttf",
@@ -67,14 +80,17 @@ class TextSource:
     def __init__(self, seed=0):
         self.rng = random.Random(seed)
         words = []
-        for path in ("/usr/share/dict/american-english", "/usr/share/dict/words"):
+        for path in (data_path("/usr/share/dict/american-english"), data_path("/usr/share/dict/words")):
             if os.path.exists(path):
                 with open(path, encoding="utf-8", errors="ignore") as f:
                     words = [w.strip() for w in f if re.fullmatch(r"[A-Za-z]{1,12}", w.strip())]
                 break
-        self.words = words or ["lorem", "ipsum", "dolor", "sit", "amet"]
+        if not words:
+            raise FileNotFoundError(f"no word list at {data_path('/usr/share/dict/american-english')}: install "
+                                    "wamerican or set UOCR_TRAIN_DATA_ROOT to a copy of it")
+        self.words = words
         corpus = []
-        for path in sorted(glob.glob("/usr/share/common-licenses/*")):
+        for path in sorted(glob.glob(data_path("/usr/share/common-licenses/*"))):
             if os.path.isfile(path):
                 with open(path, encoding="utf-8", errors="ignore") as f:
                     corpus.extend(re.findall(r"[A-Za-z0-9][A-Za-z0-9'\-]*[.,;:]?|[(\"]", f.read()))
@@ -82,6 +98,9 @@ class TextSource:
         self.chain = {}
         for a, b in zip(corpus, corpus[1:]):
             self.chain.setdefault(a, []).append(b)
+        if not corpus:
+            raise FileNotFoundError(f"no licence texts in {data_path('/usr/share/common-licenses')} (Debian base-files), "
+                                    "or set UOCR_TRAIN_DATA_ROOT to a copy of them")
         self.starts = [w for w in corpus if w[:1].isupper()] or self.words
 
     def dict_word(self):
@@ -152,6 +171,9 @@ class Renderer:
         self.text = TextSource(seed + 1)
         self.level = level
         self.fonts = [f for f in REGULAR if _find_font(f)]
+        if not self.fonts:
+            raise FileNotFoundError(f"no fonts in {' or '.join(FONT_DIRS)}: install fonts-dejavu-core "
+                                    "(and fonts-liberation) or set UOCR_TRAIN_DATA_ROOT to a copy of them")
         self._cache = {}
         self._bb = {}
 

@@ -369,9 +369,18 @@ def main():
     t_proc0, t_wall0 = time.process_time(), time.time()
     last_eval = last_ck = time.time()
     run_loss = {}
+
+    def checkpoint():
+        cpu_now = cpu_total + time.process_time() - t_proc0
+        save(ck_path, dict(config=cfg, model=cpu_state(model), aux=cpu_state(aux), opt=opt.state_dict(), step=step,
+                           level=level, cpu_total=cpu_now, pages_seen=pages_seen, history=history, best=best,
+                           args=vars(a)))
+
     model.train()
     while True:
         if (time.time() - t_wall0) / 3600 > a.max_hours:
+            checkpoint()  # a timed run (a rented GPU) ends with its last step saved
+            print(f"stopped after {a.max_hours:.3g} h: step {step}, {ck_path}", flush=True)
             break
         batch = next(loader)
         n_docs, n_pages = len(batch["texts"]), batch["n_pages"]
@@ -415,10 +424,7 @@ def main():
             last_eval = time.time()
             last_ck = 0  # checkpoint right after an eval
         if time.time() - last_ck > a.ckpt_min * 60:
-            cpu_now = cpu_total + time.process_time() - t_proc0
-            save(ck_path, dict(config=cfg, model=cpu_state(model), aux=cpu_state(aux), opt=opt.state_dict(),
-                               step=step, level=level, cpu_total=cpu_now, pages_seen=pages_seen, history=history,
-                               best=best, args=vars(a)))
+            checkpoint()
             last_ck = time.time()
 
 
