@@ -143,8 +143,9 @@ class CudaDecoder {
         d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, config, weights)),
         dims_{config.heads, config.kv_heads, config.head_dim} {
     require(int(d_->layers.size()) == c_->layers, Status::invalid_argument, "device weights were uploaded for a different config");
-    require(c_->head_dim <= ops::kMaxHeadDim && c_->head_dim % 2 == 0, Status::unsupported, [&] {
-      return "CUDA backend: head_dim " + std::to_string(c_->head_dim) + " must be even and at most " +
+    // The attention kernels read keys in float4 (ops::attention): checked here, before any upload.
+    require(c_->head_dim <= ops::kMaxHeadDim && c_->head_dim % 4 == 0, Status::unsupported, [&] {
+      return "CUDA backend: head_dim " + std::to_string(c_->head_dim) + " must be a multiple of 4 and at most " +
              std::to_string(ops::kMaxHeadDim);
     });
     for (const DecoderDeviceWeights::Layer& l : d_->layers) {

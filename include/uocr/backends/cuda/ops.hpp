@@ -89,7 +89,8 @@ struct AttentionDims {
   int heads = 0, kv_heads = 0, head_dim = 0;
 };
 inline constexpr int kMaxHeadDim = 256;
-// `rows` is a device array of n AttentionRow; max_keys ≥ a.rows + b.rows of every row.
+// `rows` is a device array of n AttentionRow; max_keys ≥ a.rows + b.rows of every row; head_dim
+// a multiple of 4 (float4 key loads), else Status::unsupported (split_attention.cuh).
 void attention(Context& c, const AttentionRow* rows, int64_t n, const AttentionDims& d, int64_t max_keys);
 
 // SR-SWA decode step on the device (sparse_select.cu; tables, bounds, scratch and selection laid
