@@ -126,8 +126,13 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
     CHECK(r.status != 0);
     CHECK(r.output.find("273") != std::string::npos);
   }
-  SUBCASE("unknown command and missing option") {
+  SUBCASE("unknown command and missing option; --help anywhere prints the usage") {
     CHECK(run_cli("frobnicate").status != 0);
+    for (const char* help : {"--help", "run --help", "run --model x --help", "inspect vision --help"}) {
+      const Run h = run_cli(help);
+      CHECK(h.status == 0);
+      CHECK(h.output.find("usage: uocr") != std::string::npos);
+    }
     const Run r = run_cli("inspect vision --model '" + tiny() + "' -o /tmp/x.npy");
     CHECK(r.status != 0);
     CHECK(r.output.find("--image") != std::string::npos);

@@ -13,10 +13,12 @@
 
 namespace {
 
-// The shipped model (docs/TRAINING.md §7) scores 0.053 on these two pages; the target is
-// 0.05. The margin covers greedy choices that flip between CPUs of other SIMD widths; a pipeline
+// The shipped model (docs/TRAINING.md §7) reads these two pages without an error page by page and
+// with 2 errors in ~75 characters (0.026) as one session; the target is 0.05. The session
+// bound's margin covers greedy choices that flip between CPUs of other SIMD widths; a pipeline
 // that no longer reads scores ~1.
-constexpr double kDemoCerBound = 0.10;
+constexpr double kPageCerBound = 0.05;
+constexpr double kSessionCerBound = 0.08;
 
 // Code points of UTF-8 text with "<PAGE>" markers removed and every whitespace run made one
 // space (eval.py's normalise), so the score is about characters read, not line breaks.
@@ -79,16 +81,32 @@ TEST_CASE("the CER measure: normalisation and edit distance") {
   CHECK(cer("äöü", "aöü") == doctest::Approx(1.0 / 3));  // code points, not bytes
 }
 
-// Each page is its own run: the demo model was trained mostly on single pages (docs/TRAINING.md)
-// and does not read multi-page prompts well yet (docs/ACCURACY.md, multi-page rows).
-TEST_CASE("the demo model reads two short sample pages") {
-  std::string text, reference;
-  for (const char* page : {"demo-page1", "demo-page2"}) {
+const char* const kPages[] = {"demo-page1", "demo-page2"};
+
+std::string reference_text() {
+  std::string reference;
+  for (const char* page : kPages) reference += uocr_test::read_file(sample(std::string(page) + ".md")) + "\n";
+  return reference;
+}
+
+TEST_CASE("the demo model reads two short sample pages, each its own run") {
+  std::string text;
+  for (const char* page : kPages)
     text += transcribe({sample(std::string(page) + ".png")}, std::string("/tmp/uocr_demo_accuracy_") + page + ".log") + "\n";
-    reference += uocr_test::read_file(sample(std::string(page) + ".md")) + "\n";
-  }
-  const double score = cer(text, reference);
+  const double score = cer(text, reference_text());
   INFO("transcript: " << text);
   MESSAGE("demo model CER on two sample pages: " << score);
-  CHECK(score <= kDemoCerBound);
+  CHECK(score <= kPageCerBound);
+}
+
+// One multi-page prompt (the model was trained on 2-3-page documents; longer ones in one session
+// are docs/ACCURACY.md's multi-page rows).
+TEST_CASE("the demo model reads two short sample pages in one session") {
+  std::vector<std::string> pages;
+  for (const char* page : kPages) pages.push_back(sample(std::string(page) + ".png"));
+  const std::string text = transcribe(pages, "/tmp/uocr_demo_accuracy_session.log");
+  const double score = cer(text, reference_text());
+  INFO("transcript: " << text);
+  MESSAGE("demo model CER on two sample pages in one session: " << score);
+  CHECK(score <= kSessionCerBound);
 }

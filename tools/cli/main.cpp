@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage(stderr);
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") return usage(stdout);
+  // `uocr run ... --help`: the usage, not "option --help needs a value"
+  for (const std::string& a : args)
+    if (a == "--help") return usage(stdout);
   try {
     uocr_cli::Args parsed(std::vector<std::string>(args.begin() + 1, args.end()));
     const auto& sub = parsed.positional();

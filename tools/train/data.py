@@ -405,10 +405,20 @@ class Renderer:
         return img, chars
 
 
+def page_u8(img):
+    """PIL RGB -> uint8 [3,S,S]: a quarter of the float bytes for render workers to hand over."""
+    return np.ascontiguousarray(np.asarray(img, dtype=np.uint8).transpose(2, 0, 1))
+
+
+def normalise(chw):
+    """[...,3,S,S] of byte values (float32 numpy array or uint8 torch tensor) -> float32 normalised
+    like upstream: (u8/255 - 0.5)/0.5."""
+    return (chw / 255.0 - 0.5) / 0.5
+
+
 def to_tensor_array(img):
-    """PIL RGB -> float32 [3,S,S] normalised like upstream: (u8/255 - 0.5)/0.5."""
-    a = np.asarray(img, dtype=np.float32) / 255.0
-    return ((a - 0.5) / 0.5).transpose(2, 0, 1)
+    """PIL RGB -> float32 [3,S,S], normalised."""
+    return normalise(np.asarray(img, dtype=np.float32).transpose(2, 0, 1))
 
 
 def text_corpus(n_pages, seed=123, levels=(0, 1, 2, 3, 4)):

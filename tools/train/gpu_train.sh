@@ -12,6 +12,8 @@
 #     --level L         curriculum level to train at (default 2)
 #     --workers N       page-rendering processes (default: cores - 2)
 #     --batch-pages B   pages per step (default 96)
+#     --reuse K         train on each rendered batch up to K times while the render workers are
+#                       behind the GPU (default 4; 1: every step on fresh pages)
 #     --part-mb N       split slim.pt into parts of N MB for machines that return files of
 #                       limited size (default 0: one file); restore with cat slim.pt.part-* > slim.pt
 #     --device D        cuda (default) or cpu (to try this script on a CPU machine)
@@ -29,6 +31,7 @@ out="${OUT:-/tmp/uocr-gpu-train}"
 level=2
 workers=$(( $(nproc 2> /dev/null || echo 4) - 2 ))
 batch=96
+reuse=4
 part_mb=0
 device=cuda
 extra=()
@@ -43,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --level) need_value "$@"; level="$2"; shift 2 ;;
     --workers) need_value "$@"; workers="$2"; shift 2 ;;
     --batch-pages) need_value "$@"; batch="$2"; shift 2 ;;
+    --reuse) need_value "$@"; reuse="$2"; shift 2 ;;
     --part-mb) need_value "$@"; part_mb="$2"; shift 2 ;;
     --device) need_value "$@"; device="$2"; shift 2 ;;
     --data-root) need_value "$@"; export UOCR_TRAIN_DATA_ROOT="$2"; shift 2 ;;
@@ -56,6 +60,7 @@ done
 [[ "$level" =~ ^[0-4]$ ]] || die "--level must be 0..4, got '$level'"
 [[ "$workers" =~ ^[0-9]+$ ]] || die "--workers must be a number, got '$workers'"
 [[ "$batch" =~ ^[1-9][0-9]*$ ]] || die "--batch-pages must be a positive number, got '$batch'"
+[[ "$reuse" =~ ^[1-9][0-9]*$ ]] || die "--reuse must be a positive number, got '$reuse'"
 [[ "$part_mb" =~ ^[0-9]+$ ]] || die "--part-mb must be a number, got '$part_mb'"
 if [[ "$device" == cuda ]]; then
   python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
@@ -66,12 +71,12 @@ mkdir -p "$out"
 work="$(mktemp -d "${TMPDIR:-/tmp}/uocr-gpu-train.XXXXXX")"
 log="$out/train.log"
 hours=$(python3 -c "print($minutes / 60)")
-echo "gpu_train.sh: $minutes min on $device from $init, level $level, $workers render workers, $batch pages a step" | tee "$log"
-# Evaluations (held-out CER, best.pt) about three times a run; the final checkpoint is written
-# when the time is up.
+echo "gpu_train.sh: $minutes min on $device from $init, level $level, $workers render workers, $batch pages a step, each batch up to $reuse times" | tee "$log"
+# Evaluations (held-out CER, best.pt) about three times a run; the learning rate's cosine runs
+# over the wall time, so it has decayed when the time is up and the final checkpoint is written.
 eval_min=$(python3 -c "print(max(0.5, $minutes / 3))")
 python3 "$here/train.py" --out "$work" --init-from "$init" --device "$device" --workers "$workers" \
-  --batch-pages "$batch" --level "$level" --max-hours "$hours" --eval-min "$eval_min" --ckpt-min 1e9 \
+  --batch-pages "$batch" --level "$level" --max-hours "$hours" --schedule time --reuse "$reuse" --eval-min "$eval_min" --ckpt-min 1e9 \
   ${extra[@]+"${extra[@]}"} >> "$log" 2>&1 || die "train.py failed: $(tail -n 3 "$log")"
 
 python3 "$here/export.py" --ckpt "$work/ckpt.pt" --out "$out/model" \

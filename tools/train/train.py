@@ -24,8 +24,10 @@ import argparse
 import json
 import math
 import os
+import queue
 import random
 import sys
+import threading
 import time
 
 import numpy as np
@@ -37,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from model import UnlimitedOCR, make_config, rswa_mask, count_params  # noqa: E402
 from tokenizer import Tok, PAGE_MARK  # noqa: E402
-from data import Renderer, to_tensor_array, LEVELS  # noqa: E402
+from data import Renderer, to_tensor_array, page_u8, normalise, LEVELS  # noqa: E402
 import infer  # noqa: E402
 
 SUB_H, SUB_W = 4, 8  # fine cells per visual token (rows x cols) for the grid loss
@@ -77,8 +79,19 @@ def make_doc(renderer, n_pages, level, mix_lower=0.3):
     return pages
 
 
-def build_batch(docs, tok, d):
-    """docs: list of documents (each a list of (img, md, chars)), all with the same page count."""
+def virtual_place(rng, n_pages, max_pages):
+    """Where a rendered group of n_pages sits in a longer document that is not rendered: page groups
+    (infinite decoding) hold a few pages of an N-page document at their one-shot positions, the
+    prompt's tail after page N-1 and the text after everything generated before (MODEL-SPEC
+    positions), so the decoder sees large gaps between the pages held, the tail and its text.
+    -> (N, index of the first rendered page, scale of the text before it vs. these pages' text)."""
+    n = int(round(math.exp(rng.uniform(math.log(n_pages), math.log(max(n_pages, max_pages))))))
+    return n, rng.randint(0, n - n_pages), rng.uniform(0.7, 1.3)
+
+
+def build_batch(docs, tok, d, places=None):
+    """docs: list of documents (each a list of (img, md, chars)), all with the same page count;
+    places: None (each document is whole) or a virtual_place() per document."""
     S, g = d.image_size, d.tok_grid
     cell = S // g
     n_pages = len(docs[0])
@@ -96,7 +109,7 @@ def build_batch(docs, tok, d):
         # visual token positions (in the decoder sequence) of every drawn character
         char_pos = {}
         for pi, (img, md, chars) in enumerate(doc):
-            pix.append(to_tensor_array(img))
+            pix.append(page_u8(img))
             lab = np.zeros((gh, gw), dtype=np.int64)
             for (k, x0, y0, x1, y1) in chars:
                 c = md[k]
@@ -148,7 +161,12 @@ def build_batch(docs, tok, d):
             if pos and k + 1 < T:
                 cur[b, k + 1, pos] = 1.0
                 cur_ok[b, k + 1] = True
-    return dict(pix=torch.from_numpy(np.stack(pix)), inp=inp, labels=labels, P=P, T=T, att=att, att_ok=att_ok,
+    pos = torch.arange(P + T - 1).repeat(B, 1)
+    for b, (n_doc, first, scale) in enumerate(places or []):
+        pos[b, 1:1 + n_pages * tpp] += first * tpp  # the pages' slots (after BOS)
+        pos[b, 1 + n_pages * tpp:] += (n_doc - n_pages) * tpp  # the tail and the text after all pages
+        pos[b, P:] += int(round(first * len(tgts[b]) / n_pages * scale))  # text of the earlier pages
+    return dict(pix=torch.from_numpy(np.stack(pix)), inp=inp, pos=pos, labels=labels, P=P, T=T, att=att, att_ok=att_ok,
                 cur=cur, cur_ok=cur_ok,
                 grid=torch.from_numpy(np.stack(grid_labels)), texts=texts, n_pages=n_pages)
 
@@ -165,9 +183,11 @@ class BatchStream(torch.utils.data.IterableDataset):
     """Endless training batches; with DataLoader workers each worker renders its own pages.
     `level` is a shared multiprocessing.Value so the curriculum reaches the workers."""
 
-    def __init__(self, tok_path, d, batch_pages, level, multi_frac, multi_level, seed):
+    def __init__(self, tok_path, d, batch_pages, level, multi_frac, multi_level, seed, virtual_frac=0.0,
+                 virtual_max_pages=1):
         self.tok_path, self.d, self.batch_pages = tok_path, d, batch_pages
         self.level, self.multi_frac, self.multi_level, self.seed = level, multi_frac, multi_level, seed
+        self.virtual_frac, self.virtual_max_pages = virtual_frac, virtual_max_pages
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
@@ -178,10 +198,13 @@ class BatchStream(torch.utils.data.IterableDataset):
             level = self.level.value
             n_pages = 1
             if level >= self.multi_level and r.rng.random() < self.multi_frac:
-                n_pages = r.rng.choice([2, 3])
+                n_pages = r.rng.choice([2, 3, 4])
             n_docs = max(1, self.batch_pages // n_pages)
             docs = [make_doc(r, n_pages, level) for _ in range(n_docs)]
-            yield build_batch(docs, tok, self.d)
+            places = None
+            if n_pages > 1 and r.rng.random() < self.virtual_frac:
+                places = [virtual_place(r.rng, n_pages, self.virtual_max_pages) for _ in docs]
+            yield build_batch(docs, tok, self.d, places)
 
 
 def to_device(batch, dev):
@@ -193,13 +216,12 @@ def forward_losses(model, aux, batch, tok, sup_layers):
     dev = next(model.parameters()).device
     batch = to_device(batch, dev)
     B, P, T = batch["inp"].shape[0], batch["P"], batch["T"]
-    vis, grid = model.encode_pages(batch["pix"], return_grid=True)
+    vis, grid = model.encode_pages(normalise(batch["pix"]), return_grid=True)
     h = model.model.embed_tokens(batch["inp"])
     img = batch["inp"] == tok.image
     h = h.masked_scatter(img[..., None], vis.reshape(-1, d.hidden).to(h.dtype))
-    L = P + T - 1
     mask = rswa_mask(P, T - 1, d.window, device=dev)[None, None]
-    out, probs = model.decode(h, torch.arange(L, device=dev), mask, want_probs=[0], probs_layers=sup_layers)
+    out, probs = model.decode(h, batch["pos"], mask, want_probs=[0], probs_layers=sup_layers)
     logits = model.lm_head(out[:, P - 1:])  # [B, T, V]
     lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
     # grid loss
@@ -222,11 +244,55 @@ def forward_losses(model, aux, batch, tok, sup_layers):
     return dict(lm=lm, grid=grid_loss, attn=att_loss, moe=moe, gacc=grid_acc, logits=logits)
 
 
-def lr_at(step, args):
+def lr_at(step, args, hours=0.0):
+    """Warm-up, then a cosine over --steps steps, or over --max-hours of wall time (a timed run
+    on a machine whose speed is not known in advance ends with the rate decayed)."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
-    t = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    if args.schedule == "time":
+        t = min(1.0, hours / args.max_hours)
+    else:
+        t = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+class Batches:
+    """Training batches for the loop: the next fresh one when the render workers have it ready,
+    else (with reuse > 1, when rendering is slower than the device's steps) one of the last
+    `keep` batches again, each used at most `reuse` times in all. Batches stay on the device."""
+
+    def __init__(self, loader, dev, reuse, keep=32):
+        self.dev, self.reuse, self.keep = dev, reuse, keep
+        self.fresh = queue.Queue(maxsize=2)
+        self.recent = []  # [batch, uses left]
+        self.rng = random.Random(0)
+        threading.Thread(target=self._pull, args=(loader,), daemon=True).start()
+
+    def _pull(self, loader):
+        while True:
+            try:
+                self.fresh.put(next(loader))
+            except BaseException as e:  # a dead render worker must stop training, not hang it
+                self.fresh.put(e)
+                return
+
+    def next(self):
+        """-> (batch, is_fresh)"""
+        try:
+            b = self.fresh.get_nowait()
+        except queue.Empty:
+            again = [e for e in self.recent if e[1] > 0]
+            if again:
+                e = self.rng.choice(again)
+                e[1] -= 1
+                return e[0], False
+            b = self.fresh.get()
+        if isinstance(b, BaseException):
+            raise RuntimeError("page rendering failed") from b
+        b = to_device(b, self.dev)
+        self.recent.append([b, self.reuse - 1])
+        del self.recent[:-self.keep]
+        return b, True
 
 
 def evaluate(model, tok, level, n_docs, n_pages=1, seed=999, show=0):
@@ -285,11 +351,18 @@ def main():
     ap.add_argument("--set-level", type=int, help="with --resume: continue at this curriculum level")
     ap.add_argument("--advance-cer", type=float, default=0.12, help="held-out CER that moves to the next level")
     ap.add_argument("--multi-frac", type=float, default=0.25, help="share of multi-page steps from --multi-level on")
-    ap.add_argument("--multi-level", type=int, default=2, help="curriculum level from which steps may hold 2-3 page documents")
+    ap.add_argument("--multi-level", type=int, default=2, help="curriculum level from which steps may hold 2-4 page documents")
+    ap.add_argument("--virtual-frac", type=float, default=0.0,
+                    help="share of multi-page documents placed inside a longer unrendered one (page-group positions)")
+    ap.add_argument("--virtual-max-pages", type=int, default=400, help="longest such document")
     ap.add_argument("--eval-min", type=float, default=10.0)
     ap.add_argument("--ckpt-min", type=float, default=5.0)
     ap.add_argument("--eval-docs", type=int, default=8)
     ap.add_argument("--max-hours", type=float, default=1e9)
+    ap.add_argument("--schedule", choices=("steps", "time"), default="steps",
+                    help="cosine over --steps, or over --max-hours of wall time")
+    ap.add_argument("--reuse", type=int, default=1,
+                    help="train on a rendered batch up to this many times while the renderers are behind")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workers", type=int, default=0, help="DataLoader processes rendering pages (0: in the main process)")
@@ -297,6 +370,10 @@ def main():
     ap.add_argument("--init-from", help="checkpoint whose matching tensors (and aux heads) start a new run")
     ap.add_argument("--init-prefix", help="comma-separated name prefixes to copy with --init-from")
     a = ap.parse_args()
+    if a.schedule == "time" and a.max_hours >= 1e9:
+        ap.error("--schedule time needs --max-hours")
+    if a.reuse < 1:
+        ap.error("--reuse must be >= 1")
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     tok = Tok(a.tokenizer)
@@ -359,16 +436,18 @@ def main():
     import multiprocessing as mp
     level_v = mp.Value("i", level)
     stream = BatchStream(a.tokenizer, d, a.batch_pages, level_v, a.multi_frac, a.multi_level,
-                         a.seed + 7919 * step)
+                         a.seed + 7919 * step, a.virtual_frac, a.virtual_max_pages)
     if a.workers > 0:
-        loader = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=a.workers, prefetch_factor=4,
+        loader = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=a.workers, prefetch_factor=2,
                                                   persistent_workers=True, pin_memory=dev.type == "cuda"))
     else:
         loader = iter(stream)
+    batches = Batches(loader, dev, a.reuse)
 
     t_proc0, t_wall0 = time.process_time(), time.time()
     last_eval = last_ck = time.time()
     run_loss = {}
+    reused = 0
 
     def checkpoint():
         cpu_now = cpu_total + time.process_time() - t_proc0
@@ -382,10 +461,11 @@ def main():
             checkpoint()  # a timed run (a rented GPU) ends with its last step saved
             print(f"stopped after {a.max_hours:.3g} h: step {step}, {ck_path}", flush=True)
             break
-        batch = next(loader)
+        batch, fresh = batches.next()
         n_docs, n_pages = len(batch["texts"]), batch["n_pages"]
-        for gi, g in enumerate(opt.param_groups):
-            g["lr"] = lr_at(step, a)
+        hours = (time.time() - t_wall0) / 3600
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, a, hours)
         losses = forward_losses(model, aux, batch, tok, sup_layers)
         loss = losses["lm"] + a.w_grid * losses["grid"] + a.w_attn * losses["attn"] + a.w_moe * losses["moe"]
         opt.zero_grad(set_to_none=True)
@@ -393,12 +473,15 @@ def main():
         gn = torch.nn.utils.clip_grad_norm_(list(model.parameters()) + list(aux.parameters()), 1.0)
         opt.step()
         step += 1
-        pages_seen += n_docs * n_pages
+        if fresh:
+            pages_seen += n_docs * n_pages
+        else:
+            reused += 1
         for k in ("lm", "grid", "attn", "moe", "gacc"):
-            run_loss[k] = run_loss.get(k, 0.0) * 0.95 + float(losses[k]) * 0.05 if k in run_loss else float(losses[k])
+            run_loss[k] = run_loss.get(k, 0.0) * 0.95 + float(losses[k].detach()) * 0.05 if k in run_loss else float(losses[k].detach())
         if step % 25 == 0:
             el = time.time() - t_wall0
-            print(f"step {step} lvl {level} pages {pages_seen} lr {lr_at(step, a):.2e} "
+            print(f"step {step} lvl {level} pages {pages_seen} (steps on reused batches: {reused}) lr {lr_at(step, a, hours):.2e} "
                   f"lm {run_loss['lm']:.3f} grid {run_loss['grid']:.3f} (char acc {run_loss['gacc']:.2f}) attn {run_loss['attn']:.3f} "
                   f"moe {run_loss['moe']:.3f} "
                   f"gn {float(gn):.2f} | {el / 60:.1f} min wall, cpu {(cpu_total + time.process_time() - t_proc0) / 3600:.2f} h",
