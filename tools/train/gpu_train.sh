@@ -6,8 +6,9 @@
 #
 #   bash tools/train/gpu_train.sh --init CKPT --minutes M [options] [-- more train.py options]
 #     --init CKPT       a training checkpoint (ckpt.pt, best.pt, or the slim.pt this script
-#                       wrote): its matching tensors and aux heads start the run
-#     --minutes M       training time; start-up, the final checkpoint and the export add ~1 min
+#                       wrote): its matching tensors and aux heads start the run; or a model
+#                       folder (models/uocr-demo): its weights, the training-only heads afresh
+#     --minutes M       training time; start-up, the final checkpoint and the export add ~1.5 min
 #     --out DIR         results (default: $OUT, else /tmp/uocr-gpu-train)
 #     --level L         curriculum level to train at (default 2)
 #     --workers N       page-rendering processes (default: cores - 2)
@@ -55,7 +56,7 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
-[[ -f "$init" ]] || die "--init needs a checkpoint file (got '$init')"
+[[ -f "$init" || -f "$init/config.json" ]] || die "--init needs a checkpoint file or a model folder (got '$init')"
 [[ "$minutes" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--minutes must be a number, got '$minutes'"
 [[ "$level" =~ ^[0-4]$ ]] || die "--level must be 0..4, got '$level'"
 [[ "$workers" =~ ^[0-9]+$ ]] || die "--workers must be a number, got '$workers'"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the uocr demo model (Unlimited-OCR architecture, small dims) from scratch on CPU.
+"""Trains the uocr demo model (Unlimited-OCR architecture, small dims) on CPU or a GPU (gpu_train.sh).
 
 Data: pages rendered on the fly by tools/train/data.py (curriculum levels 0..4), one or several
 pages per document. Decoder target = the markdown (single page) or "<PAGE>" + page 1 + "<PAGE>" +
@@ -211,7 +211,9 @@ def to_device(batch, dev):
     return {k: (v.to(dev, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
-def forward_losses(model, aux, batch, tok, sup_layers):
+def forward_losses(model, aux, batch, tok, sup_layers, head_only=False):
+    """head_only: the grid loss trains the grid head alone (a fresh head's gradients would
+    disturb a trained encoder until the head has caught up)."""
     d = model.d
     dev = next(model.parameters()).device
     batch = to_device(batch, dev)
@@ -225,7 +227,7 @@ def forward_losses(model, aux, batch, tok, sup_layers):
     logits = model.lm_head(out[:, P - 1:])  # [B, T, V]
     lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
     # grid loss
-    gl = aux.grid_logits(grid).reshape(-1, N_CHAR)
+    gl = aux.grid_logits(grid.detach() if head_only else grid).reshape(-1, N_CHAR)
     lab = batch["grid"].reshape(-1)
     is_char, is_blank = lab > 0, lab == 0
     # character cells and blank cells averaged separately: blanks are ~95% of the cells
@@ -313,6 +315,15 @@ def evaluate(model, tok, level, n_docs, n_pages=1, seed=999, show=0):
     return tot_e / max(1, tot_n), samples
 
 
+def init_source(path):
+    """--init-from: a training checkpoint (model, aux heads, config) or an exported model folder
+    such as models/uocr-demo (its weights and config.json; the training-only heads start afresh)."""
+    if os.path.isdir(path):
+        model, _ = infer.load_folder(path)
+        return dict(model=model.state_dict(), config=model.cfg)
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def param_groups(model, aux, wd):
     decay, no = [], []
     for mod in (model, aux):
@@ -367,7 +378,10 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workers", type=int, default=0, help="DataLoader processes rendering pages (0: in the main process)")
     ap.add_argument("--dims", default="{}", help="JSON overrides of model.DEMO_DIMS")
-    ap.add_argument("--init-from", help="checkpoint whose matching tensors (and aux heads) start a new run")
+    ap.add_argument("--init-from", help="checkpoint or model folder whose matching tensors (and aux heads) start a new run")
+    ap.add_argument("--head-warmup", type=int,
+                    help="steps in which the grid loss trains only its head (default: 500 when the head "
+                         "starts afresh from --init-from a model folder, else 0)")
     ap.add_argument("--init-prefix", help="comma-separated name prefixes to copy with --init-from")
     a = ap.parse_args()
     if a.schedule == "time" and a.max_hours >= 1e9:
@@ -382,12 +396,16 @@ def main():
     torch.manual_seed(a.seed)
 
     ck_path = os.path.join(a.out, "ckpt.pt")
-    state = None
+    state = src = None
     if a.resume and os.path.exists(ck_path):
         state = torch.load(ck_path, map_location="cpu", weights_only=False)
         cfg = state["config"]
     else:
-        cfg = make_config(json.loads(a.dims), vocab_size=tok.vocab_size)
+        src = init_source(a.init_from) if a.init_from else None
+        # the starting point's config.json (written where ../shared had the published one) unless
+        # --dims asks for other sizes
+        cfg = src["config"] if src is not None and not json.loads(a.dims) else \
+            make_config(json.loads(a.dims), vocab_size=tok.vocab_size)
     model = UnlimitedOCR(cfg)
     d = model.d
     aux = AuxHeads(d.hidden)
@@ -397,14 +415,16 @@ def main():
     opt = torch.optim.AdamW(param_groups(model, aux, a.wd), lr=a.lr, betas=(0.9, 0.98), eps=1e-8)
     sup_layers = sup_plan(d.layers)
     step, level, cpu_total, pages_seen, history, best = 0, a.level, 0.0, 0, [], None
-    if state is None and a.init_from:
-        src = torch.load(a.init_from, map_location="cpu", weights_only=False)
+    head_warmup = a.head_warmup or 0
+    if src is not None:
         own = model.state_dict()
         took = {k: v for k, v in src["model"].items() if k in own and own[k].shape == v.shape
                 and (a.init_prefix is None or any(k.startswith(p) for p in a.init_prefix.split(",")))}
         model.load_state_dict(took, strict=False)
         if "aux" in src:
             aux.load_state_dict(src["aux"])
+        elif a.head_warmup is None:
+            head_warmup = 500
         print(f"init-from {a.init_from}: {len(took)} of {len(own)} tensors copied", flush=True)
     if state is not None:
         model.load_state_dict(state["model"])
@@ -466,7 +486,7 @@ def main():
         hours = (time.time() - t_wall0) / 3600
         for g in opt.param_groups:
             g["lr"] = lr_at(step, a, hours)
-        losses = forward_losses(model, aux, batch, tok, sup_layers)
+        losses = forward_losses(model, aux, batch, tok, sup_layers, head_only=step < head_warmup)
         loss = losses["lm"] + a.w_grid * losses["grid"] + a.w_attn * losses["attn"] + a.w_moe * losses["moe"]
         opt.zero_grad(set_to_none=True)
         loss.backward()
