@@ -292,8 +292,9 @@ class Batches:
         if isinstance(b, BaseException):
             raise RuntimeError("page rendering failed") from b
         b = to_device(b, self.dev)
-        self.recent.append([b, self.reuse - 1])
-        del self.recent[:-self.keep]
+        if self.reuse > 1:  # kept only to be used again
+            self.recent.append([b, self.reuse - 1])
+            del self.recent[:-self.keep]
         return b, True
 
 
