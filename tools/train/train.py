@@ -499,7 +499,8 @@ def main():
         else:
             reused += 1
         for k in ("lm", "grid", "attn", "moe", "gacc"):
-            run_loss[k] = run_loss.get(k, 0.0) * 0.95 + float(losses[k].detach()) * 0.05 if k in run_loss else float(losses[k].detach())
+            v = float(losses[k].detach())
+            run_loss[k] = run_loss[k] * 0.95 + v * 0.05 if k in run_loss else v
         if step % 25 == 0:
             el = time.time() - t_wall0
             print(f"step {step} lvl {level} pages {pages_seen} (steps on reused batches: {reused}) lr {lr_at(step, a, hours):.2e} "
