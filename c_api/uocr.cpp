@@ -455,9 +455,10 @@ uocr::InfiniteParams to_infinite(const uocr_session_params& p) {
                                       std::to_string(p.reference_gate_fan_out) + " and " + std::to_string(p.reference_gate_beam));
   if (p.reference_gate_fan_out) g.sparse_params.gate_fan_out = p.reference_gate_fan_out;
   g.sparse_params.gate_beam = p.reference_gate_beam;
-  if (p.positions != UOCR_POSITIONS_LIMIT && p.positions != UOCR_POSITIONS_EXTRAPOLATE)
+  if (p.positions != UOCR_POSITIONS_LIMIT && p.positions != UOCR_POSITIONS_EXTRAPOLATE && p.positions != UOCR_POSITIONS_GROUP)
     fail(UOCR_E_INVALID_ARGUMENT, "positions " + std::to_string(p.positions) + " is not a UOCR_POSITIONS_* value");
   g.allow_position_extrapolation = p.positions == UOCR_POSITIONS_EXTRAPOLATE;
+  g.group_positions = p.positions == UOCR_POSITIONS_GROUP;
   c.keep_text = true;
   return c;
 }

@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 5
+#define UOCR_API_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -224,7 +224,7 @@ typedef struct uocr_session_params {
     int32_t reference_pages;   /* SR-SWA pages a step consults; 0: 4; -1: all */
     int32_t reference_blocks;  /* SR-SWA blocks a step attends to; 0: 64; -1: all */
     int32_t reference_block_tokens; /* SR-SWA visual tokens per block; 0: 16 */
-    int32_t positions;         /* UOCR_POSITIONS_LIMIT (0, default) or UOCR_POSITIONS_EXTRAPOLATE */
+    int32_t positions;         /* UOCR_POSITIONS_LIMIT (0, default), _EXTRAPOLATE or (API 6) _GROUP */
     /* Crash-safe resume (see uocr_session_run). */
     const char * checkpoint_path; /* NULL or "": no checkpoints; else the state is saved there. Copied */
     int32_t checkpoint_every_tokens; /* also every N generated tokens; 0: after the prefill and at page boundaries */
@@ -249,6 +249,10 @@ typedef struct uocr_session_params {
 #define UOCR_REFERENCE_SPARSE 1 /* SR-SWA: a page gate + block selection per step (faster, approximate) */
 #define UOCR_POSITIONS_LIMIT 0       /* refuse documents past the model's context length, as upstream */
 #define UOCR_POSITIONS_EXTRAPOLATE 1 /* allow positions past it (up to 2^24; quality unmeasured there) */
+/* API 6: every page group at the positions of a document of G pages (its pages, the prompt, the
+ * text of its pages), re-based at each slide: bounded positions at any length, but not upstream's
+ * one-shot numbering once the group slides (README.md). */
+#define UOCR_POSITIONS_GROUP 2
 #define UOCR_CUDA_GRAPHS_DEFAULT 0 /* on */
 #define UOCR_CUDA_GRAPHS_ON 1
 #define UOCR_CUDA_GRAPHS_OFF 2       /* every decode step launches its kernels one by one */

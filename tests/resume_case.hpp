@@ -25,10 +25,11 @@ inline uocr::SessionParams resume_params(uocr::Backend backend = uocr::Backend::
   return p;
 }
 
-inline uocr::InfiniteParams resume_groups() {
+inline uocr::InfiniteParams resume_groups(bool group_positions = false) {
   uocr::InfiniteParams ip;
   ip.groups.group_pages = 2;
   ip.groups.overlap_pages = 1;
+  ip.groups.group_positions = group_positions;
   ip.page_fallback_tokens = 8;
   return ip;
 }
@@ -42,8 +43,9 @@ struct ResumeRun {
 // One run of the document `pages` (image files) on `backend`: uninterrupted (no path), cancelled
 // after `stop_at` tokens with a checkpoint every 5, or resumed from `path`.
 inline ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend,
-                            const std::vector<std::string>& pages, const std::string& path = "", int64_t stop_at = 0) {
-  uocr::InfiniteSession session(model, resume_params(backend), resume_groups());
+                            const std::vector<std::string>& pages, const std::string& path = "", int64_t stop_at = 0,
+                            const uocr::InfiniteParams& groups = resume_groups()) {
+  uocr::InfiniteSession session(model, resume_params(backend), groups);
   uocr::FilePages source(pages);
   uocr::CheckpointOptions ck;
   ck.path = path;

@@ -465,6 +465,7 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     refused([](uocr_session_params& p) { p.reference_gate_fan_out = 1; }, "reference_gate_fan_out");
     refused([](uocr_session_params& p) { p.reference_gate_beam = -1; }, "reference_gate_beam");
     refused([](uocr_session_params& p) { p.positions = 5; });
+    refused([](uocr_session_params& p) { p.positions = -1; });
     refused([](uocr_session_params& p) { p.resume = 1; }, "checkpoint_path");  // without a checkpoint path
     uocr_session_params p = sp;
     p.pages_per_group = 8;
@@ -476,6 +477,9 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     p.reference_gate_fan_out = 3;
     p.reference_gate_beam = 5;
     p.positions = UOCR_POSITIONS_EXTRAPOLATE;
+    REQUIRE(create(&p) == UOCR_OK);
+    uocr_session_free(s);
+    p.positions = UOCR_POSITIONS_GROUP;  // API 6
     REQUIRE(create(&p) == UOCR_OK);
     uocr_session_free(s);
   }

@@ -247,6 +247,112 @@ TEST_CASE("page groups with G < pages slide at the <PAGE> markers, reuse overlap
   }
 }
 
+TEST_CASE("group positions: after a slide the group is a G-page document (rotated keys match a fresh computation)") {
+  // G = 2, O = 1 over the 3-page tiny-b stream; the slide at page 1's marker re-bases page 1 to
+  // the first slot's positions and keeps only the text of page 1 (its marker's first tokens,
+  // `lead` of them). Oracle, without any rotation of pages: RoPE scores depend on position
+  // differences only, so every row is computed afresh in one frame F = the engine's + T, in which
+  // all positions are >= 0 -- page 1's rows as the one-shot prefill made them (page 1 at h + T,
+  // after head and page 0), the head and the tail from a prefill of [head, page 0, page 1, tail]
+  // starting at position T, page 2 prefilled at h + 2T against head and page 1.
+  Multi3& f = Multi3::get();
+  const Stream s = paged_stream(f.gen);
+  const uocr::DocumentLayout& L = f.layout;
+  const int64_t h = int64_t(L.head.size()), t = L.page_tokens, u = int64_t(L.tail.size());
+  const int64_t p2 = h + 2 * t + u;  // a 2-page document's prompt: where the text starts
+  const int64_t slide = int64_t(s.marker_end[1]), marker = int64_t(tokenizer().encode("<PAGE>").size());
+  REQUIRE(marker >= 2);
+  auto positions = [](int64_t first, int64_t n) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = first + i;
+    return v;
+  };
+  auto copy_rows = [](const uocr::KvCache& from, int64_t src, uocr::KvCache& to, int64_t dst, int64_t rows) {
+    const int64_t r = from.row_floats();
+    for (int l = 0; l < from.layers(); ++l) {
+      std::copy_n(from.reference_k(l) + src * r, rows * r, to.reference_k(l) + dst * r);
+      std::copy_n(from.reference_v(l) + src * r, rows * r, to.reference_v(l) + dst * r);
+    }
+  };
+  const uocr::Decoder embedder(f.dc(), f.w.decoder);
+  const std::vector<float> tail_x = embedder.embed(L.tail);
+  std::vector<float> pages01 = embedder.embed(L.head), pg;
+  for (int p = 0; p < 2; ++p) {
+    f.page(p, pg);
+    pages01.insert(pages01.end(), pg.begin(), pg.end());
+  }
+
+  for (const int64_t lead : {int64_t(0), marker - 1}) {
+    INFO("marker tokens kept " << lead);
+    const int64_t base = slide - lead;  // page 1's text starts here
+    uocr::Decoder dec(f.dc(), f.w.decoder);
+    // Before the slide (engine frame): a 2-page document, the tail right after page 1.
+    uocr::KvCache before(f.dc(), f.window());
+    dec.prefill(pages01, 0, before);
+    before.resize_reference(p2);
+    std::vector<std::vector<float>> oracle{
+        dec.prefill_segment(tail_x.data(), u, positions(h + 2 * t, u).data(), before, h + 2 * t, {{0, h}, {h, t}, {h + t, t}}, true)};
+    for (int64_t k = 0; k < slide; ++k) oracle.push_back(dec.decode_step(s.ids[size_t(k)], p2 + k, before));
+    // After: [head | page 1 | page 2 | tail] in frame F.
+    uocr::KvCache shifted(f.dc(), f.window()), after(f.dc(), f.window());
+    std::vector<float> x = pages01;
+    x.insert(x.end(), tail_x.begin(), tail_x.end());
+    dec.prefill(x, t, shifted);
+    after.reset(p2);
+    copy_rows(shifted, 0, after, 0, h);                // head at F positions T ..
+    copy_rows(before, h + t, after, h, t);             // page 1 at F position h + T, as prefilled
+    copy_rows(shifted, h + 2 * t, after, h + 2 * t, u);  // tail at F position h + 3T
+    f.page(2, pg);
+    dec.prefill_segment(pg.data(), t, positions(h + 2 * t, t).data(), after, h + t, {{0, h}, {h, t}});
+    // The kept marker tokens: their rows as decoded before, keys turned to their F positions.
+    const uocr::Rope rope(f.dc().head_dim, f.dc().rope_theta);
+    const int64_t r = before.row_floats();
+    for (int64_t k = base; k < slide; ++k) {
+      const int64_t from = before.generated_slot(k), to = after.claim_slot();
+      for (int l = 0; l < before.layers(); ++l) {
+        float* key = std::copy_n(before.generated_k(l) + from * r, r, after.generated_k(l) + to * r) - r;
+        rope.apply(key, r / f.dc().head_dim, (p2 + (k - base) + t) - (p2 + k));
+        std::copy_n(before.generated_v(l) + from * r, r, after.generated_v(l) + to * r);
+      }
+    }
+    for (size_t k = size_t(slide); k < s.ids.size(); ++k)
+      oracle.push_back(dec.decode_step(s.ids[k], p2 + (int64_t(k) - base) + t, after));
+
+    uocr::PageGroupParams pp;
+    pp.group_pages = 2;
+    pp.overlap_pages = 1;
+    pp.group_positions = true;
+    uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
+    uocr::FunctionPageEmbeddings src = f.source();
+    double worst = rel_err(eng.start(L, src), oracle[0]);
+    CHECK(eng.next_position() == p2);
+    for (size_t k = 0; k < s.ids.size(); ++k) {
+      if (k == s.marker_end[1] || k == s.marker_end[2]) eng.next_page(lead);
+      if (int64_t(k) == slide) {
+        CHECK(eng.first_page() == 1);
+        CHECK(eng.state().position_base == base);
+        CHECK(eng.cache().generated_rows() == lead);
+        CHECK(eng.next_position() == p2 + lead);
+      }
+      worst = std::max(worst, rel_err(eng.step(s.ids[k]), oracle[k + 1]));
+    }
+    CHECK(eng.slides() == 1);
+    CHECK(eng.next_position() == p2 + int64_t(s.ids.size()) - base);  // bounded by the group's text
+    MESSAGE("group positions, lead " << lead << ": max rel err vs the fresh-frame oracle " << worst);
+    CHECK(worst < 1e-4);
+    // Sanity: not the one-shot numbering (which the same slide gives without group positions).
+    pp.group_positions = false;
+    uocr::PageGroupDecoder plain(f.dc(), f.w.decoder, f.window(), pp);
+    uocr::FunctionPageEmbeddings src2 = f.source();
+    std::vector<float> last = plain.start(L, src2);
+    for (size_t k = 0; k < s.ids.size(); ++k) {
+      if (k == s.marker_end[1] || k == s.marker_end[2]) plain.next_page(lead);
+      last = plain.step(s.ids[k]);
+    }
+    CHECK(rel_err(last, oracle.back()) > 1e-3);
+  }
+}
+
 TEST_CASE("prefill_segment builds the same reference as one causal prefill") {
   // Pages appended one at a time against everything before them = the one-shot prefill.
   Multi3& f = Multi3::get();
@@ -379,6 +485,34 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
                                                         << " decode steps, last position " << eng.next_position() - 1 << ", "
                                                         << secs << " s (prefill " << eng.prefill_seconds() << " s)");
 
+  {
+    // Group positions: a 40-page document past max_position_embeddings runs within them, each
+    // group at a 4-page document's positions.
+    uocr::DocumentLayout L40 = L;
+    L40.pages = 40;
+    REQUIRE(L40.prompt_length() > dc.max_positions);
+    uocr::PageGroupParams gp;
+    gp.group_positions = true;
+    uocr::PageGroupDecoder g(dc, a.m.w.decoder, 128, gp);
+    uocr::FunctionPageEmbeddings s40(L40.pages, [&](int64_t p, std::vector<float>& out) { random_page(p, L40.page_tokens, dc.hidden, out); });
+    std::vector<float> out = g.start(L40, s40);
+    const int64_t group_prompt = 1 + 4 * 273 + 3;
+    int64_t highest = g.next_position();
+    for (int64_t page = 0; page < L40.pages; ++page) {
+      if (page > 0) g.next_page();
+      for (int64_t k = 0; k < per_page_tokens; ++k) {
+        highest = std::max(highest, g.next_position());
+        out = g.step(int32_t(100 + rng() % 50000));
+      }
+    }
+    CHECK(g.slides() == 36);
+    CHECK(g.reference_bytes() == ref_bytes);
+    // The text of the group's pages after its prompt: at most the 3 pages read so far in a
+    // group + the current one, 3 tokens each.
+    CHECK(highest < group_prompt + 4 * per_page_tokens);
+    CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); }));
+  }
+
   // A document past 2^24 positions is refused even with extrapolation allowed (float32 positions).
   uocr::DocumentLayout huge = L;
   huge.pages = 70000;
@@ -446,6 +580,7 @@ TEST_CASE("page clock: <PAGE> markers split across tokens, the no-marker fallbac
   CHECK(c.feed("PAGE>") == 1);  // page 1
   CHECK(c.page() == 1);
   CHECK(c.marker_boundaries() == 1);
+  CHECK(c.marker_lead() == 1);  // the marker began one token earlier ("more <")
   // Five tokens without a marker: the fallback moves on one page.
   int64_t passed = 0;
   for (int i = 0; i < 5; ++i) passed += c.feed("x");
@@ -456,8 +591,18 @@ TEST_CASE("page clock: <PAGE> markers split across tokens, the no-marker fallbac
   CHECK(c.page() == 2);
   CHECK(c.feed("<PAGE><PAGE>") == 2);  // pages 3 and 4 in one token
   CHECK(c.page() == 4);
+  CHECK(c.marker_lead() == 0);
   CHECK(c.force() == 1);
   CHECK(c.page() == 5);
+  uocr::PageClock chars(0);  // a character-level tokenizer (the demo model's)
+  CHECK(chars.feed("<PAGE>") == 0);
+  CHECK(chars.feed("x") == 0);
+  for (const char* piece : {"<", "P", "A", "G", "E"}) CHECK(chars.feed(piece) == 0);
+  CHECK(chars.feed(">") == 1);
+  CHECK(chars.marker_lead() == 5);
+  CHECK(chars.feed("a < b") == 0);  // a '<' that starts no marker is not held for long
+  CHECK(chars.feed("<PAGE>") == 1);
+  CHECK(chars.marker_lead() == 0);
   uocr::PageClock off(0);
   for (int i = 0; i < 10000; ++i) REQUIRE(off.feed("y") == 0);
   CHECK_THROWS_AS(uocr::PageClock(-1), uocr::Error);

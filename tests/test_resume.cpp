@@ -163,6 +163,24 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   }
 }
 
+TEST_CASE("with group positions (the window restarting at every slide) a cancelled run resumes exactly") {
+  const uocr::InfiniteParams groups = resume_groups(true);
+  const uocr_test::ResumeRun full = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), "", 0, groups);
+  REQUIRE(full.summary.generated_tokens == 40);
+  REQUIRE(full.slides == 1);
+  // Another run than the one-shot numbering's (the same document without group positions).
+  CHECK(uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files()).tokens != full.tokens);
+  const std::string ck = tmp("group.ckpt");
+  fs::remove(ck);
+  CHECK(uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck, 23, groups).summary.stop ==
+        uocr::StopReason::cancelled);
+  const uocr_test::ResumeRun rest = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck, 0, groups);
+  CHECK(rest.resumed_at == 20);  // after the slide at token 16, which restarted the window
+  CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + 20, full.tokens.end()));
+  CHECK(rest.summary.memory.peak_kv_bytes == full.summary.memory.peak_kv_bytes);
+  fs::remove(ck);
+}
+
 namespace {
 
 int run_cli(const std::vector<std::string>& args, std::string* output = nullptr) {

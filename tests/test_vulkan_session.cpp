@@ -69,12 +69,14 @@ vk::Context& test_context() {
 
 // Every logits row of a page-group run: the prefill's, then one per generated token, with the
 // page boundary passed after tokens 12 and 26 (the group slides there when G < pages).
+// `marker_tokens`: the tokens before the boundary that begin the new page (group positions keep
+// them in the window).
 template <class PG>
-std::vector<std::vector<float>> page_group_rows(PG& eng, const Multi3& f) {
+std::vector<std::vector<float>> page_group_rows(PG& eng, const Multi3& f, int64_t marker_tokens = 0) {
   uocr::FunctionPageEmbeddings src = f.source();
   std::vector<std::vector<float>> rows{eng.start(f.layout, src)};
   for (size_t k = 0; k < f.gen.size(); ++k) {
-    if (k == 12 || k == 26) eng.next_page();
+    if (k == 12 || k == 26) eng.next_page(marker_tokens);
     rows.push_back(eng.step(f.gen[k]));
   }
   return rows;
@@ -104,6 +106,27 @@ TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and slidin
     CHECK(gpu.peak_kv_bytes() == cpu.peak_kv_bytes());
   }
   check_no_validation_errors(ctx, "page groups");
+}
+
+TEST_CASE("group positions on Vulkan match the CPU: kept pages and window keys rotated through the host") {
+  Multi3& f = Multi3::get();
+  vk::Context& ctx = test_context();
+  const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
+  uocr::PageGroupParams pp;
+  pp.group_pages = 2;
+  pp.overlap_pages = 1;
+  pp.group_positions = true;
+  uocr::PageGroupDecoder cpu(f.cfg.decoder, f.w.decoder, f.cfg.decoder.sliding_window, pp);
+  vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
+                           vk::VulkanKvCache(ctx, f.cfg.decoder, f.cfg.decoder.sliding_window), pp);
+  const auto ref = page_group_rows(cpu, f, 3);
+  const auto got = page_group_rows(gpu, f, 3);
+  const double worst = compare(got, ref);
+  MESSAGE("G = 2, group positions: " << ref.size() << " logits rows, worst relative error " << worst);
+  CHECK(gpu.slides() == 1);
+  CHECK(gpu.next_position() == cpu.next_position());
+  CHECK(gpu.cache().generated_rows() == cpu.cache().generated_rows());
+  check_no_validation_errors(ctx, "group positions");
 }
 
 TEST_CASE("SR-SWA on Vulkan: partial budgets select and score as on the CPU, full budgets are dense R-SWA bit for bit") {

@@ -56,8 +56,9 @@ namespace Uocr
     /// SR-SWA's page gate and block selection (faster, approximate).</summary>
     public enum ReferenceMode { Dense = 0, Sparse = 1 }
 
-    /// <summary>Documents past the model's context length: refused (as upstream) or extrapolated.</summary>
-    public enum Positions { Limit = 0, Extrapolate = 1 }
+    /// <summary>Documents past the model's context length: refused (as upstream), extrapolated, or
+    /// every page group at a G-page document's positions (bounded at any length; API 6).</summary>
+    public enum Positions { Limit = 0, Extrapolate = 1, Group = 2 }
 
     /// <summary>CUDA graphs for decode steps on the CUDA backend (same logits, less launch
     /// overhead; other backends ignore it). Default: the library's, which is on.</summary>
@@ -174,7 +175,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 5; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 6; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();

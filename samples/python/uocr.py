@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 5  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 6  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -49,6 +49,7 @@ REFERENCE_SPARSE = 1
 
 POSITIONS_LIMIT = 0
 POSITIONS_EXTRAPOLATE = 1
+POSITIONS_GROUP = 2  # every page group at a G-page document's positions (API 6)
 
 CUDA_GRAPHS_DEFAULT = 0  # on
 CUDA_GRAPHS_ON = 1

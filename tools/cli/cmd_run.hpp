@@ -245,9 +245,10 @@ inline int cmd_run(const Args& args) {
   inf.groups.overlap_pages = args.integer("--overlap", inf.groups.group_pages - 1);
   parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), inf.groups);
   const std::string positions = args.get("--positions", "limit");
-  uocr::require(positions == "limit" || positions == "extrapolate", uocr::Status::invalid_argument,
-                "--positions must be limit or extrapolate");
+  uocr::require(positions == "limit" || positions == "extrapolate" || positions == "group", uocr::Status::invalid_argument,
+                "--positions must be limit, extrapolate or group");
   inf.groups.allow_position_extrapolation = positions == "extrapolate";
+  inf.groups.group_positions = positions == "group";
   inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(inf.page_fallback_tokens));
   inf.keep_text = false;  // streamed to the output instead
 

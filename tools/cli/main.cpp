@@ -27,7 +27,7 @@ int usage(FILE* out) {
                "      [--format markdown|raw] [--stats json] [-o OUT.md] [--quiet]\n"
                "      [--pages-per-group G] [--overlap O]\n"
                "      [--reference-budget PAGES,BLOCKS[,BLOCK_TOKENS] [--reference-gate FAN_OUT,BEAM] | off]\n"
-               "      [--page-fallback-tokens N] [--positions limit|extrapolate]\n"
+               "      [--page-fallback-tokens N] [--positions limit|extrapolate|group]\n"
                "      [--checkpoint FILE [--checkpoint-every N] [--resume]] [--separate-pages] IMAGE|PDF...\n"
                "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 130 interrupted\n"
                "  inspect model    --model DIR\n"

@@ -18,6 +18,10 @@ Modes (the `uocr run` options each one adds):
   sparse-A/B  page groups + SR-SWA at two reference budgets (--reference-budget PAGES,BLOCKS[,BLOCK])
   separate    --separate-pages: every page its own single-page run (what single-page models need)
 
+--positions (default extrapolate: upstream's one-shot numbering, past the model's context when
+long) applies to every mode; `group` lays every page group out as a G-page document
+(docs/ARCHITECTURE.md). --group G,O replaces the page-group modes' G = 4, O = 3.
+
 Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what tools/train needs
 (Pillow, numpy; fonts-dejavu, fonts-liberation, wamerican).
 
@@ -54,6 +58,14 @@ MODES = {
 }
 
 
+def group_args(a, mode):
+    """--group G,O as uocr run options, for the modes that use page groups' defaults."""
+    if not a.group or mode not in ("infinite", "sparse-A", "sparse-B"):
+        return []
+    g, o = a.group.split(",")
+    return ["--pages-per-group", g, "--overlap", o]
+
+
 def normalise(text):
     return " ".join(text.replace(PAGE_MARK, " ").split())
 
@@ -79,7 +91,7 @@ def render_document(out_dir, n_pages, level, seed):
 
 def transcribe(a, paths, mode_args):
     cmd = [a.uocr, "run", "--model", a.model, "--format", "raw", "--stats", "json", "--quiet",
-           "--positions", "extrapolate", *mode_args, *paths]
+           "--positions", a.positions, *mode_args, *paths]
     p = subprocess.run(cmd, capture_output=True, text=True)
     stats = None
     for line in reversed(p.stderr.splitlines()):
@@ -101,6 +113,9 @@ def main():
     ap.add_argument("--level", type=int, default=len(LEVELS) - 1, help="renderer level (0 = large type .. 4)")
     ap.add_argument("--oneshot-max-pages", type=int, default=10, help="longer documents skip one-shot (its KV grows)")
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEED)
+    ap.add_argument("--positions", default="extrapolate", choices=["limit", "extrapolate", "group"],
+                    help="uocr run --positions for every mode")
+    ap.add_argument("--group", help="G,O: --pages-per-group G --overlap O for the page-group modes (default: the CLI's 4,3)")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
     modes = a.modes.split(",")
@@ -126,7 +141,7 @@ def main():
                 distinct, pages, seconds, tokens, peak = [], 0, 0.0, 0, 0
                 t0 = time.time()
                 for paths, ref in rendered:
-                    hyp, st = transcribe(a, paths, MODES[m](n))
+                    hyp, st = transcribe(a, paths, MODES[m](n) + group_args(a, m))
                     h, r = normalise(hyp), normalise(ref)
                     errors += Levenshtein.distance(h, r)
                     ref_chars += len(r)

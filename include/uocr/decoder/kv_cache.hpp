@@ -51,6 +51,15 @@ class KvRing {
 
   // Tokens decoded since the prefill (keeps counting after the ring wraps).
   int64_t generated_tokens() const { return generated_; }
+  // Slot of the generated token with that count (0 = the first since the prefill), while held.
+  int64_t generated_slot(int64_t token) const { return window_ > 0 ? token % window_ : token; }
+  // Forgets every generated token but the last `keep`, which the caller has moved, oldest first,
+  // to slots 0 .. keep - 1 in every layer: the cache then holds them as if only they had been
+  // decoded since the prefill.
+  void keep_last_generated(int64_t keep) {
+    require(keep >= 0 && keep <= generated_rows(), Status::invalid_argument, "keep_last_generated: more rows than held");
+    generated_ = keep;
+  }
   // Generated rows a decode step attends to: the last min(tokens, n) in R-SWA mode, all otherwise.
   int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
   // Rows the generated region can hold without reallocating.

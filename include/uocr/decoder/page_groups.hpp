@@ -37,6 +37,16 @@
 // Positions. The one-shot prompt of N pages needs positions up to head + N·T + tail + generated,
 // past max_position_embeddings (32,768) from ~120 pages of 273 tokens. Default: start() rejects
 // such a document (Status::invalid_argument) and steps stop at the limit, as upstream does.
+// group_positions = true instead makes every group a G-page one-shot document: the head at 0,
+// the held page first + j at head + j·T, the tail after the G-th page, and as generated text
+// only that of pages first .. current, right after the tail. A slide re-bases: RoPE is a
+// rotation, so the kept pages' stored keys are rotated by -(pages slid)·T and the window's by
+// -(text generated since the old group's first page began), every relative position then being
+// what a fresh G-page prefill would give; the window forgets the text of the released pages (it
+// would sit before the tail, where no document puts text). Positions stay below one group's
+// prompt + its text, whatever N: the model sees only documents of G pages (those it was trained
+// on), never the gaps of a long book. Not upstream's (one-shot) numbering: for G >= N the two
+// are identical.
 // allow_position_extrapolation = true lifts the limit to 2^24 (float32 positions stay exact
 // integers; RoPE angles pos·inv_freq are float32 products as upstream computes them, so their
 // rounding grows with pos: ulp 0.06 rad at 1M). RISK: the model never saw relative distances
@@ -65,6 +75,7 @@
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
+#include "uocr/decoder/rope.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -118,6 +129,7 @@ struct PageGroupParams {
   int overlap_pages = 3;  // O, 1 <= O < G: pages of the old group kept (KV reused) when it slides
   bool refresh_tail = false;                  // recompute the prompt text after <image> at each slide
   bool allow_position_extrapolation = false;  // positions past max_position_embeddings (see above)
+  bool group_positions = false;               // every group at a G-page document's positions (see above)
   bool sparse = false;                        // SR-SWA on the held reference (uocr/decoder/sparse_reference.hpp)
   SparseParams sparse_params;
 };
@@ -131,6 +143,11 @@ struct PageGroupState {
   std::vector<int64_t> slot_pages;
   int64_t first = 0, current = 0, loaded = 0, generated = 0, slides = 0, extra_boundaries = 0;
   uint64_t peak_total_bytes = 0;
+  // group_positions: tokens generated before the text of pages first .. current began, and
+  // before that of page `first` when the positions were last re-based.
+  std::vector<int64_t> text_starts;
+  int64_t position_base = 0;
+  int64_t ring_tokens = 0;  // the KV cache's generated_tokens()
 };
 
 template <class Dec, class Cache>
@@ -143,7 +160,7 @@ class BasicPageGroupDecoder {
   using cache_type = Cache;
 
   BasicPageGroupDecoder(Dec decoder, Cache cache, PageGroupParams params = {})
-      : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params) {
+      : dec_(std::move(decoder)), cache_(std::move(cache)), p_(params), rope_(dec_.config().head_dim, dec_.config().rope_theta) {
     validate(p_);
     if (p_.allow_position_extrapolation) dec_.set_position_limit(kMaxExtrapolatedPosition);
   }
@@ -168,15 +185,15 @@ class BasicPageGroupDecoder {
     require(pages.count() < 0 || pages.count() == layout.pages, Status::invalid_argument, [&] {
       return "page source has " + std::to_string(pages.count()) + " pages but the layout " + std::to_string(layout.pages);
     });
-    require(layout.prompt_length() <= dec_.position_limit(), Status::invalid_argument, [&] {
-      return "a " + std::to_string(layout.pages) + "-page document needs positions up to " +
-             std::to_string(layout.prompt_length()) + " but the limit is " + std::to_string(dec_.position_limit()) +
-             (p_.allow_position_extrapolation ? "" : " (max_position_embeddings; allow_position_extrapolation lifts it)");
-    });
+    g_ = std::min<int64_t>(p_.group_pages, layout.pages);
     layout_ = layout;
+    require(prompt_positions() <= dec_.position_limit(), Status::invalid_argument, [&] {
+      return "a " + std::to_string(layout.pages) + "-page document needs positions up to " +
+             std::to_string(prompt_positions()) + " but the limit is " + std::to_string(dec_.position_limit()) +
+             (p_.allow_position_extrapolation ? "" : " (max_position_embeddings; allow_position_extrapolation or group_positions lifts it)");
+    });
     src_ = &pages;
     const int64_t hidden = c.hidden, t = layout.page_tokens;
-    g_ = std::min<int64_t>(p_.group_pages, layout.pages);
     head_rows_ = int64_t(layout.head.size());
     tail_rows_ = int64_t(layout.tail.size());
     slot_page_.assign(size_t(g_), -1);
@@ -186,6 +203,8 @@ class BasicPageGroupDecoder {
     generated_ = 0;
     slides_ = 0;
     extra_boundaries_ = 0;
+    text_starts_.assign(1, 0);
+    position_base_ = 0;
     prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
     peak_total_bytes_ = 0;
 
@@ -218,7 +237,8 @@ class BasicPageGroupDecoder {
 
   using State = PageGroupState;
   State state() const {
-    return {slot_page_, first_, current_, loaded_, generated_, slides_, extra_boundaries_, uint64_t(peak_total_bytes_)};
+    return {slot_page_,        first_,       current_,      loaded_, generated_, slides_, extra_boundaries_,
+            uint64_t(peak_total_bytes_), text_starts_, position_base_, cache_.generated_tokens()};
   }
 
   // Calls f(data, floats) on every KV array the state depends on, in a fixed order: per layer
@@ -242,11 +262,13 @@ class BasicPageGroupDecoder {
     g_ = std::min<int64_t>(p_.group_pages, layout.pages);
     require(layout.pages >= 1 && layout.page_tokens >= 1 && !layout.head.empty() && int64_t(st.slot_pages.size()) == g_ &&
                 st.loaded >= g_ && st.loaded <= layout.pages && st.first >= 0 && st.first + g_ <= layout.pages &&
-                st.current >= st.first && st.current < layout.pages && st.generated >= 0,
+                st.current >= st.first && st.current < layout.pages && st.generated >= 0 &&
+                int64_t(st.text_starts.size()) == st.current - st.first + 1 && st.position_base >= 0 &&
+                st.position_base <= st.generated && st.ring_tokens >= 0 && st.ring_tokens <= st.generated,
             Status::invalid_argument, "page group state does not fit the document or the group size");
-    require(layout.prompt_length() + st.generated <= dec_.position_limit(), Status::invalid_argument,
-            "page group state is past the position limit");
     layout_ = layout;
+    require(prompt_positions() + st.generated - st.position_base <= dec_.position_limit(), Status::invalid_argument,
+            "page group state is past the position limit");
     src_ = &pages;
     head_rows_ = int64_t(layout.head.size());
     tail_rows_ = int64_t(layout.tail.size());
@@ -257,6 +279,8 @@ class BasicPageGroupDecoder {
     generated_ = st.generated;
     slides_ = st.slides;
     extra_boundaries_ = st.extra_boundaries;
+    text_starts_ = st.text_starts;
+    position_base_ = st.position_base;
     peak_total_bytes_ = size_t(st.peak_total_bytes);
     prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
     const int64_t rows = head_rows_ + g_ * layout.page_tokens + tail_rows_;
@@ -264,7 +288,7 @@ class BasicPageGroupDecoder {
     cache_.reset(rows);
     // The cache keeps its ring index and full-mode growth to itself: claiming the slots again
     // replays that bookkeeping exactly (same slot order, same allocation).
-    for (int64_t i = 0; i < st.generated; ++i) cache_.claim_slot();
+    for (int64_t i = 0; i < st.ring_tokens; ++i) cache_.claim_slot();
     visit_kv(fill_kv);
     attach_sparse();
   }
@@ -287,28 +311,35 @@ class BasicPageGroupDecoder {
     return logits;
   }
 
-  // The generated text moved on to the next page. Slides the group when that page is the last
-  // one held and more remain; returns the number of pages that entered (0 without a slide).
-  // Boundaries past the last page are counted (extra_boundaries()) and otherwise ignored.
-  int64_t next_page() {
+  // The generated text moved on to the next page; its text began `marker_tokens` tokens ago (the
+  // marker's first tokens, which group_positions keeps with the new page). Slides the group
+  // when that page is the last one held and more remain; returns the number of pages that
+  // entered (0 without a slide). Boundaries past the last page are counted (extra_boundaries())
+  // and otherwise ignored.
+  int64_t next_page(int64_t marker_tokens = 0) {
     require(src_ != nullptr, Status::invalid_argument, "page groups: next_page() before start()");
     if (current_ + 1 >= layout_.pages) {
       ++extra_boundaries_;
       return 0;
     }
     ++current_;
+    text_starts_.push_back(std::clamp(generated_ - marker_tokens, text_starts_.back(), generated_));
     if (current_ < first_ + g_ - 1 || first_ + g_ >= layout_.pages) return 0;
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t new_first = std::min<int64_t>(current_ + 1 - p_.overlap_pages, layout_.pages - g_);
     for (int64_t& sp : slot_page_)
       if (sp < new_first) sp = -1;  // released: the slot is free for an entering page
+    if (p_.group_positions) rebase_positions(new_first);
+    text_starts_.erase(text_starts_.begin(), text_starts_.begin() + (new_first - first_));
+    const int64_t old_first = first_;
+    first_ = new_first;  // entering pages take their positions in the new group
     const int64_t t = layout_.page_tokens;
     std::vector<int64_t> pos(static_cast<size_t>(t));
     int64_t entered = 0;
-    for (int64_t p = first_ + g_; p < new_first + g_; ++p) {
+    for (int64_t p = old_first + g_; p < new_first + g_; ++p) {
       fetch(p);
       const int64_t s = int64_t(std::find(slot_page_.begin(), slot_page_.end(), int64_t(-1)) - slot_page_.begin());
-      for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = layout_.page_position(p) + i;
+      for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = page_position(p) + i;
       const auto t1 = std::chrono::steady_clock::now();
       dec_.prefill_segment(page_.data(), t, pos.data(), cache_, slot_span(s).begin, held_context());
       slot_page_[size_t(s)] = p;
@@ -321,7 +352,6 @@ class BasicPageGroupDecoder {
       prefill_tail();
       prefill_seconds_ += seconds_since(t1);
     }
-    first_ = new_first;
     ++slides_;
     slide_seconds_ += seconds_since(t0);
     track();
@@ -338,7 +368,7 @@ class BasicPageGroupDecoder {
   int64_t extra_boundaries() const { return extra_boundaries_; }
   bool pages_pending() const { return first_ + g_ < layout_.pages; }  // pages not yet in the group
   int64_t generated() const { return generated_; }
-  int64_t next_position() const { return layout_.prompt_length() + generated_; }
+  int64_t next_position() const { return prompt_positions() + generated_ - position_base_; }
   int64_t position_limit() const { return dec_.position_limit(); }
   // Page held in each slot (slot s = reference rows slot_span(s)); -1 for none.
   const std::vector<int64_t>& slot_pages() const { return slot_page_; }
@@ -400,11 +430,60 @@ class BasicPageGroupDecoder {
   std::vector<float> prefill_tail() {
     const std::vector<float> x = dec_.embed(layout_.tail);
     std::vector<int64_t> pos(static_cast<size_t>(tail_rows_));
-    for (int64_t i = 0; i < tail_rows_; ++i) pos[size_t(i)] = layout_.tail_position() + i;
+    const int64_t first = p_.group_positions ? head_rows_ + g_ * layout_.page_tokens : layout_.tail_position();
+    for (int64_t i = 0; i < tail_rows_; ++i) pos[size_t(i)] = first + i;
     return dec_.prefill_segment(x.data(), tail_rows_, pos.data(), cache_, tail_row(), held_context(), true);
   }
 
   void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
+
+  // Position of held page p's first visual token.
+  int64_t page_position(int64_t p) const {
+    return p_.group_positions ? head_rows_ + (p - first_) * layout_.page_tokens : layout_.page_position(p);
+  }
+  // The prompt's length in positions: a G-page document's with group_positions, else the one-shot one.
+  int64_t prompt_positions() const {
+    return p_.group_positions ? int64_t(layout_.head.size() + layout_.tail.size()) + g_ * layout_.page_tokens
+                              : layout_.prompt_length();
+  }
+
+  // group_positions, before a slide to new_first: moves the kept pages and the window's text of
+  // pages >= new_first to the new group's positions by rotating their stored keys (values carry
+  // no position) and forgets the window's older text.
+  void rebase_positions(int64_t new_first) {
+    const int64_t page_shift = -(new_first - first_) * layout_.page_tokens;
+    const int64_t new_base = text_starts_[size_t(new_first - first_)];
+    const int64_t text_shift = -(new_base - position_base_);
+    const int64_t row = cache_.row_floats(), kv_heads = row / dec_.config().head_dim;
+    const int64_t held = cache_.generated_rows(), ring_tokens = cache_.generated_tokens();
+    const int64_t keep = std::min(held, generated_ - new_base);
+    std::vector<float> kept(size_t(keep * row));
+    // Rows of the last `keep` tokens, oldest first, into slots 0 .. keep - 1 (rotated for keys).
+    auto compact = [&](float* data, bool keys) {
+      for (int64_t j = 0; j < keep; ++j) {
+        float* dst = kept.data() + j * row;
+        std::copy_n(data + cache_.generated_slot(ring_tokens - keep + j) * row, row, dst);
+        if (keys) rope_.apply(dst, kv_heads, text_shift);
+      }
+      std::copy(kept.begin(), kept.end(), data);
+    };
+    for (int l = 0; l < cache_.layers(); ++l) {
+      cache_.visit_rows(cache_.reference_k(l), cache_.reference_rows(), [&](float* data, size_t) {
+        for (int64_t s = 0; s < g_; ++s) {
+          if (slot_page_[size_t(s)] < 0) continue;
+          float* rows = data + slot_span(s).begin * row;
+          for (int64_t r = 0; r < layout_.page_tokens; ++r) rope_.apply(rows + r * row, kv_heads, page_shift);
+        }
+      });
+      cache_.visit_rows(cache_.generated_k(l), held, [&](float* data, size_t) { compact(data, true); });
+      cache_.visit_rows(cache_.generated_v(l), held, [&](float* data, size_t) { compact(data, false); });
+    }
+    cache_.keep_last_generated(keep);
+    if (sparse_)
+      for (int64_t s = 0; s < g_; ++s)
+        if (slot_page_[size_t(s)] >= 0) summarize(size_t(s));
+    position_base_ = new_base;
+  }
 
   // SR-SWA summaries of slot s's page (after it was prefilled).
   void summarize(size_t s) {
@@ -433,6 +512,7 @@ class BasicPageGroupDecoder {
   Dec dec_;
   Cache cache_;
   PageGroupParams p_;
+  Rope rope_;  // group_positions' key rotations
   DocumentLayout layout_;
   PageEmbeddingSource* src_ = nullptr;
   std::unique_ptr<SparseReference> sparse_;
@@ -441,6 +521,8 @@ class BasicPageGroupDecoder {
   std::vector<int64_t> slot_page_;
   int64_t g_ = 0, head_rows_ = 0, tail_rows_ = 0;
   int64_t first_ = 0, current_ = 0, loaded_ = 0, generated_ = 0, slides_ = 0, extra_boundaries_ = 0;
+  std::vector<int64_t> text_starts_;  // tokens generated before the text of pages first_ .. current_
+  int64_t position_base_ = 0;         // group_positions: text position 0 = this generated count
   double prefill_seconds_ = 0, source_seconds_ = 0, slide_seconds_ = 0;
   size_t peak_total_bytes_ = 0;
 };

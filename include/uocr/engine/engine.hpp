@@ -76,7 +76,8 @@ class DecoderEngine {
   // Feeds a generated token at next_position(); returns the logits of the one after it.
   virtual const std::vector<float>& step(int32_t token) = 0;
   // The output moved on to the next page (slides the group when needed); pages that entered.
-  virtual int64_t next_page() = 0;
+  // marker_tokens: tokens already fed that begin the new page (its marker's first tokens).
+  virtual int64_t next_page(int64_t marker_tokens = 0) = 0;
 
   // Checkpoints (uocr/session/infinite.hpp): the state besides the KV rows, every KV array in a
   // fixed order (one layout on every backend), and continuing from them instead of start().
@@ -142,9 +143,9 @@ class PageGroupEngine final : public DecoderEngine {
     }
     return pg_.step(token);
   }
-  int64_t next_page() override {
+  int64_t next_page(int64_t marker_tokens = 0) override {
     decoding(false);
-    const int64_t entered = pg_.next_page();
+    const int64_t entered = pg_.next_page(marker_tokens);
     decoding(true);
     return entered;
   }

@@ -27,7 +27,7 @@
 
 namespace uocr {
 
-inline constexpr uint32_t kCheckpointVersion = 2;  // 2: memory peaks of the run so far
+inline constexpr uint32_t kCheckpointVersion = 3;  // 2: memory peaks of the run so far; 3: group positions
 
 // 64-bit FNV-1a: a checksum against corruption and a fingerprint of inputs, not a defence
 // against deliberate forgery.

@@ -39,8 +39,8 @@
 // R-SWA window, and the engines' scratch: vision and decoder workspaces sized by the largest page
 // and group), one page's image and embeddings at a time, SR-SWA summaries of G pages. Not
 // bounded: RunSummary::text (keep_text = false leaves it empty: stream the events instead) and
-// 8 bytes per page of page sizes (also in checkpoints). Positions grow with the page count: see
-// PageGroupParams::allow_position_extrapolation.
+// 8 bytes per page of page sizes (also in checkpoints). Positions grow with the page count unless
+// PageGroupParams::group_positions (see also allow_position_extrapolation).
 //
 // Thread-safety: a session is used by one thread at a time; the Model may be shared.
 #pragma once
@@ -79,6 +79,7 @@ class PageClock {
     require(fallback_ >= 0, Status::invalid_argument, "page fallback tokens must be >= 0");
     parser_.on_page = [this](int m) {
       since_marker_ = 0;
+      lead_ = fed_ - 1 - hold_start_;
       if (m > page_) {
         pending_ += m - page_;
         markers_ += m - page_;
@@ -91,6 +92,8 @@ class PageClock {
 
   // Feeds one generated token's text; returns the page boundaries it passed (usually 0 or 1).
   int64_t feed(const std::string& text) {
+    if (!parser_.holding()) hold_start_ = fed_;  // a marker completed later starts at this token
+    ++fed_;
     pending_ = 0;
     ++since_marker_;
     parser_.feed(text);
@@ -101,6 +104,7 @@ class PageClock {
   }
   // Advances one page now (fallback, early EOS); returns 1.
   int64_t force() {
+    lead_ = 0;
     ++page_;
     ++forced_;
     ++pending_;
@@ -110,26 +114,33 @@ class PageClock {
 
   int64_t page() const { return page_; }
   int64_t marker_boundaries() const { return markers_; }
+  // Tokens before the last one fed that belong to the boundary it passed (the start of its
+  // marker): they begin the new page's text. 0 for a forced boundary.
+  int64_t marker_lead() const { return lead_; }
   int64_t forced_boundaries() const { return forced_; }
 
   // Between two feed() calls (for checkpoints).
   struct State {
     OutputParser::State parser;
-    int64_t page = 0, since_marker = 0, markers = 0, forced = 0;
+    int64_t page = 0, since_marker = 0, markers = 0, forced = 0, fed = 0, hold_start = 0, lead = 0;
   };
-  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_}; }
+  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_, fed_, hold_start_, lead_}; }
   void restore(const State& s) {
     parser_.restore(s.parser);
     page_ = s.page;
     since_marker_ = s.since_marker;
     markers_ = s.markers;
     forced_ = s.forced;
+    fed_ = s.fed;
+    hold_start_ = s.hold_start;
+    lead_ = s.lead;
   }
 
  private:
   OutputParser parser_;
   int64_t fallback_;
   int64_t page_ = 0, pending_ = 0, since_marker_ = 0, markers_ = 0, forced_ = 0;
+  int64_t fed_ = 0, hold_start_ = 0, lead_ = 0;  // tokens fed; where the held text began; marker_lead()
 };
 
 struct InfiniteParams {
@@ -326,7 +337,7 @@ class InfiniteSession {
       if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
       if (engine.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
       const bool boundary = boundaries > 0;
-      for (; boundaries > 0; --boundaries) engine.next_page();
+      for (; boundaries > 0; --boundaries) engine.next_page(L.clock.marker_lead());
       stats_.last_position = engine.next_position();
       L.logits = engine.step(token);
       L.ngram.push(token);
@@ -413,6 +424,7 @@ class InfiniteSession {
     add("group", std::to_string(g.group_pages) + "/" + std::to_string(g.overlap_pages));
     add("refresh_tail", std::to_string(g.refresh_tail));
     add("extrapolate", std::to_string(g.allow_position_extrapolation));
+    add("group_positions", std::to_string(g.group_positions));
     add("sparse", g.sparse ? std::to_string(g.sparse_params.block_tokens) + "/" + std::to_string(g.sparse_params.page_budget) +
                                  "/" + std::to_string(g.sparse_params.block_budget)
                            : "off");
@@ -439,6 +451,9 @@ class InfiniteSession {
     w.put(g.slot_pages);
     for (int64_t v : {g.first, g.current, g.loaded, g.generated, g.slides, g.extra_boundaries}) w.put(v);
     w.put(g.peak_total_bytes);
+    w.put(g.text_starts);
+    w.put(g.position_base);
+    w.put(g.ring_tokens);
     w.put(uint64_t(memory_.peak_scratch_bytes));  // so that a resumed run reports the whole document's peaks
     w.put(uint64_t(memory_.peak_bytes));
     engine.visit_kv([&](float* data, size_t n) {
@@ -460,7 +475,7 @@ class InfiniteSession {
     const PageClock::State pc = L.clock.state();
     w.put(pc.parser.pending);
     w.put(int64_t(pc.parser.pages));
-    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced}) w.put(v);
+    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced, pc.fed, pc.hold_start, pc.lead}) w.put(v);
     w.put(L.stream.pending());
     w.put(std::vector<int32_t>(L.forced.begin(), L.forced.end()));
     w.put(L.generated);
@@ -505,6 +520,9 @@ class InfiniteSession {
     r.get(g.slot_pages);
     for (int64_t* v : {&g.first, &g.current, &g.loaded, &g.generated, &g.slides, &g.extra_boundaries}) r.get(*v);
     r.get(g.peak_total_bytes);
+    r.get(g.text_starts);
+    r.get(g.position_base);
+    r.get(g.ring_tokens);
     memory_.peak_scratch_bytes = size_t(r.get<uint64_t>());
     memory_.peak_bytes = size_t(r.get<uint64_t>());
     if (int64_t(sizes.size()) != g.loaded) r.corrupt("page sizes do not match the pages loaded");
@@ -532,7 +550,7 @@ class InfiniteSession {
     PageClock::State pc;
     r.get(pc.parser.pending);
     pc.parser.pages = int(r.get<int64_t>());
-    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced}) r.get(*v);
+    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced, &pc.fed, &pc.hold_start, &pc.lead}) r.get(*v);
     L.clock.restore(pc);
     std::string stream_pending;
     r.get(stream_pending);

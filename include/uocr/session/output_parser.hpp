@@ -53,6 +53,8 @@ class OutputParser {
   }
 
   int pages_seen() const { return pages_; }
+  // Text is held back: it may start a construct (a marker) that later text completes.
+  bool holding() const { return !buf_.empty(); }
   // Page the text currently streaming belongs to (0 before any marker).
   int current_page() const { return pages_ > 0 ? pages_ - 1 : 0; }
 

@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 5;
+pub const API_VERSION: i32 = 6;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -416,6 +416,7 @@ impl Model {
         raw.positions = match params.positions {
             Positions::Limit => 0,
             Positions::Extrapolate => 1,
+            Positions::Group => 2,
         };
         if let (Some(c), Some(path)) = (&params.checkpoint, &checkpoint) {
             raw.checkpoint_path = path.as_ptr();
@@ -483,6 +484,9 @@ pub enum Positions {
     Limit,
     /// Allow them (up to 2^24; quality unmeasured there).
     Extrapolate,
+    /// Every page group at the positions of a document of G pages: bounded at any length, not
+    /// upstream's one-shot numbering once the group slides (API 6).
+    Group,
 }
 
 /// Crash-safe resume: the run's state is saved to `path` after the prefill, at every page
