@@ -77,6 +77,14 @@ Stream paged_stream(const std::vector<int32_t>& gen) {
   return s;
 }
 
+// Page groups of G pages sliding with O kept.
+uocr::PageGroupParams groups_of(int g, int o) {
+  uocr::PageGroupParams p;
+  p.group_pages = g;
+  p.overlap_pages = o;
+  return p;
+}
+
 // One-shot R-SWA logits of the whole stream: prefill logits, then one row per fed token.
 std::vector<std::vector<float>> one_shot(const Multi3& f, const std::vector<int32_t>& stream) {
   uocr::Decoder dec(f.dc(), f.w.decoder);
@@ -109,10 +117,7 @@ TEST_CASE("page groups with G >= pages are one-shot R-SWA, bit for bit (3-page t
   const Stream s = paged_stream(f.gen);
   const std::vector<std::vector<float>> ref = one_shot(f, s.ids);
   for (int g : {3, 5}) {
-    uocr::PageGroupParams pp;
-    pp.group_pages = g;
-    pp.overlap_pages = 1;
-    uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
+    uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), groups_of(g, 1));
     uocr::FunctionPageEmbeddings src = f.source();
     int identical = 0, rows = 0;
     run_engine(eng, f.layout, src, s.ids, [&](int64_t k, const std::vector<float>& logits) {
@@ -186,9 +191,7 @@ TEST_CASE("page groups with G < pages slide at the <PAGE> markers, reuse overlap
       oracle.push_back(dec.decode_step(s.ids[k], P + int64_t(k), oc));
     }
 
-    uocr::PageGroupParams pp;
-    pp.group_pages = 2;
-    pp.overlap_pages = 1;
+    uocr::PageGroupParams pp = groups_of(2, 1);
     pp.refresh_tail = refresh;
     uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
     uocr::FunctionPageEmbeddings src = f.source();
@@ -318,9 +321,7 @@ TEST_CASE("group positions: after a slide the group is a G-page document (rotate
     for (size_t k = size_t(slide); k < s.ids.size(); ++k)
       oracle.push_back(dec.decode_step(s.ids[k], p2 + (int64_t(k) - base) + t, after));
 
-    uocr::PageGroupParams pp;
-    pp.group_pages = 2;
-    pp.overlap_pages = 1;
+    uocr::PageGroupParams pp = groups_of(2, 1);
     pp.group_positions = true;
     uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
     uocr::FunctionPageEmbeddings src = f.source();
@@ -524,22 +525,16 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
 TEST_CASE("page group parameter and source errors") {
   TinyA& a = TinyA::get();
   const uocr::DecoderConfig& dc = a.m.cfg.decoder;
-  auto params = [](int g, int o) {
-    uocr::PageGroupParams p;
-    p.group_pages = g;
-    p.overlap_pages = o;
-    return p;
-  };
-  CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, params(1, 0)), uocr::Error);
-  CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, params(4, 0)), uocr::Error);
-  CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, params(4, 4)), uocr::Error);
+  CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, groups_of(1, 0)), uocr::Error);
+  CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, groups_of(4, 0)), uocr::Error);
+  CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, groups_of(4, 4)), uocr::Error);
   uocr::DocumentLayout L;
   L.head = {0};
   L.tail = {16};
   L.pages = 5;
   L.page_tokens = 10;
   {  // the source ends early: an error at the slide that needs the missing page
-    uocr::PageGroupDecoder eng(dc, a.m.w.decoder, 8, params(2, 1));
+    uocr::PageGroupDecoder eng(dc, a.m.w.decoder, 8, groups_of(2, 1));
     int64_t served = 0;
     struct Short final : uocr::PageEmbeddingSource {
       int64_t& served;
@@ -557,16 +552,16 @@ TEST_CASE("page group parameter and source errors") {
     CHECK_THROWS_AS(eng.next_page(), uocr::Error);
   }
   {  // a page of the wrong size
-    uocr::PageGroupDecoder eng(dc, a.m.w.decoder, 8, params(2, 1));
+    uocr::PageGroupDecoder eng(dc, a.m.w.decoder, 8, groups_of(2, 1));
     uocr::FunctionPageEmbeddings src(5, [&](int64_t p, std::vector<float>& out) { random_page(p, 9, dc.hidden, out); });
     CHECK_THROWS_AS(eng.start(L, src), uocr::Error);
   }
   {  // a source whose count disagrees with the layout
-    uocr::PageGroupDecoder eng(dc, a.m.w.decoder, 8, params(2, 1));
+    uocr::PageGroupDecoder eng(dc, a.m.w.decoder, 8, groups_of(2, 1));
     uocr::FunctionPageEmbeddings src(4, [&](int64_t p, std::vector<float>& out) { random_page(p, 10, dc.hidden, out); });
     CHECK_THROWS_AS(eng.start(L, src), uocr::Error);
   }
-  uocr::PageGroupDecoder idle(dc, a.m.w.decoder, 8, params(2, 1));
+  uocr::PageGroupDecoder idle(dc, a.m.w.decoder, 8, groups_of(2, 1));
   CHECK_THROWS_AS(idle.step(5), uocr::Error);
   CHECK_THROWS_AS(idle.next_page(), uocr::Error);
 }

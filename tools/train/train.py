@@ -184,9 +184,10 @@ class BatchStream(torch.utils.data.IterableDataset):
     `level` is a shared multiprocessing.Value so the curriculum reaches the workers."""
 
     def __init__(self, tok_path, d, batch_pages, level, multi_frac, multi_level, seed, virtual_frac=0.0,
-                 virtual_max_pages=1):
+                 virtual_max_pages=1, multi_max_level=None):
         self.tok_path, self.d, self.batch_pages = tok_path, d, batch_pages
         self.level, self.multi_frac, self.multi_level, self.seed = level, multi_frac, multi_level, seed
+        self.multi_max_level = multi_max_level
         self.virtual_frac, self.virtual_max_pages = virtual_frac, virtual_max_pages
 
     def __iter__(self):
@@ -199,6 +200,8 @@ class BatchStream(torch.utils.data.IterableDataset):
             n_pages = 1
             if level >= self.multi_level and r.rng.random() < self.multi_frac:
                 n_pages = r.rng.choice([2, 3, 4])
+                if self.multi_max_level is not None:
+                    level = min(level, self.multi_max_level)
             n_docs = max(1, self.batch_pages // n_pages)
             docs = [make_doc(r, n_pages, level) for _ in range(n_docs)]
             places = None
@@ -364,6 +367,8 @@ def main():
     ap.add_argument("--advance-cer", type=float, default=0.12, help="held-out CER that moves to the next level")
     ap.add_argument("--multi-frac", type=float, default=0.25, help="share of multi-page steps from --multi-level on")
     ap.add_argument("--multi-level", type=int, default=2, help="curriculum level from which steps may hold 2-4 page documents")
+    ap.add_argument("--multi-max-level", type=int,
+                    help="render multi-page documents at most at this level (default: the curriculum's)")
     ap.add_argument("--virtual-frac", type=float, default=0.0,
                     help="share of multi-page documents placed inside a longer unrendered one (page-group positions)")
     ap.add_argument("--virtual-max-pages", type=int, default=400, help="longest such document")
@@ -457,7 +462,7 @@ def main():
     import multiprocessing as mp
     level_v = mp.Value("i", level)
     stream = BatchStream(a.tokenizer, d, a.batch_pages, level_v, a.multi_frac, a.multi_level,
-                         a.seed + 7919 * step, a.virtual_frac, a.virtual_max_pages)
+                         a.seed + 7919 * step, a.virtual_frac, a.virtual_max_pages, a.multi_max_level)
     if a.workers > 0:
         loader = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=a.workers, prefetch_factor=2,
                                                   persistent_workers=True, pin_memory=dev.type == "cuda"))
