@@ -7,7 +7,7 @@
 // SR-SWA"; plots: bench/unbounded_plot.py. A benchmark, not a test: it measures, it asserts only
 // that the run did what it says (pages reached, sizes consistent).
 //
-//   unbounded memory    [--pages 1,10,100,1000,3600] [--modes full,oneshot,infinite,sparse]
+//   unbounded memory    [--pages 1,10,100,1000,3600] [--modes full,oneshot,infinite,sparse[,grouped]]
 //                       [--tokens-per-page 64] [--max-oneshot-pages 100] [--out memory.json]
 //       Each (mode, pages) runs in a fresh process (this binary re-executed as `unbounded case`),
 //       so the process's max RSS is that configuration's alone. The one-shot modes past
@@ -25,7 +25,8 @@
 //
 // Modes: full (full causal attention over the one-shot prompt: the generated KV grows), oneshot
 // (R-SWA with window 128 over the one-shot prompt: the reference holds every page), infinite
-// (page groups, G = 4, O = 3), sparse (infinite + SR-SWA, default budgets).
+// (page groups, G = 4, O = 3), sparse (infinite + SR-SWA, default budgets), grouped (infinite with
+// group positions: each group at a 4-page document's positions, re-based by key rotation).
 // Environment: UOCR_BENCH_SHARED_DIR overrides the folder holding golden/ and unlimited-ocr/.
 #include <sys/resource.h>
 #include <time.h>
@@ -199,18 +200,19 @@ void random_page(int64_t p, int64_t tokens, int64_t hidden, std::vector<float>& 
 // ---------------------------------------------------------------------------------------------
 // memory: one configuration per process
 
-const std::vector<std::string> kModes = {"full", "oneshot", "infinite", "sparse"};
+const std::vector<std::string> kModes = {"full", "oneshot", "infinite", "sparse", "grouped"};
 
-uocr::PageGroupParams group_params(bool sparse) {
+uocr::PageGroupParams group_params(const std::string& mode) {
   uocr::PageGroupParams pp;  // G = 4, O = 3, SR-SWA default budgets
-  pp.allow_position_extrapolation = true;
-  pp.sparse = sparse;
+  pp.group_positions = mode == "grouped";
+  pp.allow_position_extrapolation = !pp.group_positions;
+  pp.sparse = mode == "sparse";
   return pp;
 }
 
 // KV rows held at the peak of a run, by the KV cache's accounting (reference + generated rows).
 int64_t peak_rows(const std::string& mode, const uocr::DocumentLayout& l, int64_t generated) {
-  const int64_t group = group_params(false).group_pages;
+  const int64_t group = group_params(mode).group_pages;
   const int64_t head_tail = int64_t(l.head.size() + l.tail.size());
   if (mode == "full") return l.prompt_length() + generated;
   if (mode == "oneshot") return l.prompt_length() + std::min<int64_t>(generated, kWindow);
@@ -222,7 +224,7 @@ size_t kv_bytes_per_token(const uocr::DecoderConfig& c) { return size_t(2) * c.k
 // max_steps >= 0 stops the stream early (one-shot R-SWA past the window: its KV no longer changes).
 json run_case(const std::string& mode, int64_t pages, int64_t per_page, int64_t max_steps) {
   uocr::require(std::find(kModes.begin(), kModes.end(), mode) != kModes.end(), uocr::Status::invalid_argument,
-                [&] { return "unknown mode " + mode + " (full, oneshot, infinite, sparse)"; });
+                [&] { return "unknown mode " + mode + " (full, oneshot, infinite, sparse, grouped)"; });
   uocr::require(pages >= 1, uocr::Status::invalid_argument, "pages must be >= 1");
   const std::string load_start = load_average();
   const TinyModel m;
@@ -236,7 +238,7 @@ json run_case(const std::string& mode, int64_t pages, int64_t per_page, int64_t 
   json r = {{"mode", mode}, {"pages", pages}, {"tokens_per_page", per_page}, {"steps", steps}, {"stream_steps", stream.size()},
             {"source", "measured"}};
   size_t peak = 0, allocated = 0, summaries = 0, page_buffer = 0;
-  int64_t reference_rows = 0, slides = 0;
+  int64_t reference_rows = 0, slides = 0, last_position = 0;
   double start_s = 0, decode_s = 0, slide_s = 0;
   const auto t_all = Clock::now();
   if (mode == "full" || mode == "oneshot") {
@@ -263,13 +265,14 @@ json run_case(const std::string& mode, int64_t pages, int64_t per_page, int64_t 
     for (int64_t i = 0; i < steps; ++i) {
       const int32_t t = stream.at(i);
       clock.feed(m.tok.token_bytes(t));
-      dec.decode_step(t, L.prompt_length() + i, cache);
+      last_position = L.prompt_length() + i;
+      dec.decode_step(t, last_position, cache);
       peak = std::max(peak, cache.total_bytes());
       allocated = std::max(allocated, cache.allocated_bytes());
     }
     decode_s = seconds_since(t0);
   } else {
-    uocr::PageGroupDecoder eng(m.dc(), m.w.decoder, kWindow, group_params(mode == "sparse"));
+    uocr::PageGroupDecoder eng(m.dc(), m.w.decoder, kWindow, group_params(mode));
     uocr::FunctionPageEmbeddings src(pages, [&](int64_t p, std::vector<float>& out) { random_page(p, L.page_tokens, hidden, out); });
     const auto t0 = Clock::now();
     eng.start(L, src);
@@ -280,6 +283,7 @@ json run_case(const std::string& mode, int64_t pages, int64_t per_page, int64_t 
       const auto t1 = Clock::now();
       for (int64_t b = clock.feed(m.tok.token_bytes(t)); b > 0; --b) eng.next_page();
       const auto t2 = Clock::now();
+      last_position = std::max(last_position, eng.next_position());
       eng.step(t);
       slide_s += std::chrono::duration<double>(t2 - t1).count();
       decode_s += seconds_since(t2);
@@ -306,6 +310,7 @@ json run_case(const std::string& mode, int64_t pages, int64_t per_page, int64_t 
   r["sparse_summary_bytes"] = summaries;
   r["page_buffer_bytes"] = page_buffer;
   r["slides"] = slides;
+  r["last_position"] = last_position;
   r["rss_after_load_kb"] = rss_loaded_kb;
   r["max_rss_kb"] = long(ru.ru_maxrss);
   r["start_seconds"] = start_s;
@@ -769,7 +774,7 @@ int deviation_main(const Options& o) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: unbounded memory [--pages 1,10,100,1000,3600] [--modes full,oneshot,infinite,sparse] "
+               "usage: unbounded memory [--pages 1,10,100,1000,3600] [--modes full,oneshot,infinite,sparse[,grouped]] "
                "[--tokens-per-page 64] [--max-oneshot-pages 100] [--out FILE]\n"
                "       unbounded case MODE PAGES [--tokens-per-page 64] [--max-steps N]\n"
                "       unbounded step [--pages 10,100,1000,3600] [--dims tiny-a,real] [--gate FAN_OUT,BEAM] [--cap-gb 4] [--cold 1] [--out FILE]\n"
