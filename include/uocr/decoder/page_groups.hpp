@@ -237,8 +237,9 @@ class BasicPageGroupDecoder {
 
   using State = PageGroupState;
   State state() const {
-    return {slot_page_,        first_,       current_,      loaded_, generated_, slides_, extra_boundaries_,
-            uint64_t(peak_total_bytes_), text_starts_, position_base_, cache_.generated_tokens()};
+    return {slot_page_,   first_,        current_,       loaded_,
+            generated_,   slides_,       extra_boundaries_, uint64_t(peak_total_bytes_),
+            text_starts_, position_base_, cache_.generated_tokens()};
   }
 
   // Calls f(data, floats) on every KV array the state depends on, in a fixed order: per layer
@@ -475,6 +476,7 @@ class BasicPageGroupDecoder {
           for (int64_t r = 0; r < layout_.page_tokens; ++r) rope_.apply(rows + r * row, kv_heads, page_shift);
         }
       });
+      if (held == 0) continue;
       cache_.visit_rows(cache_.generated_k(l), held, [&](float* data, size_t) { compact(data, true); });
       cache_.visit_rows(cache_.generated_v(l), held, [&](float* data, size_t) { compact(data, false); });
     }
