@@ -21,6 +21,7 @@
 #include "uocr/image/image.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/session/infinite.hpp"
+#include "uocr/session/page_group_choice.hpp"
 #include "uocr/session/page_source.hpp"
 
 #if defined(_OPENMP)
@@ -65,6 +66,7 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_batch_wait
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_fan_out) == 128, "reference_gate_fan_out moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_beam) == 132, "reference_gate_beam moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, cuda_graphs) == 136, "cuda_graphs moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, model_defaults) == 140, "model_defaults moved");
 static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 144, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
@@ -423,22 +425,26 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
   if (p.cuda_graphs < UOCR_CUDA_GRAPHS_DEFAULT || p.cuda_graphs > UOCR_CUDA_GRAPHS_OFF)
     fail(UOCR_E_INVALID_ARGUMENT, "cuda_graphs " + std::to_string(p.cuda_graphs) + " is not a UOCR_CUDA_GRAPHS_* value");
   if (p.cuda_graphs != UOCR_CUDA_GRAPHS_DEFAULT) c.cuda_graphs = p.cuda_graphs == UOCR_CUDA_GRAPHS_ON;
-  // Non-zero there is a newer caller's field, answered like unknown bytes past the struct (read_params).
-  if (p.reserved_0 != 0)
-    fail(UOCR_E_UNSUPPORTED, "uocr_session_params.reserved_0 is " + std::to_string(p.reserved_0) +
-                                 ", a field this library (API version " + std::to_string(UOCR_API_VERSION) +
-                                 ") does not know; leave it zero or use a newer library");
+  if (p.model_defaults != UOCR_MODEL_DEFAULTS_USE && p.model_defaults != UOCR_MODEL_DEFAULTS_IGNORE)
+    fail(UOCR_E_INVALID_ARGUMENT, "model_defaults " + std::to_string(p.model_defaults) + " is not a UOCR_MODEL_DEFAULTS_* value");
   return c;
 }
 
-// Page groups and SR-SWA: every field's 0 is the core's default.
-uocr::InfiniteParams to_infinite(const uocr_session_params& p) {
+// Page groups and SR-SWA: every field's 0 is the model folder's suggestion (model_defaults) or the
+// core's default.
+uocr::InfiniteParams to_infinite(const uocr_session_params& p, const uocr::DecodeDefaults& folder) {
   uocr::InfiniteParams c;
   uocr::PageGroupParams& g = c.groups;
   if (p.pages_per_group < 0 || p.pages_per_group == 1)
     fail(UOCR_E_INVALID_ARGUMENT, "pages_per_group must be 0 (default) or >= 2, got " + std::to_string(p.pages_per_group));
-  if (p.pages_per_group) g.group_pages = p.pages_per_group;
-  g.overlap_pages = p.overlap_pages ? p.overlap_pages : g.group_pages - 1;
+  if (p.positions != UOCR_POSITIONS_LIMIT && p.positions != UOCR_POSITIONS_EXTRAPOLATE && p.positions != UOCR_POSITIONS_GROUP)
+    fail(UOCR_E_INVALID_ARGUMENT, "positions " + std::to_string(p.positions) + " is not a UOCR_POSITIONS_* value");
+  uocr::PageGroupChoice choice;
+  if (p.pages_per_group) choice.pages_per_group = p.pages_per_group;
+  if (p.overlap_pages) choice.overlap_pages = p.overlap_pages;
+  if (p.positions != UOCR_POSITIONS_LIMIT)
+    choice.positions = p.positions == UOCR_POSITIONS_GROUP ? uocr::PositionPolicy::group : uocr::PositionPolicy::extrapolate;
+  choice.apply(p.model_defaults == UOCR_MODEL_DEFAULTS_USE ? folder : uocr::DecodeDefaults{}, g);
   if (p.page_fallback_tokens < -1) fail(UOCR_E_INVALID_ARGUMENT, "page_fallback_tokens must be -1, 0 or positive");
   if (p.page_fallback_tokens) c.page_fallback_tokens = p.page_fallback_tokens < 0 ? 0 : p.page_fallback_tokens;
   if (p.reference_mode != UOCR_REFERENCE_DENSE && p.reference_mode != UOCR_REFERENCE_SPARSE)
@@ -455,10 +461,6 @@ uocr::InfiniteParams to_infinite(const uocr_session_params& p) {
                                       std::to_string(p.reference_gate_fan_out) + " and " + std::to_string(p.reference_gate_beam));
   if (p.reference_gate_fan_out) g.sparse_params.gate_fan_out = p.reference_gate_fan_out;
   g.sparse_params.gate_beam = p.reference_gate_beam;
-  if (p.positions != UOCR_POSITIONS_LIMIT && p.positions != UOCR_POSITIONS_EXTRAPOLATE && p.positions != UOCR_POSITIONS_GROUP)
-    fail(UOCR_E_INVALID_ARGUMENT, "positions " + std::to_string(p.positions) + " is not a UOCR_POSITIONS_* value");
-  g.allow_position_extrapolation = p.positions == UOCR_POSITIONS_EXTRAPOLATE;
-  g.group_positions = p.positions == UOCR_POSITIONS_GROUP;
   c.keep_text = true;
   return c;
 }
@@ -818,7 +820,7 @@ UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_ses
     s->params = to_core(p);
     if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
     s->checkpoint = to_checkpoint(p);
-    s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p));  // validates the rest
+    s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p, s->model->decode_defaults()));  // validates the rest
     register_handle(s.get(), kSessionMagic);
     *out_session = s.release();
   });

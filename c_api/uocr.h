@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 6
+#define UOCR_API_VERSION 7
 
 #ifdef __cplusplus
 extern "C" {
@@ -217,14 +217,14 @@ typedef struct uocr_session_params {
     int32_t device_index;      /* the backend's device; 0: the first (Vulkan: the loader's device order) */
     /* Documents of any length (page groups and SR-SWA, see README.md). A document of at most
      * pages_per_group pages is decoded exactly as one-shot R-SWA. */
-    int32_t pages_per_group;   /* pages whose KV is held at once, >= 2; 0: 4 */
-    int32_t overlap_pages;     /* pages kept (KV reused) when the group slides, 1..G-1; 0: G - 1 */
+    int32_t pages_per_group;   /* pages whose KV is held at once, >= 2; 0: the model's (see model_defaults), else 4 */
+    int32_t overlap_pages;     /* pages kept (KV reused) when the group slides, 1..G-1; 0: the model's, else G - 1 */
     int32_t page_fallback_tokens; /* slide after this many tokens without a "<PAGE>" marker; 0: 4096; -1: never */
     int32_t reference_mode;    /* UOCR_REFERENCE_DENSE (0, default) or UOCR_REFERENCE_SPARSE (SR-SWA) */
     int32_t reference_pages;   /* SR-SWA pages a step consults; 0: 4; -1: all */
     int32_t reference_blocks;  /* SR-SWA blocks a step attends to; 0: 64; -1: all */
     int32_t reference_block_tokens; /* SR-SWA visual tokens per block; 0: 16 */
-    int32_t positions;         /* UOCR_POSITIONS_LIMIT (0, default), _EXTRAPOLATE or (API 6) _GROUP */
+    int32_t positions;         /* UOCR_POSITIONS_LIMIT (0, default: the model's), _EXTRAPOLATE or (API 6) _GROUP */
     /* Crash-safe resume (see uocr_session_run). */
     const char * checkpoint_path; /* NULL or "": no checkpoints; else the state is saved there. Copied */
     int32_t checkpoint_every_tokens; /* also every N generated tokens; 0: after the prefill and at page boundaries */
@@ -241,7 +241,11 @@ typedef struct uocr_session_params {
     /* API 5: CUDA graphs (CUDA backend; the others ignore it). Decode steps replay captured
      * graphs, saving launch overhead; the logits are the same either way. */
     int32_t cuda_graphs;       /* UOCR_CUDA_GRAPHS_*; 0: default (on) */
-    int32_t reserved_0;        /* 0; a later API's field (named, so no tail padding of unknown bytes is left here) */
+    /* API 7: a model folder may suggest page-group settings (uocr_decode.json: pages_per_group,
+     * overlap_pages, positions; c_api/README.md). With UOCR_MODEL_DEFAULTS_USE, pages_per_group,
+     * overlap_pages and positions left 0 take its values (the overlap only with its group size);
+     * a folder without the file changes nothing. */
+    int32_t model_defaults;    /* UOCR_MODEL_DEFAULTS_*; 0: USE (default) */
     /* append-only below this line */
 } uocr_session_params;
 
@@ -253,6 +257,8 @@ typedef struct uocr_session_params {
  * text of its pages), re-based at each slide: bounded positions at any length, but not upstream's
  * one-shot numbering once the group slides (README.md). */
 #define UOCR_POSITIONS_GROUP 2
+#define UOCR_MODEL_DEFAULTS_USE 0    /* fields left 0 take the model folder's uocr_decode.json */
+#define UOCR_MODEL_DEFAULTS_IGNORE 1 /* the library's defaults (upstream's), whatever the folder says */
 #define UOCR_CUDA_GRAPHS_DEFAULT 0 /* on */
 #define UOCR_CUDA_GRAPHS_ON 1
 #define UOCR_CUDA_GRAPHS_OFF 2       /* every decode step launches its kernels one by one */

@@ -485,13 +485,9 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
   }
   SUBCASE("cuda_graphs (API 5): out-of-range refused by name; on and off run on the CPU, which ignores them") {
     CHECK(sp.cuda_graphs == UOCR_CUDA_GRAPHS_DEFAULT);
-    CHECK(sp.reserved_0 == 0);
     refused([](uocr_session_params& p) { p.cuda_graphs = 3; }, "cuda_graphs");
     refused([](uocr_session_params& p) { p.cuda_graphs = -1; }, "cuda_graphs");
     uocr_session_params p = sp;
-    p.reserved_0 = 1;  // what a newer caller's field there would look like
-    CHECK(create(&p) == UOCR_E_UNSUPPORTED);
-    CHECK(std::string(uocr_last_error()).find("reserved_0") != std::string::npos);
     std::string texts[3];
     const int32_t values[3] = {UOCR_CUDA_GRAPHS_DEFAULT, UOCR_CUDA_GRAPHS_ON, UOCR_CUDA_GRAPHS_OFF};
     for (int i = 0; i < 3; ++i) {
@@ -509,7 +505,7 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     CHECK(texts[2] == texts[0]);
   }
   SUBCASE("an API-version-4 struct (up to reference_gate_beam): cuda_graphs takes its default") {
-    // 7s where cuda_graphs (7: invalid) and reserved_0 (non-zero: a newer field) would be
+    // 7s where cuda_graphs and model_defaults (7: invalid values) would be
     REQUIRE(create_older(offsetof(uocr_session_params, cuda_graphs), 2, 7) == UOCR_OK);
     uocr_session_free(s);
   }
@@ -527,6 +523,68 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
     CHECK(create(&newer.p) == UOCR_E_UNSUPPORTED);
     CHECK(std::string(uocr_last_error()).find("does not know") != std::string::npos);
   }
+}
+
+TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.json (API 7)") {
+  // The tiny model's files plus the settings file, in a folder of their own.
+  const std::string dir = "/tmp/uocr_c_api_decode_defaults";
+  REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && ln -s '" + model_dir() + "'/* '" + dir + "'/").c_str()) == 0);
+  std::ofstream(dir + "/uocr_decode.json") << R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group"})";
+  uocr_model_params mp;
+  uocr_model_params_init(&mp);
+  uocr_model* m = nullptr;
+  REQUIRE_MESSAGE(uocr_model_load(dir.c_str(), &mp, &m) == UOCR_OK, uocr_last_error());
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.model_defaults == UOCR_MODEL_DEFAULTS_USE);
+  sp.max_new_tokens = 6;
+  sp.page_fallback_tokens = 3;  // the tiny random model writes no <PAGE>: slide every 3 tokens
+  struct Result {
+    std::string text;
+    uint64_t peak_kv_bytes;
+  };
+  auto run = [&](const uocr_session_params& p) {
+    uocr_session* s = nullptr;
+    REQUIRE_MESSAGE(uocr_session_create(m, &p, &s) == UOCR_OK, uocr_last_error());
+    for (int i = 0; i < 3; ++i) REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+    uocr_run_summary sum;
+    uocr_run_summary_init(&sum);
+    REQUIRE(uocr_session_run(s, nullptr, nullptr, &sum) == UOCR_OK);
+    Result r{session_text(s), sum.peak_kv_bytes};
+    uocr_session_free(s);
+    return r;
+  };
+  const Result folder = run(sp);
+  uocr_session_params p = sp;
+  p.model_defaults = UOCR_MODEL_DEFAULTS_IGNORE;
+  p.pages_per_group = 2;
+  p.overlap_pages = 1;
+  p.positions = UOCR_POSITIONS_GROUP;
+  const Result explicit_same = run(p);
+  CHECK(explicit_same.text == folder.text);
+  CHECK(explicit_same.peak_kv_bytes == folder.peak_kv_bytes);
+  // Ignoring the folder: the library's 4-page groups hold all three pages at once.
+  p = sp;
+  p.model_defaults = UOCR_MODEL_DEFAULTS_IGNORE;
+  const Result library = run(p);
+  CHECK(library.peak_kv_bytes > folder.peak_kv_bytes);
+  // Set fields win over the folder's: 4-page groups again.
+  p = sp;
+  p.pages_per_group = 4;
+  CHECK(run(p).peak_kv_bytes == library.peak_kv_bytes);
+  p = sp;
+  p.model_defaults = 2;
+  uocr_session* s = nullptr;
+  CHECK(uocr_session_create(m, &p, &s) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(s == nullptr);
+  CHECK(std::string(uocr_last_error()).find("model_defaults") != std::string::npos);
+  uocr_model_free(m);
+  // A bad settings file is a model error that names the file.
+  std::ofstream(dir + "/uocr_decode.json") << R"({"positions": "sliding"})";
+  CHECK(uocr_model_load(dir.c_str(), &mp, &m) == UOCR_E_INVALID_MODEL);
+  CHECK(m == nullptr);
+  CHECK(std::string(uocr_last_error()).find("uocr_decode.json") != std::string::npos);
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST_CASE("c_api: images that fail to decode, and bad image arguments") {

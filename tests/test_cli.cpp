@@ -86,6 +86,7 @@ TEST_CASE("inspect model and tokenize describe the folder") {
   REQUIRE(m.status == 0);
   CHECK(m.output.find("tensors 146") != std::string::npos);
   CHECK(m.output.find("parameters 9464256") != std::string::npos);
+  CHECK(m.output.find("decode_defaults pages_per_group=- overlap_pages=- positions=-") != std::string::npos);
   const Run t = run_cli("inspect tokenize --model '" + tiny() + "' --text 'document parsing.'");
   CHECK(t.status == 0);
   CHECK(t.output.find("34030 76466 16") != std::string::npos);
@@ -207,6 +208,55 @@ TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
   CHECK(stat(gate.output, "reference_rows_attended") < stat(gate.output, "reference_rows_dense"));
   // Dense runs attend every reference row: both counts 0 (no SR-SWA).
   CHECK(stat(r.output, "reference_rows_attended") == 0);
+}
+
+TEST_CASE("uocr run takes unset page-group options from the model folder's uocr_decode.json") {
+  // The tiny model's files, plus the settings file.
+  const fs::path dir = tmp("decode_defaults_model");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(tiny())) fs::create_symlink(e.path(), dir / e.path().filename());
+  const auto write_settings = [&](const std::string& json) { std::ofstream(dir / "uocr_decode.json") << json; };
+  write_settings(R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group", "comment": "test"})");
+  const std::string pages = " '" + tiny() + "/page.png' '" + tiny() + "/page.png' '" + tiny() + "/page.png'";
+  const auto run = [&](const std::string& options) {
+    const Run r = run_cli("run --model '" + dir.string() + "' --max-tokens 2 --stats json " + options + pages);
+    INFO(r.output);
+    CHECK(r.status == 3);
+    return r.output;
+  };
+  const auto has = [](const std::string& out, const std::string& needle) {
+    INFO(out);
+    CHECK(out.find(needle) != std::string::npos);
+  };
+  has(run_cli("inspect model --model '" + dir.string() + "'").output,
+      "decode_defaults pages_per_group=2 overlap_pages=1 positions=group");
+  std::string out = run("");
+  has(out, "\"group_pages\": 2, \"overlap_pages\": 1, \"positions\": \"group\"");
+  // What the caller sets wins; the folder's overlap belongs to its group size (3 pages: G - 1).
+  out = run("--pages-per-group 3 --positions limit");
+  has(out, "\"group_pages\": 3, \"overlap_pages\": 2, \"positions\": \"limit\"");
+  out = run("--overlap 1 --positions extrapolate");
+  has(out, "\"group_pages\": 2, \"overlap_pages\": 1, \"positions\": \"extrapolate\"");
+  // A folder without the file: the library's defaults (4 pages, upstream's positions).
+  fs::remove(dir / "uocr_decode.json");
+  has(run(""), "\"group_pages\": 3, \"overlap_pages\": 3, \"positions\": \"limit\"");
+  // A bad file stops the load with a message that names it.
+  for (const auto& [json, needle] : {std::pair<std::string, std::string>{R"({"pages_per_grop": 2})", "unknown key 'pages_per_grop'"},
+                                     {R"({"positions": "sliding"})", "positions must be"},
+                                     {R"({"pages_per_group": 1})", "pages_per_group must be >= 2"},
+                                     {R"({"overlap_pages": 1})", "overlap_pages needs pages_per_group"},
+                                     {R"({"pages_per_group": 2, "overlap_pages": 2})", "overlap_pages needs pages_per_group"},
+                                     {"[2]", "top level must be an object"},
+                                     {"{", "not valid JSON"}}) {
+    write_settings(json);
+    const Run r = run_cli("run --model '" + dir.string() + "' --max-tokens 2" + pages);
+    INFO(json << " -> " << r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("uocr_decode.json") != std::string::npos);
+    CHECK(r.output.find(needle) != std::string::npos);
+  }
+  fs::remove_all(dir);
 }
 
 TEST_CASE("uocr run: page group, SR-SWA, checkpoint and --cuda-graphs options are checked") {

@@ -64,6 +64,10 @@ namespace Uocr
     /// overhead; other backends ignore it). Default: the library's, which is on.</summary>
     public enum CudaGraphs { Default = 0, On = 1, Off = 2 }
 
+    /// <summary>Whether PagesPerGroup, OverlapPages and Positions left at 0 take the model
+    /// folder's uocr_decode.json (Use, the default) or the library's defaults (API 7).</summary>
+    public enum ModelDefaults { Use = 0, Ignore = 1 }
+
     [StructLayout(LayoutKind.Sequential)]
     internal struct ModelParams
     {
@@ -109,7 +113,8 @@ namespace Uocr
         public int ReferenceGateBeam;
         // API version 5
         public int CudaGraphs;
-        public int Reserved0;
+        // API version 7
+        public int ModelDefaults;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -175,7 +180,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 6; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 7; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -336,14 +341,14 @@ namespace Uocr
         public ulong MaxImagePixels = 0;
         public Backend Backend = Backend.Cpu;
         public int DeviceIndex = 0;
-        public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: 4)
-        public int OverlapPages = 0;         // kept when the group slides (1..G-1; 0: G - 1)
+        public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: the model folder's, else 4)
+        public int OverlapPages = 0;         // kept when the group slides (1..G-1; 0: the model folder's, else G - 1)
         public int PageFallbackTokens = 0;   // slide after this many tokens without "<PAGE>" (0: 4096; -1: never)
         public ReferenceMode Reference = ReferenceMode.Dense;
         public int ReferencePages = 0;       // Sparse: pages a step consults (0: 4; -1: all)
         public int ReferenceBlocks = 0;      // Sparse: blocks a step attends to (0: 64; -1: all)
         public int ReferenceBlockTokens = 0; // Sparse: visual tokens per block (0: 16)
-        public Positions Positions = Positions.Limit;
+        public Positions Positions = Positions.Limit; // Limit (0): the model folder's, if it names some (ModelDefaults)
         public string CheckpointPath = null; // null: no checkpoints (crash-safe resume, see c_api/README.md)
         public int CheckpointEveryTokens = 0; // also every N tokens (0: after the prefill and at page boundaries)
         public bool Resume = false;          // continue from CheckpointPath
@@ -354,6 +359,7 @@ namespace Uocr
         public int ReferenceGateFanOut = 0;  // Sparse: pages per gate-tree node (0: 4; else >= 2)
         public int ReferenceGateBeam = 0;    // Sparse: gate nodes kept per level (0: twice ReferencePages)
         public CudaGraphs CudaGraphs = CudaGraphs.Default; // CUDA backend: decode steps replay CUDA graphs
+        public ModelDefaults ModelDefaults = ModelDefaults.Use;
     }
 
     public sealed class Model : IDisposable
@@ -420,6 +426,7 @@ namespace Uocr
             p.ReferenceGateFanOut = o.ReferenceGateFanOut;
             p.ReferenceGateBeam = o.ReferenceGateBeam;
             p.CudaGraphs = (int)o.CudaGraphs;
+            p.ModelDefaults = (int)o.ModelDefaults;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 6  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 7  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -50,6 +50,9 @@ REFERENCE_SPARSE = 1
 POSITIONS_LIMIT = 0
 POSITIONS_EXTRAPOLATE = 1
 POSITIONS_GROUP = 2  # every page group at a G-page document's positions (API 6)
+
+MODEL_DEFAULTS_USE = 0  # page-group fields left 0 take the model folder's uocr_decode.json (API 7)
+MODEL_DEFAULTS_IGNORE = 1  # the library's defaults, whatever the folder says
 
 CUDA_GRAPHS_DEFAULT = 0  # on
 CUDA_GRAPHS_ON = 1
@@ -92,7 +95,9 @@ class SessionParams(ctypes.Structure):
                 ("max_batch", ctypes.c_int32), ("max_batch_wait_us", ctypes.c_int32),
                 ("reference_gate_fan_out", ctypes.c_int32), ("reference_gate_beam", ctypes.c_int32),
                 # API version 5
-                ("cuda_graphs", ctypes.c_int32), ("reserved_0", ctypes.c_int32)]
+                ("cuda_graphs", ctypes.c_int32),
+                # API version 7
+                ("model_defaults", ctypes.c_int32)]
 
 
 class EventStruct(ctypes.Structure):
@@ -297,8 +302,8 @@ class Session(_Handle):
     backend, device_index, pages_per_group, overlap_pages, page_fallback_tokens, reference_mode,
     reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
     checkpoint_every_tokens, resume, max_batch, max_batch_wait_us, reference_gate_fan_out,
-    reference_gate_beam, cuda_graphs). cuda_graphs takes a CUDA_GRAPHS_* value or a bool (True: on,
-    False: off).
+    reference_gate_beam, cuda_graphs, model_defaults). cuda_graphs takes a CUDA_GRAPHS_* value or a
+    bool (True: on, False: off); model_defaults a MODEL_DEFAULTS_* value or a bool (True: use).
     """
 
     _free = _lib.uocr_session_free
@@ -308,12 +313,14 @@ class Session(_Handle):
         params = SessionParams()
         _init(_lib.uocr_session_params_init_sized, params)
         for key, value in kw.items():
-            if key not in dict(SessionParams._fields_) or key in ("struct_size", "reserved_0"):
+            if key not in dict(SessionParams._fields_) or key == "struct_size":
                 raise TypeError("unknown session parameter %r" % key)
             if key in ("prompt", "checkpoint_path") and isinstance(value, str):
                 value = os.fsencode(value) if key == "checkpoint_path" else value.encode()
             if key in ("loop_guard", "resume"):
                 value = 1 if value else 0
+            if key == "model_defaults" and isinstance(value, bool):
+                value = MODEL_DEFAULTS_USE if value else MODEL_DEFAULTS_IGNORE
             if key == "cuda_graphs" and isinstance(value, bool):  # False is OFF, not 0 (the default, on)
                 value = CUDA_GRAPHS_ON if value else CUDA_GRAPHS_OFF
             setattr(params, key, value)

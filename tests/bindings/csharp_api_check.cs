@@ -140,6 +140,12 @@ static class ApiCheck
             Check(run(graphsOff).SequenceEqual(full), "CUDA graphs off runs, tokens unchanged on the CPU");
             var graphs = Expect<UocrException>(() => model.CreateSession(new SessionOptions { CudaGraphs = (CudaGraphs)3 }), "cuda_graphs 3");
             Check(graphs != null && graphs.Status == Status.InvalidArgument && graphs.Message.Contains("cuda_graphs"), "cuda_graphs message");
+            // API 7: the tiny model's folder has no uocr_decode.json, so ignoring it changes nothing.
+            var ignore = Sliding(24);
+            ignore.ModelDefaults = ModelDefaults.Ignore;
+            Check(run(ignore).SequenceEqual(full), "ModelDefaults.Ignore runs, tokens unchanged");
+            var defaults = Expect<UocrException>(() => model.CreateSession(new SessionOptions { ModelDefaults = (ModelDefaults)2 }), "model_defaults 2");
+            Check(defaults != null && defaults.Status == Status.InvalidArgument && defaults.Message.Contains("model_defaults"), "model_defaults message");
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

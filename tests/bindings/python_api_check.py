@@ -42,6 +42,12 @@ with uocr.Model(model_dir) as model:
         with model.session(max_new_tokens=4, cuda_graphs=graphs) as s:
             s.add_image_file(image)
             check(s.run().generated_tokens > 0, "cuda_graphs %r runs" % (graphs,))
+    # API 7: model_defaults reaches the library (out of range refused by name; False runs).
+    e = expect_error(lambda: model.session(model_defaults=2), uocr.E_INVALID_ARGUMENT, "bad model_defaults")
+    check(e is not None and "model_defaults" in e.message, "model_defaults message")
+    with model.session(max_new_tokens=4, model_defaults=False) as s:
+        s.add_image_file(image)
+        check(s.run().generated_tokens > 0, "model_defaults False runs")
     with model.session(max_new_tokens=8) as s:
         e = expect_error(lambda: s.add_image_bytes(b"not an image"), uocr.E_INVALID_IMAGE, "undecodable bytes")
         check(e is not None and "cannot decode" in e.message, "decode message")

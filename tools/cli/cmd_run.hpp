@@ -34,6 +34,7 @@
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/markdown.hpp"
+#include "uocr/session/page_group_choice.hpp"
 #include "uocr/session/page_source.hpp"
 
 namespace uocr_cli {
@@ -49,21 +50,22 @@ inline const char* openmp_wait_policy() {
   return v;
 }
 
-inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::InfiniteStats& st, int window) {
+inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::InfiniteStats& st, const uocr::PageGroupParams& g,
+                             int window) {
   const double tps = s.decode_seconds > 0 ? double(s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token)) / s.decode_seconds : 0.0;
   std::fprintf(f,
                "{\"stop\": \"%s\", \"empty\": %s, \"pages\": %lld, \"visual_tokens\": %lld, \"prompt_tokens\": %lld, "
                "\"generated_tokens\": %lld, \"window\": %d, \"vision_seconds\": %.3f, \"prefill_seconds\": %.3f, "
                "\"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, \"reference_kv_bytes\": %zu, "
                "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"scratch_bytes\": %zu, "
-               "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, "
+               "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, \"overlap_pages\": %d, \"positions\": \"%s\", "
                "\"slides\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
                "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\"}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
                s.memory.peak_kv_bytes, s.memory.scratch_bytes, s.memory.peak_scratch_bytes, s.memory.peak_bytes,
-               (long long)st.group_pages, (long long)st.slides, (long long)st.pages_encoded,
+               (long long)st.group_pages, g.overlap_pages, uocr::position_policy_name(uocr::position_policy(g)), (long long)st.slides, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
                openmp_wait_policy());
 }
@@ -240,15 +242,16 @@ inline int cmd_run(const Args& args) {
                 [&] { return "--cuda-graphs must be on or off, got '" + graphs + "'"; });
   params.cuda_graphs = graphs == "on";
 
+  // Page groups: options given here, else the model folder's uocr_decode.json, else upstream's.
+  uocr::PageGroupChoice groups;
+  if (args.has("--pages-per-group")) groups.pages_per_group = args.integer("--pages-per-group", 0);
+  if (args.has("--overlap")) groups.overlap_pages = args.integer("--overlap", 0);
+  if (args.has("--positions")) {
+    groups.positions = uocr::parse_position_policy(args.get("--positions", ""));
+    uocr::require(groups.positions.has_value(), uocr::Status::invalid_argument, "--positions must be limit, extrapolate or group");
+  }
   uocr::InfiniteParams inf;
-  inf.groups.group_pages = args.integer("--pages-per-group", inf.groups.group_pages);
-  inf.groups.overlap_pages = args.integer("--overlap", inf.groups.group_pages - 1);
   parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), inf.groups);
-  const std::string positions = args.get("--positions", "limit");
-  uocr::require(positions == "limit" || positions == "extrapolate" || positions == "group", uocr::Status::invalid_argument,
-                "--positions must be limit, extrapolate or group");
-  inf.groups.allow_position_extrapolation = positions == "extrapolate";
-  inf.groups.group_positions = positions == "group";
   inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(inf.page_fallback_tokens));
   inf.keep_text = false;  // streamed to the output instead
 
@@ -267,6 +270,7 @@ inline int cmd_run(const Args& args) {
                 "--separate-pages runs each page on its own; it takes no --checkpoint");
 
   const auto model = uocr::Model::load(args.get("--model", "models/uocr-demo"));
+  groups.apply(model->decode_defaults(), inf.groups);
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
   const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300));
 
@@ -322,7 +326,7 @@ inline int cmd_run(const Args& args) {
   if (out.file != stdout) std::fclose(out.file);
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (stats == "json") write_json_stats(stderr, sum, run_stats, session.effective_window());
+  if (stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window());
   if (!ck.path.empty() && sum.stop != uocr::StopReason::cancelled) std::filesystem::remove(ck.path);
   if (sum.stop != uocr::StopReason::eos)
     std::fprintf(stderr, "uocr: stopped: %s after %lld tokens\n", uocr::stop_reason_name(sum.stop),

@@ -29,6 +29,7 @@ int usage(FILE* out) {
                "      [--reference-budget PAGES,BLOCKS[,BLOCK_TOKENS] [--reference-gate FAN_OUT,BEAM] | off]\n"
                "      [--page-fallback-tokens N] [--positions limit|extrapolate|group]\n"
                "      [--checkpoint FILE [--checkpoint-every N] [--resume]] [--separate-pages] IMAGE|PDF...\n"
+               "      unset --pages-per-group, --overlap, --positions: the model folder's uocr_decode.json, else 4, G-1, limit\n"
                "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 130 interrupted\n"
                "  inspect model    --model DIR\n"
                "  inspect tokenize --model DIR (--text STR | --ids ID,ID,...)\n"

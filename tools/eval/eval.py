@@ -14,13 +14,14 @@ CLI in each decoding mode, and scored against their markdown:
 
 Modes (the `uocr run` options each one adds):
   oneshot     --pages-per-group N (every page in one group: exactly one-shot R-SWA)
-  infinite    page groups with the CLI defaults (G = 4, O = 3)
+  infinite    page groups with uocr run's defaults (the model folder's uocr_decode.json, else
+              G = 4, O = 3)
   sparse-A/B  page groups + SR-SWA at two reference budgets (--reference-budget PAGES,BLOCKS[,BLOCK])
   separate    --separate-pages: every page its own single-page run (what single-page models need)
 
 --positions (default extrapolate: upstream's one-shot numbering, past the model's context when
 long) applies to every mode; `group` lays every page group out as a G-page document
-(docs/ARCHITECTURE.md). --group G,O replaces the page-group modes' G = 4, O = 3.
+(docs/ARCHITECTURE.md). --group G,O sets the page-group modes' G and O.
 
 Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what tools/train needs
 (Pillow, numpy; fonts-dejavu, fonts-liberation, wamerican).
@@ -115,7 +116,8 @@ def main():
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEED)
     ap.add_argument("--positions", default="extrapolate", choices=["limit", "extrapolate", "group"],
                     help="uocr run --positions for every mode")
-    ap.add_argument("--group", help="G,O: --pages-per-group G --overlap O for the page-group modes (default: the CLI's 4,3)")
+    ap.add_argument("--group", help="G,O: --pages-per-group G --overlap O for the page-group modes (default: uocr run's, "
+                         "the model folder's uocr_decode.json, else 4,3)")
     ap.add_argument("--json", help="also write the rows here")
     a = ap.parse_args()
     modes = a.modes.split(",")

@@ -9,6 +9,7 @@
 
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
+#include "uocr/model/decode_defaults.hpp"
 #include "uocr/model/weights.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
@@ -27,6 +28,7 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  const DecodeDefaults& decode_defaults() const { return decode_defaults_; }
   int32_t image_token_id() const { return image_token_id_; }
 
   // The state `key` names (say "vulkan:0": the weights on Vulkan device 0), made by `make()` (a
@@ -50,7 +52,8 @@ class Model {
         config_(ModelConfig::load(dir + "/config.json")),
         checkpoint_(Checkpoint::open(dir)),
         weights_(ModelWeights::bind(checkpoint_, config_)),
-        tokenizer_(Tokenizer::load(dir + "/tokenizer.json")) {
+        tokenizer_(Tokenizer::load(dir + "/tokenizer.json")),
+        decode_defaults_(DecodeDefaults::load_folder(dir)) {
     image_token_id_ = tokenizer_.token_id("<image>");
     require(image_token_id_ >= 0, Status::invalid_model, [&] { return dir + "/tokenizer.json has no <image> token"; });
     require(int64_t(tokenizer_.id_limit()) <= config_.decoder.vocab, Status::invalid_model, [&] {
@@ -64,6 +67,7 @@ class Model {
   Checkpoint checkpoint_;
   ModelWeights weights_;
   Tokenizer tokenizer_;
+  DecodeDefaults decode_defaults_;
   int32_t image_token_id_ = -1;
   mutable std::mutex state_mutex_;
   mutable std::map<std::string, std::shared_ptr<void>> state_;  // last: released before the weights it copies

@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 6;
+pub const API_VERSION: i32 = 7;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -146,7 +146,8 @@ struct RawSessionParams {
     reference_gate_beam: i32,
     // API version 5
     cuda_graphs: i32,
-    reserved_0: i32,
+    // API version 7
+    model_defaults: i32,
 }
 
 #[repr(C)]
@@ -428,6 +429,7 @@ impl Model {
         raw.reference_gate_fan_out = params.reference_gate_fan_out;
         raw.reference_gate_beam = params.reference_gate_beam;
         raw.cuda_graphs = params.cuda_graphs;
+        raw.model_defaults = if params.model_defaults { 0 } else { 1 };
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -521,13 +523,14 @@ pub struct SessionParams {
     pub max_image_pixels: u64,
     pub backend: Backend,
     pub device_index: i32,
-    /// Pages whose KV is held at once (>= 2; 0: 4).
+    /// Pages whose KV is held at once (>= 2; 0: the model folder's, else 4).
     pub pages_per_group: i32,
-    /// Pages kept when the group slides (1..G-1; 0: G - 1).
+    /// Pages kept when the group slides (1..G-1; 0: the model folder's, else G - 1).
     pub overlap_pages: i32,
     /// Slide after this many tokens without a "<PAGE>" marker (0: 4096; -1: never).
     pub page_fallback_tokens: i32,
     pub reference: Reference,
+    /// `Limit` is the C default (0): with `model_defaults`, the model folder's positions if it names some.
     pub positions: Positions,
     /// None: no checkpoints.
     pub checkpoint: Option<Checkpoint>,
@@ -542,6 +545,9 @@ pub struct SessionParams {
     pub reference_gate_beam: i32,
     /// CUDA graphs for decode steps on the CUDA backend: a `cuda_graphs::*` value (DEFAULT: on).
     pub cuda_graphs: i32,
+    /// true (default): `pages_per_group`, `overlap_pages` and `positions` left at their C default
+    /// take the model folder's `uocr_decode.json` (API 7); false: the library's defaults.
+    pub model_defaults: bool,
 }
 
 impl Default for SessionParams {
@@ -572,6 +578,7 @@ impl Default for SessionParams {
             reference_gate_fan_out: raw.reference_gate_fan_out,
             reference_gate_beam: raw.reference_gate_beam,
             cuda_graphs: raw.cuda_graphs,
+            model_defaults: raw.model_defaults == 0,
         }
     }
 }

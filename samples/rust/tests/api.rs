@@ -160,6 +160,9 @@ fn typed_options_reach_the_library() {
     let err = model.session(&SessionParams { cuda_graphs: 3, ..Default::default() }).err().unwrap();
     assert_eq!(err.status, status::E_INVALID_ARGUMENT);
     assert!(err.message.contains("cuda_graphs"), "{}", err.message);
+    // API 7: the tiny model's folder has no uocr_decode.json, so ignoring it changes nothing.
+    assert!(SessionParams::default().model_defaults);
+    assert_eq!(run(SessionParams { model_defaults: false, ..sliding(24) }), dense);
 }
 
 #[test]

@@ -1,0 +1,85 @@
+// uocr_decode.json of a model folder: the page-group settings the model reads long documents
+// best with, measured by whoever trained it. A model trained on short documents (such as the
+// bundled demo model) can need other settings than the library's defaults, which follow upstream;
+// callers who leave a setting unset get the folder's value (session/page_group_choice.hpp).
+//
+//   {"pages_per_group": 3, "overlap_pages": 2, "positions": "group", "comment": "..."}
+//
+// Every key is optional; an absent file sets nothing. Unknown keys are refused, so a typo is
+// reported instead of being silently ignored.
+#pragma once
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "uocr/core/error.hpp"
+#include "uocr/io/mapped_file.hpp"
+
+namespace uocr {
+
+// How decode positions are numbered once a document outgrows one page group (page_groups.hpp).
+enum class PositionPolicy {
+  limit,        // upstream's one-shot numbering; a document past the context length is refused
+  extrapolate,  // one-shot numbering past the context length
+  group,        // every page group at the positions of a document of G pages
+};
+
+inline const char* position_policy_name(PositionPolicy p) {
+  return p == PositionPolicy::group ? "group" : p == PositionPolicy::extrapolate ? "extrapolate" : "limit";
+}
+
+inline std::optional<PositionPolicy> parse_position_policy(const std::string& s) {
+  for (PositionPolicy p : {PositionPolicy::limit, PositionPolicy::extrapolate, PositionPolicy::group})
+    if (s == position_policy_name(p)) return p;
+  return std::nullopt;
+}
+
+struct DecodeDefaults {
+  int pages_per_group = 0;  // 0: not set
+  int overlap_pages = 0;    // 0: not set
+  std::optional<PositionPolicy> positions;
+
+  static constexpr const char* kFileName = "uocr_decode.json";
+
+  static DecodeDefaults load_folder(const std::string& dir) {
+    const std::string path = dir + "/" + kFileName;
+    if (!std::filesystem::exists(path)) return {};
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_text_file(path));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(Status::invalid_model, path + ": not valid JSON: " + e.what());
+    }
+    return from_json(j, path);
+  }
+
+  static DecodeDefaults from_json(const nlohmann::json& j, const std::string& path) {
+    require(j.is_object(), Status::invalid_model, [&] { return path + ": top level must be an object"; });
+    DecodeDefaults d;
+    for (const auto& [key, value] : j.items()) {
+      if (key == "comment") continue;
+      if (key == "pages_per_group" || key == "overlap_pages") {
+        require(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= 1 << 20,
+                Status::invalid_model, [&] { return path + ": " + key + " must be a positive integer"; });
+        (key == "pages_per_group" ? d.pages_per_group : d.overlap_pages) = value.get<int>();
+      } else if (key == "positions") {
+        require(value.is_string() && parse_position_policy(value.get<std::string>()), Status::invalid_model,
+                [&] { return path + ": positions must be \"limit\", \"extrapolate\" or \"group\""; });
+        d.positions = parse_position_policy(value.get<std::string>());
+      } else {
+        throw Error(Status::invalid_model, path + ": unknown key '" + key +
+                                               "' (known: pages_per_group, overlap_pages, positions, comment)");
+      }
+    }
+    require(d.pages_per_group != 1, Status::invalid_model,
+            [&] { return path + ": pages_per_group must be >= 2 (the page being read and the next)"; });
+    // An overlap is a choice for one group size, so it comes with one.
+    require(d.overlap_pages == 0 || (d.pages_per_group != 0 && d.overlap_pages < d.pages_per_group), Status::invalid_model,
+            [&] { return path + ": overlap_pages needs pages_per_group and must be below it"; });
+    return d;
+  }
+};
+
+}  // namespace uocr

@@ -1,0 +1,40 @@
+// The page-group settings of one run: what the caller set, else what the model folder suggests
+// (uocr_decode.json, model/decode_defaults.hpp), else the library's defaults (upstream's).
+#pragma once
+#include <optional>
+
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/model/decode_defaults.hpp"
+
+namespace uocr {
+
+inline void set_position_policy(PageGroupParams& g, PositionPolicy p) {
+  g.allow_position_extrapolation = p == PositionPolicy::extrapolate;
+  g.group_positions = p == PositionPolicy::group;
+}
+
+inline PositionPolicy position_policy(const PageGroupParams& g) {
+  return g.group_positions ? PositionPolicy::group
+         : g.allow_position_extrapolation ? PositionPolicy::extrapolate
+                                          : PositionPolicy::limit;
+}
+
+struct PageGroupChoice {
+  std::optional<int> pages_per_group, overlap_pages;
+  std::optional<PositionPolicy> positions;
+
+  // Sets g's group size, overlap and positions. The folder's overlap belongs to its group size:
+  // a caller who sets only pages_per_group gets the library's overlap for it (G - 1).
+  void apply(const DecodeDefaults& folder, PageGroupParams& g) const {
+    const bool folder_size = !pages_per_group && folder.pages_per_group > 0;
+    if (pages_per_group) g.group_pages = *pages_per_group;
+    else if (folder_size) g.group_pages = folder.pages_per_group;
+    if (overlap_pages) g.overlap_pages = *overlap_pages;
+    else if (folder_size && folder.overlap_pages > 0) g.overlap_pages = folder.overlap_pages;
+    else g.overlap_pages = g.group_pages - 1;
+    if (positions) set_position_policy(g, *positions);
+    else if (folder.positions) set_position_policy(g, *folder.positions);
+  }
+};
+
+}  // namespace uocr
