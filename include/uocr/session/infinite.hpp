@@ -143,6 +143,9 @@ class PageClock {
   int64_t fed_ = 0, hold_start_ = 0, lead_ = 0;  // tokens fed; where the held text began; marker_lead()
 };
 
+// The library's defaults (upstream's); PageGroupChoice{}.apply(model.decode_defaults(), groups)
+// takes the model folder's page-group settings instead, as uocr run and the C API do
+// (session/page_group_choice.hpp).
 struct InfiniteParams {
   PageGroupParams groups;               // G, O, SR-SWA, position policy
   int64_t page_fallback_tokens = 4096;  // slide after this many tokens without "<PAGE>"; 0 = never
