@@ -23,6 +23,8 @@ Modes (the `uocr run` options each one adds):
 long) applies to every mode; `group` lays every page group out as a G-page document
 (docs/ARCHITECTURE.md). --group G,O sets the page-group modes' G and O.
 
+--keep DIR keeps each document (pages, reference.md, <mode>.md transcripts) for reading the errors.
+
 Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what tools/train needs
 (Pillow, numpy; fonts-dejavu, fonts-liberation, wamerican).
 
@@ -119,6 +121,7 @@ def main():
     ap.add_argument("--group", help="G,O: --pages-per-group G --overlap O for the page-group modes (default: uocr run's, "
                          "the model folder's uocr_decode.json, else 4,3)")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--keep", help="keep every document here (page PNGs, reference.md, one transcript per mode)")
     a = ap.parse_args()
     modes = a.modes.split(",")
     for m in modes:
@@ -126,14 +129,18 @@ def main():
             ap.error(f"unknown mode {m}")
 
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = a.keep or scratch
         for n in [int(x) for x in a.pages.split(",")]:
             docs = a.single_docs if n == 1 else 1
             rendered = []
             for d in range(docs):
                 folder = os.path.join(tmp, f"n{n}-d{d}")
-                os.makedirs(folder)
+                os.makedirs(folder, exist_ok=True)
                 rendered.append(render_document(folder, n, a.level, a.seed + 1000 * n + d))
+                if a.keep:
+                    with open(os.path.join(folder, "reference.md"), "w") as f:
+                        f.write(rendered[-1][1])
             for m in modes:
                 if m == "oneshot" and n > a.oneshot_max_pages:
                     continue
@@ -144,6 +151,9 @@ def main():
                 t0 = time.time()
                 for paths, ref in rendered:
                     hyp, st = transcribe(a, paths, MODES[m](n) + group_args(a, m))
+                    if a.keep:
+                        with open(os.path.join(os.path.dirname(paths[0]), m + ".md"), "w") as f:
+                            f.write(hyp)
                     h, r = normalise(hyp), normalise(ref)
                     errors += Levenshtein.distance(h, r)
                     ref_chars += len(r)
