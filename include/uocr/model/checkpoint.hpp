@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "uocr/io/json_file.hpp"
 #include "uocr/io/mapped_file.hpp"
 #include "uocr/io/safetensors.hpp"
 
@@ -23,12 +24,7 @@ class Checkpoint {
     std::vector<std::string> shards;
     std::map<std::string, std::string> weight_map;
     if (file_exists(index_path)) {
-      nlohmann::json index;
-      try {
-        index = nlohmann::json::parse(read_text_file(index_path));
-      } catch (const nlohmann::json::exception& e) {
-        throw Error(Status::invalid_model, index_path + ": not valid JSON: " + e.what());
-      }
+      const nlohmann::json index = read_model_json(index_path);
       require(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
               Status::invalid_model, [&] { return index_path + ": missing object 'weight_map'"; });
       std::set<std::string> unique;

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "uocr/core/error.hpp"
-#include "uocr/io/mapped_file.hpp"
+#include "uocr/io/json_file.hpp"
 
 namespace uocr {
 
@@ -83,15 +83,7 @@ struct ModelConfig {
   ProjectorConfig projector;
   int downsample = 4;  // SAM grid -> visual token grid (two stride-2 convs)
 
-  static ModelConfig load(const std::string& path) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(Status::invalid_model, path + ": not valid JSON: " + e.what());
-    }
-    return from_json(j, path);
-  }
+  static ModelConfig load(const std::string& path) { return from_json(read_model_json(path), path); }
 
   static ModelConfig from_json(const nlohmann::json& j, const std::string& path) {
     require(j.is_object(), Status::invalid_model, [&] { return path + ": top level must be an object"; });

@@ -8,14 +8,13 @@
 // Every key is optional; an absent file sets nothing. Unknown keys are refused, so a typo is
 // reported instead of being silently ignored.
 #pragma once
-#include <filesystem>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "uocr/core/error.hpp"
-#include "uocr/io/mapped_file.hpp"
+#include "uocr/io/json_file.hpp"
 
 namespace uocr {
 
@@ -45,14 +44,7 @@ struct DecodeDefaults {
 
   static DecodeDefaults load_folder(const std::string& dir) {
     const std::string path = dir + "/" + kFileName;
-    if (!std::filesystem::exists(path)) return {};
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(Status::invalid_model, path + ": not valid JSON: " + e.what());
-    }
-    return from_json(j, path);
+    return file_exists(path) ? from_json(read_model_json(path), path) : DecodeDefaults{};
   }
 
   static DecodeDefaults from_json(const nlohmann::json& j, const std::string& path) {
