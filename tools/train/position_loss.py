@@ -2,7 +2,8 @@
 """Language-model and attention-supervision loss of a model on the same multi-page documents,
 whole and placed inside longer unrendered documents (train.py's virtual_place: the positions page
 groups give the decoder in a long document). Shows whether a model reads at long-document
-positions (docs/TRAINING.md §7, run v1).
+positions (docs/TRAINING.md §7, run v1), and how sure it is where pages begin and end (the loss on
+train.boundary_tokens(): where a long session skips a page or reads one twice).
 
     python3 tools/train/position_loss.py models/uocr-demo /tmp/uocr-train/ckpt.pt
 """
@@ -49,7 +50,8 @@ def main():
             batch = train.build_batch(docs, tok, model.d, where)
             with torch.no_grad():
                 losses = train.forward_losses(model, aux, batch, tok, train.sup_plan(model.d.layers))
-            row.append(f"{kind}: lm {float(losses['lm']):.3f} attn {float(losses['attn']):.3f}")
+            row.append(f"{kind}: lm {float(losses['lm']):.3f} (page boundaries {float(losses['lm_b']):.3f}) "
+                       f"attn {float(losses['attn']):.3f}")
         print(f"{path} (step {src.get('step', '-')}): " + " | ".join(row), flush=True)
 
 

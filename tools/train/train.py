@@ -43,6 +43,7 @@ from data import Renderer, to_tensor_array, page_u8, normalise, LEVELS  # noqa: 
 import infer  # noqa: E402
 
 SUB_H, SUB_W = 4, 8  # fine cells per visual token (rows x cols) for the grid loss
+BOUNDARY_TOKENS = 4  # page text tokens after each "<PAGE>" that count as its boundary (lm_b)
 N_CHAR = 96  # 0 = blank, 1..95 = printable ASCII 32..126
 
 
@@ -98,7 +99,7 @@ def build_batch(docs, tok, d, places=None):
     tpp = d.tokens_per_page
     prompt = infer.prompt_ids(tok, n_pages, tpp)
     P = len(prompt)
-    pix, tgts, locs, grid_labels, texts = [], [], [], [], []
+    pix, tgts, locs, grid_labels, texts, bounds = [], [], [], [], [], []
     gh, gw = g * SUB_H, g * SUB_W
     ch, cw = S / gh, S / gw
     for doc in docs:
@@ -139,6 +140,7 @@ def build_batch(docs, tok, d, places=None):
             last.append(char_pos[inside[-1]] if inside else [])
         loc.append([])  # EOS
         tgts.append(ids)
+        bounds.append(boundary_tokens(offsets, offs, len(ids)) if len(doc) > 1 else [])
         locs.append((loc, last))
     T = max(len(t) for t in tgts)
     B = len(docs)
@@ -148,7 +150,9 @@ def build_batch(docs, tok, d, places=None):
     att_ok = torch.zeros(B, T, dtype=torch.bool)
     cur = torch.zeros(B, T, P)  # query k >= 1 (input = target k-1): where its last drawn char is
     cur_ok = torch.zeros(B, T, dtype=torch.bool)
+    boundary = torch.zeros(B, T, dtype=torch.bool)
     for b, ids in enumerate(tgts):
+        boundary[b, bounds[b]] = True
         inp[b, :P] = torch.tensor(prompt)
         inp[b, P:P + len(ids) - 1] = torch.tensor(ids[:-1])
         labels[b, :len(ids)] = torch.tensor(ids)
@@ -166,9 +170,23 @@ def build_batch(docs, tok, d, places=None):
         pos[b, 1:1 + n_pages * tpp] += first * tpp  # the pages' slots (after BOS)
         pos[b, 1 + n_pages * tpp:] += (n_doc - n_pages) * tpp  # the tail and the text after all pages
         pos[b, P:] += int(round(first * len(tgts[b]) / n_pages * scale))  # text of the earlier pages
-    return dict(pix=torch.from_numpy(np.stack(pix)), inp=inp, pos=pos, labels=labels, P=P, T=T, att=att, att_ok=att_ok,
-                cur=cur, cur_ok=cur_ok,
+    return dict(pix=torch.from_numpy(np.stack(pix)), inp=inp, pos=pos, labels=labels, boundary=boundary, P=P, T=T,
+                att=att, att_ok=att_ok, cur=cur, cur_ok=cur_ok,
                 grid=torch.from_numpy(np.stack(grid_labels)), texts=texts, n_pages=n_pages)
+
+
+def boundary_tokens(offsets, page_offsets, n_ids):
+    """Target indices where a multi-page document's reading decides which page comes next: every
+    "<PAGE>" marker, the first BOUNDARY_TOKENS tokens of the page it opens, and the final EOS
+    (index n_ids - 1). A long session's errors are made there: a page skipped or read twice."""
+    out = []
+    for start in page_offsets:
+        first = [t for t, (a, _) in enumerate(offsets) if a >= start - len(PAGE_MARK)]
+        text = [t for t, (a, _) in enumerate(offsets) if a >= start]
+        if first:
+            end = text[0] + BOUNDARY_TOKENS if text else len(offsets)
+            out.extend(range(first[0], min(end, len(offsets))))
+    return sorted(set(out)) + [n_ids - 1]
 
 
 def sup_plan(n_layers):
@@ -184,10 +202,10 @@ class BatchStream(torch.utils.data.IterableDataset):
     `level` is a shared multiprocessing.Value so the curriculum reaches the workers."""
 
     def __init__(self, tok_path, d, batch_pages, level, multi_frac, multi_level, seed, virtual_frac=0.0,
-                 virtual_max_pages=1, multi_max_level=None):
+                 virtual_max_pages=1, multi_max_level=None, multi_pages=(2, 3, 4)):
         self.tok_path, self.d, self.batch_pages = tok_path, d, batch_pages
         self.level, self.multi_frac, self.multi_level, self.seed = level, multi_frac, multi_level, seed
-        self.multi_max_level = multi_max_level
+        self.multi_max_level, self.multi_pages = multi_max_level, list(multi_pages)
         self.virtual_frac, self.virtual_max_pages = virtual_frac, virtual_max_pages
 
     def __iter__(self):
@@ -199,7 +217,7 @@ class BatchStream(torch.utils.data.IterableDataset):
             level = self.level.value
             n_pages = 1
             if level >= self.multi_level and r.rng.random() < self.multi_frac:
-                n_pages = r.rng.choice([2, 3, 4])
+                n_pages = r.rng.choice(self.multi_pages)
                 if self.multi_max_level is not None:
                     level = min(level, self.multi_max_level)
             n_docs = max(1, self.batch_pages // n_pages)
@@ -216,7 +234,8 @@ def to_device(batch, dev):
 
 def forward_losses(model, aux, batch, tok, sup_layers, head_only=False):
     """head_only: the grid loss trains the grid head alone (a fresh head's gradients would
-    disturb a trained encoder until the head has caught up)."""
+    disturb a trained encoder until the head has caught up). `lm_b`: the lm loss over the page
+    boundary tokens alone (boundary_tokens(); nan in a batch of single pages)."""
     d = model.d
     dev = next(model.parameters()).device
     batch = to_device(batch, dev)
@@ -228,7 +247,13 @@ def forward_losses(model, aux, batch, tok, sup_layers, head_only=False):
     mask = rswa_mask(P, T - 1, d.window, device=dev)[None, None]
     out, probs = model.decode(h, batch["pos"], mask, want_probs=[0], probs_layers=sup_layers)
     logits = model.lm_head(out[:, P - 1:])  # [B, T, V]
-    lm = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
+    labels = batch["labels"]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,
+                         reduction="none").view_as(labels)
+    valid = labels != -100
+    at_b = batch["boundary"] & valid
+    lm = ce[valid].mean()
+    lm_b = ce[at_b].mean() if bool(at_b.any()) else torch.full((), float("nan"), device=dev)
     # grid loss
     gl = aux.grid_logits(grid.detach() if head_only else grid).reshape(-1, N_CHAR)
     lab = batch["grid"].reshape(-1)
@@ -246,7 +271,7 @@ def forward_losses(model, aux, batch, tok, sup_layers, head_only=False):
             mass = (p * tgt).sum(-1)
             att_loss = att_loss + (-torch.log(mass + 1e-4))[ok].mean() / len(sup_layers)
     moe = model.moe_aux_loss()
-    return dict(lm=lm, grid=grid_loss, attn=att_loss, moe=moe, gacc=grid_acc, logits=logits)
+    return dict(lm=lm, lm_b=lm_b, grid=grid_loss, attn=att_loss, moe=moe, gacc=grid_acc, logits=logits)
 
 
 def lr_at(step, args, hours=0.0):
@@ -366,7 +391,10 @@ def main():
     ap.add_argument("--set-level", type=int, help="with --resume: continue at this curriculum level")
     ap.add_argument("--advance-cer", type=float, default=0.12, help="held-out CER that moves to the next level")
     ap.add_argument("--multi-frac", type=float, default=0.25, help="share of multi-page steps from --multi-level on")
-    ap.add_argument("--multi-level", type=int, default=2, help="curriculum level from which steps may hold 2-4 page documents")
+    ap.add_argument("--multi-level", type=int, default=2, help="curriculum level from which steps may hold multi-page documents")
+    ap.add_argument("--multi-pages", type=lambda v: [int(x) for x in v.split(",")], default=[2, 3, 4],
+                    help="page counts of multi-page documents, one drawn per step (3: the documents page groups of "
+                         "G = 3 show the decoder)")
     ap.add_argument("--multi-max-level", type=int,
                     help="render multi-page documents at most at this level (default: the curriculum's)")
     ap.add_argument("--virtual-frac", type=float, default=0.0,
@@ -390,6 +418,8 @@ def main():
                          "starts afresh from --init-from a model folder, else 0)")
     ap.add_argument("--init-prefix", help="comma-separated name prefixes to copy with --init-from")
     a = ap.parse_args()
+    if not a.multi_pages or min(a.multi_pages) < 2:
+        ap.error(f"--multi-pages: page counts of 2 or more, got {a.multi_pages}")
     if a.schedule == "time" and a.max_hours >= 1e9:
         ap.error("--schedule time needs --max-hours")
     if a.reuse < 1:
@@ -462,7 +492,8 @@ def main():
     import multiprocessing as mp
     level_v = mp.Value("i", level)
     stream = BatchStream(a.tokenizer, d, a.batch_pages, level_v, a.multi_frac, a.multi_level,
-                         a.seed + 7919 * step, a.virtual_frac, a.virtual_max_pages, a.multi_max_level)
+                         a.seed + 7919 * step, a.virtual_frac, a.virtual_max_pages, a.multi_max_level,
+                         a.multi_pages)
     if a.workers > 0:
         loader = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=a.workers, prefetch_factor=2,
                                                   persistent_workers=True, pin_memory=dev.type == "cuda"))
@@ -503,13 +534,14 @@ def main():
             pages_seen += n_docs * n_pages
         else:
             reused += 1
-        for k in ("lm", "grid", "attn", "moe", "gacc"):
+        for k in ("lm", "lm_b", "grid", "attn", "moe", "gacc"):
             v = float(losses[k].detach())
-            run_loss[k] = run_loss[k] * 0.95 + v * 0.05 if k in run_loss else v
+            if not math.isnan(v):  # lm_b: single-page steps have no boundary
+                run_loss[k] = run_loss[k] * 0.95 + v * 0.05 if k in run_loss else v
         if step % 25 == 0:
             el = time.time() - t_wall0
             print(f"step {step} lvl {level} pages {pages_seen} (steps on reused batches: {reused}) lr {lr_at(step, a, hours):.2e} "
-                  f"lm {run_loss['lm']:.3f} grid {run_loss['grid']:.3f} (char acc {run_loss['gacc']:.2f}) attn {run_loss['attn']:.3f} "
+                  f"lm {run_loss['lm']:.3f} (boundaries {run_loss.get('lm_b', float('nan')):.3f}) grid {run_loss['grid']:.3f} (char acc {run_loss['gacc']:.2f}) attn {run_loss['attn']:.3f} "
                   f"moe {run_loss['moe']:.3f} "
                   f"gn {float(gn):.2f} | {el / 60:.1f} min wall, cpu {(cpu_total + time.process_time() - t_proc0) / 3600:.2f} h",
                   flush=True)
