@@ -119,12 +119,13 @@ class PageClock {
   int64_t marker_lead() const { return lead_; }
   int64_t forced_boundaries() const { return forced_; }
 
-  // Between two feed() calls (for checkpoints).
+  // Between two feed() calls (for checkpoints). marker_lead() is not part of it: it is read
+  // right after the feed() that set it.
   struct State {
     OutputParser::State parser;
-    int64_t page = 0, since_marker = 0, markers = 0, forced = 0, fed = 0, hold_start = 0, lead = 0;
+    int64_t page = 0, since_marker = 0, markers = 0, forced = 0, fed = 0, hold_start = 0;
   };
-  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_, fed_, hold_start_, lead_}; }
+  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_, fed_, hold_start_}; }
   void restore(const State& s) {
     parser_.restore(s.parser);
     page_ = s.page;
@@ -133,7 +134,7 @@ class PageClock {
     forced_ = s.forced;
     fed_ = s.fed;
     hold_start_ = s.hold_start;
-    lead_ = s.lead;
+    lead_ = 0;
   }
 
  private:
@@ -478,7 +479,7 @@ class InfiniteSession {
     const PageClock::State pc = L.clock.state();
     w.put(pc.parser.pending);
     w.put(int64_t(pc.parser.pages));
-    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced, pc.fed, pc.hold_start, pc.lead}) w.put(v);
+    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced, pc.fed, pc.hold_start}) w.put(v);
     w.put(L.stream.pending());
     w.put(std::vector<int32_t>(L.forced.begin(), L.forced.end()));
     w.put(L.generated);
@@ -553,7 +554,7 @@ class InfiniteSession {
     PageClock::State pc;
     r.get(pc.parser.pending);
     pc.parser.pages = int(r.get<int64_t>());
-    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced, &pc.fed, &pc.hold_start, &pc.lead}) r.get(*v);
+    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced, &pc.fed, &pc.hold_start}) r.get(*v);
     L.clock.restore(pc);
     std::string stream_pending;
     r.get(stream_pending);
