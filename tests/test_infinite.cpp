@@ -354,6 +354,90 @@ TEST_CASE("group positions: after a slide the group is a G-page document (rotate
   }
 }
 
+TEST_CASE("recompute_on_slide: after a slide the state is a fresh G-page document's") {
+  // G = 2, O = 1 over the 3-page tiny-b stream: the slide at page 1's marker must leave exactly
+  // what a document of pages 1 and 2 alone holds once the window's tokens are fed to it: its
+  // prefill (head, page 1, page 2, tail) and the window's tokens decoded again in order. Oracle:
+  // that document computed from nothing. Reusing the KV (the default) gives other logits.
+  Multi3& f = Multi3::get();
+  const Stream s = paged_stream(f.gen);
+  const uocr::DocumentLayout& L = f.layout;
+  const int64_t h = int64_t(L.head.size()), t = L.page_tokens, u = int64_t(L.tail.size());
+  const int64_t slide = int64_t(s.marker_end[1]), marker = int64_t(tokenizer().encode("<PAGE>").size());
+  auto positions = [](int64_t first, int64_t n) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[size_t(i)] = first + i;
+    return v;
+  };
+  const uocr::Decoder embedder(f.dc(), f.w.decoder);
+  const std::vector<float> head_x = embedder.embed(L.head), tail_x = embedder.embed(L.tail);
+  std::vector<float> pages12, pg;
+  for (int p = 1; p < 3; ++p) {
+    f.page(p, pg);
+    pages12.insert(pages12.end(), pg.begin(), pg.end());
+  }
+
+  for (const bool group_positions : {true, false}) {
+    INFO("group positions " << group_positions);
+    // Text positions: group positions start a 2-page document's text at the text of page 1
+    // (its marker's first `lead` tokens kept); one-shot numbering keeps every position.
+    const int64_t lead = group_positions ? marker - 1 : 0;
+    const int64_t prompt = group_positions ? h + 2 * t + u : L.prompt_length();
+    const int64_t text0 = group_positions ? slide - lead : 0;  // generated count at text position 0
+    const int64_t kept = group_positions ? lead : std::min<int64_t>(slide, f.window());
+    uocr::Decoder dec(f.dc(), f.w.decoder);
+    uocr::KvCache fresh(f.dc(), f.window());
+    const int64_t page1 = group_positions ? h : h + t;  // page 1's first position
+    dec.prefill(head_x, 0, fresh);
+    fresh.resize_reference(h + 2 * t + u);
+    dec.prefill_segment(pages12.data(), 2 * t, positions(page1, 2 * t).data(), fresh, h, {{0, h}});
+    dec.prefill_segment(tail_x.data(), u, positions(page1 + 2 * t, u).data(), fresh, h + 2 * t, {{0, h}, {h, 2 * t}});
+    for (int64_t k = slide - kept; k < slide; ++k) dec.decode_step(s.ids[size_t(k)], prompt + k - text0, fresh);
+    std::vector<std::vector<float>> oracle;
+    for (size_t k = size_t(slide); k < s.ids.size(); ++k) oracle.push_back(dec.decode_step(s.ids[k], prompt + int64_t(k) - text0, fresh));
+
+    double worst = 0, reuse_gap = 0;
+    for (const bool recompute : {true, false}) {
+      uocr::PageGroupParams pp = groups_of(2, 1);
+      pp.group_positions = group_positions;
+      pp.recompute_on_slide = recompute;
+      uocr::PageGroupDecoder eng(f.dc(), f.w.decoder, f.window(), pp);
+      uocr::FunctionPageEmbeddings src = f.source();
+      eng.start(L, src);
+      for (size_t k = 0; k < s.ids.size(); ++k) {
+        if (k == s.marker_end[1] || k == s.marker_end[2]) eng.next_page(lead);
+        if (recompute && int64_t(k) == slide) {
+          CHECK(eng.slot_pages() == std::vector<int64_t>{1, 2});  // re-laid out in document order
+          CHECK(eng.cache().generated_rows() == kept);
+          CHECK(eng.state().window_ids == std::vector<int32_t>(s.ids.begin() + (slide - kept), s.ids.begin() + slide));
+        }
+        const std::vector<float>& logits = eng.step(s.ids[k]);
+        if (int64_t(k) < slide) continue;
+        const double e = rel_err(logits, oracle[k - size_t(slide)]);
+        (recompute ? worst : reuse_gap) = std::max(recompute ? worst : reuse_gap, e);
+      }
+      CHECK(eng.slides() == 1);
+    }
+    MESSAGE("recompute_on_slide, group positions " << group_positions << ": max rel err vs a fresh 2-page document "
+                                                    << worst << " (reused KV: " << reuse_gap << ")");
+    CHECK(worst < 1e-4);
+    CHECK(reuse_gap > 1e-3);
+  }
+}
+
+TEST_CASE("recompute_on_slide needs a bounded window to step again") {
+  Multi3& f = Multi3::get();
+  uocr::PageGroupParams pp = groups_of(2, 1);
+  pp.recompute_on_slide = true;
+  uocr::PageGroupDecoder full(f.dc(), f.w.decoder, 0, pp);  // full attention, one-shot numbering
+  uocr::FunctionPageEmbeddings src = f.source();
+  CHECK(status_of([&] { full.start(f.layout, src); }) == Status::invalid_argument);
+  pp.group_positions = true;  // the window then holds only the group's text
+  uocr::PageGroupDecoder grouped(f.dc(), f.w.decoder, 0, pp);
+  uocr::FunctionPageEmbeddings src2 = f.source();
+  CHECK_NOTHROW(grouped.start(f.layout, src2));
+}
+
 TEST_CASE("prefill_segment builds the same reference as one causal prefill") {
   // Pages appended one at a time against everything before them = the one-shot prefill.
   Multi3& f = Multi3::get();

@@ -181,6 +181,34 @@ TEST_CASE("with group positions (the window restarting at every slide) a cancell
   fs::remove(ck);
 }
 
+TEST_CASE("with slides that recompute the group a cancelled run resumes exactly") {
+  // The checkpoint then also holds the window's token ids and the held pages' embeddings, which
+  // the slide after the resume (at token 8, the fallback boundary) rebuilds the group from.
+  for (const bool group_positions : {true, false}) {
+    INFO("group positions " << group_positions);
+    uocr::InfiniteParams groups = resume_groups(group_positions);
+    groups.groups.recompute_on_slide = true;
+    const uocr_test::ResumeRun full = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), "", 0, groups);
+    REQUIRE(full.slides == 1);
+    CHECK(uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), "", 0, resume_groups(group_positions)).tokens !=
+          full.tokens);  // reusing the KV reads otherwise
+    const std::string ck = tmp("recompute.ckpt");
+    fs::remove(ck);
+    CHECK(uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck, 7, groups).summary.stop ==
+          uocr::StopReason::cancelled);
+    const uocr_test::ResumeRun rest = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck, 0, groups);
+    REQUIRE(rest.resumed_at == 5);  // before the slide
+    CHECK(rest.slides == 1);
+    CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + rest.resumed_at, full.tokens.end()));
+    // Resumed with KV reuse instead: refused (other parameters), not read into the wrong state.
+    std::string message;
+    CHECK(uocr_test::status_of([&] { uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck, 0, resume_groups(group_positions)); },
+                               &message) == uocr::Status::invalid_argument);
+    CHECK(message.find("recompute_on_slide") != std::string::npos);
+    fs::remove(ck);
+  }
+}
+
 namespace {
 
 int run_cli(const std::vector<std::string>& args, std::string* output = nullptr) {

@@ -47,10 +47,10 @@ inline int cmd_inspect_model(const Args& args) {
               c.decoder.n_shared_experts, c.decoder.vocab, c.decoder.sliding_window, c.sam.image_size, c.sam.layers,
               c.sam.width, c.clip.layers, c.clip.width, model->tokenizer().vocab_size());
   const uocr::DecodeDefaults& d = model->decode_defaults();
-  std::printf("decode_defaults pages_per_group=%s overlap_pages=%s positions=%s\n",
+  std::printf("decode_defaults pages_per_group=%s overlap_pages=%s positions=%s slide_kv=%s\n",
               d.pages_per_group ? std::to_string(d.pages_per_group).c_str() : "-",
               d.overlap_pages ? std::to_string(d.overlap_pages).c_str() : "-",
-              d.positions ? uocr::position_policy_name(*d.positions) : "-");
+              d.positions ? uocr::position_policy_name(*d.positions) : "-", d.slide_kv ? uocr::slide_kv_name(*d.slide_kv) : "-");
   return 0;
 }
 

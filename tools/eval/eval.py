@@ -21,7 +21,8 @@ Modes (the `uocr run` options each one adds):
 
 --positions (default extrapolate: upstream's one-shot numbering, past the model's context when
 long) applies to every mode; `group` lays every page group out as a G-page document
-(docs/ARCHITECTURE.md). --group G,O sets the page-group modes' G and O.
+(docs/ARCHITECTURE.md). --group G,O sets the page-group modes' G and O; --slide-kv reuse|recompute
+what a slide does with the kept pages' and the window's KV (default: uocr run's, the folder's).
 
 --keep DIR keeps each document (pages, reference.md, <mode>.md transcripts) for reading the errors.
 
@@ -94,7 +95,7 @@ def render_document(out_dir, n_pages, level, seed):
 
 def transcribe(a, paths, mode_args):
     cmd = [a.uocr, "run", "--model", a.model, "--format", "raw", "--stats", "json", "--quiet",
-           "--positions", a.positions, *mode_args, *paths]
+           "--positions", a.positions, *(["--slide-kv", a.slide_kv] if a.slide_kv else []), *mode_args, *paths]
     p = subprocess.run(cmd, capture_output=True, text=True)
     stats = None
     for line in reversed(p.stderr.splitlines()):
@@ -120,6 +121,8 @@ def main():
                     help="uocr run --positions for every mode")
     ap.add_argument("--group", help="G,O: --pages-per-group G --overlap O for the page-group modes (default: uocr run's, "
                          "the model folder's uocr_decode.json, else 4,3)")
+    ap.add_argument("--slide-kv", choices=["reuse", "recompute"],
+                    help="uocr run --slide-kv for every mode (default: uocr run's, the model folder's uocr_decode.json, else reuse)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--keep", help="keep every document here (page PNGs, reference.md, one transcript per mode)")
     a = ap.parse_args()

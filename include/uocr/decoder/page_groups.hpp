@@ -29,6 +29,17 @@
 //    group slides by one page per boundary and holds pages c-2 .. c+1: two behind, one ahead (the
 //    model must see the next page to end the current one: with none ahead it tends to emit EOS).
 //
+//  - recompute_on_slide: a slide rebuilds the held state as a fresh G-page document would hold
+//    it instead of reusing it: every held page is prefilled again in document order (slot s =
+//    page s' + s, attending to the head and the held pages before it), then the tail, then the
+//    R-SWA window's tokens are stepped again, oldest first, against the new group. Reused KV
+//    carries its history (a kept page's rows attended to pages since released, the window's text
+//    was written while another page group was held); a model trained only on whole documents
+//    reads a long one best this way (docs/ACCURACY.md). Costs per slide: G pages' prefill and up
+//    to n decode steps, instead of the entering pages' prefill; holds the G pages' embeddings and
+//    the window's token ids. Needs an R-SWA window or group_positions (the window re-stepped is
+//    then bounded).
+//
 // Bounded (constant after start, whatever N): reference KV = (head + G·T + tail) rows, allocated
 // once; the generated ring; the embeddings of one page at a time and start()'s input (head + G
 // pages + tail); SR-SWA summaries of G slots; the decoder's scratch (scratch_bytes()). Not
@@ -128,6 +139,7 @@ struct PageGroupParams {
   int group_pages = 4;    // G >= 2: pages whose visual KV is held at once
   int overlap_pages = 3;  // O, 1 <= O < G: pages of the old group kept (KV reused) when it slides
   bool refresh_tail = false;                  // recompute the prompt text after <image> at each slide
+  bool recompute_on_slide = false;            // rebuild the held pages, tail and window at each slide (see above)
   bool allow_position_extrapolation = false;  // positions past max_position_embeddings (see above)
   bool group_positions = false;               // every group at a G-page document's positions (see above)
   bool sparse = false;                        // SR-SWA on the held reference (uocr/decoder/sparse_reference.hpp)
@@ -148,6 +160,7 @@ struct PageGroupState {
   std::vector<int64_t> text_starts;
   int64_t position_base = 0;
   int64_t ring_tokens = 0;  // the KV cache's generated_tokens()
+  std::vector<int32_t> window_ids;  // recompute_on_slide: the tokens of the window's rows, oldest first
 };
 
 template <class Dec, class Cache>
@@ -192,6 +205,8 @@ class BasicPageGroupDecoder {
              std::to_string(prompt_positions()) + " but the limit is " + std::to_string(dec_.position_limit()) +
              (p_.allow_position_extrapolation ? "" : " (max_position_embeddings; allow_position_extrapolation or group_positions lifts it)");
     });
+    require(!p_.recompute_on_slide || cache_.window() > 0 || p_.group_positions, Status::invalid_argument,
+            "recompute_on_slide needs an R-SWA window or group_positions (it steps the window again at each slide)");
     src_ = &pages;
     const int64_t hidden = c.hidden, t = layout.page_tokens;
     head_rows_ = int64_t(layout.head.size());
@@ -205,6 +220,8 @@ class BasicPageGroupDecoder {
     extra_boundaries_ = 0;
     text_starts_.assign(1, 0);
     position_base_ = 0;
+    window_ids_.clear();
+    held_embeddings_.clear();
     prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
     peak_total_bytes_ = 0;
 
@@ -239,13 +256,14 @@ class BasicPageGroupDecoder {
   State state() const {
     return {slot_page_,   first_,        current_,       loaded_,
             generated_,   slides_,       extra_boundaries_, uint64_t(peak_total_bytes_),
-            text_starts_, position_base_, cache_.generated_tokens()};
+            text_starts_, position_base_, cache_.generated_tokens(), window_ids_};
   }
 
   // Calls f(data, floats) on every KV array the state depends on, in a fixed order: per layer
-  // the reference keys and values, then the filled window rows' keys and values. A checkpoint
-  // reads them with it; resume() writes them back with it. Every backend's cache has the same
-  // row layout, so a checkpoint of one resumes on any other.
+  // the reference keys and values, then the filled window rows' keys and values; with
+  // recompute_on_slide then the held pages' embeddings. A checkpoint reads them with it; resume()
+  // writes them back with it. Every backend's cache has the same row layout, so a checkpoint of
+  // one resumes on any other.
   void visit_kv(const std::function<void(float* data, size_t floats)>& f) {
     const int64_t ref = cache_.reference_rows(), gen = cache_.generated_rows();
     for (int l = 0; l < cache_.layers(); ++l) {
@@ -254,6 +272,7 @@ class BasicPageGroupDecoder {
       cache_.visit_rows(cache_.generated_k(l), gen, f);
       cache_.visit_rows(cache_.generated_v(l), gen, f);
     }
+    if (p_.recompute_on_slide) f(held_embeddings_.data(), held_embeddings_.size());
   }
 
   // Continues a document from a saved State instead of start(): `pages` must already be past
@@ -265,7 +284,8 @@ class BasicPageGroupDecoder {
                 st.loaded >= g_ && st.loaded <= layout.pages && st.first >= 0 && st.first + g_ <= layout.pages &&
                 st.current >= st.first && st.current < layout.pages && st.generated >= 0 &&
                 int64_t(st.text_starts.size()) == st.current - st.first + 1 && st.position_base >= 0 &&
-                st.position_base <= st.generated && st.ring_tokens >= 0 && st.ring_tokens <= st.generated,
+                st.position_base <= st.generated && st.ring_tokens >= 0 && st.ring_tokens <= st.generated &&
+                (p_.recompute_on_slide ? int64_t(st.window_ids.size()) <= st.ring_tokens : st.window_ids.empty()),
             Status::invalid_argument, "page group state does not fit the document or the group size");
     layout_ = layout;
     require(prompt_positions() + st.generated - st.position_base <= dec_.position_limit(), Status::invalid_argument,
@@ -282,6 +302,8 @@ class BasicPageGroupDecoder {
     extra_boundaries_ = st.extra_boundaries;
     text_starts_ = st.text_starts;
     position_base_ = st.position_base;
+    window_ids_ = st.window_ids;
+    held_embeddings_.assign(p_.recompute_on_slide ? size_t(g_ * layout.page_tokens * dec_.config().hidden) : 0, 0.0f);
     peak_total_bytes_ = size_t(st.peak_total_bytes);
     prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
     const int64_t rows = head_rows_ + g_ * layout.page_tokens + tail_rows_;
@@ -290,6 +312,8 @@ class BasicPageGroupDecoder {
     // The cache keeps its ring index and full-mode growth to itself: claiming the slots again
     // replays that bookkeeping exactly (same slot order, same allocation).
     for (int64_t i = 0; i < st.ring_tokens; ++i) cache_.claim_slot();
+    require(!p_.recompute_on_slide || int64_t(window_ids_.size()) == cache_.generated_rows(), Status::invalid_argument,
+            "page group state: the window's token ids do not match its rows");
     visit_kv(fill_kv);
     attach_sparse();
   }
@@ -307,6 +331,10 @@ class BasicPageGroupDecoder {
   const std::vector<float>& step(int32_t token, Decode&& decode) {
     require(src_ != nullptr, Status::invalid_argument, "page groups: step() before start()");
     const std::vector<float>& logits = decode(token, next_position(), dec_, cache_);
+    if (p_.recompute_on_slide) {
+      window_ids_.push_back(token);
+      if (int64_t(window_ids_.size()) > cache_.generated_rows()) window_ids_.erase(window_ids_.begin());
+    }
     ++generated_;
     track();
     return logits;
@@ -337,8 +365,14 @@ class BasicPageGroupDecoder {
     const int64_t t = layout_.page_tokens;
     std::vector<int64_t> pos(static_cast<size_t>(t));
     int64_t entered = 0;
+    if (p_.recompute_on_slide)
+      held_embeddings_.erase(held_embeddings_.begin(), held_embeddings_.begin() + (new_first - old_first) * t * dec_.config().hidden);
     for (int64_t p = old_first + g_; p < new_first + g_; ++p) {
       fetch(p);
+      if (p_.recompute_on_slide) {
+        ++entered;
+        continue;  // prefilled with the kept pages below
+      }
       const int64_t s = int64_t(std::find(slot_page_.begin(), slot_page_.end(), int64_t(-1)) - slot_page_.begin());
       for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = page_position(p) + i;
       const auto t1 = std::chrono::steady_clock::now();
@@ -348,7 +382,11 @@ class BasicPageGroupDecoder {
       prefill_seconds_ += seconds_since(t1);
       ++entered;
     }
-    if (p_.refresh_tail && tail_rows_ > 0) {
+    if (p_.recompute_on_slide) {
+      const auto t1 = std::chrono::steady_clock::now();
+      recompute_held();
+      prefill_seconds_ += seconds_since(t1);
+    } else if (p_.refresh_tail && tail_rows_ > 0) {
       const auto t1 = std::chrono::steady_clock::now();
       prefill_tail();
       prefill_seconds_ += seconds_since(t1);
@@ -381,14 +419,15 @@ class BasicPageGroupDecoder {
   size_t window_bytes() const { return cache_.window_bytes(); }
   size_t kv_allocated_bytes() const { return cache_.allocated_bytes(); }
   size_t peak_kv_bytes() const { return peak_total_bytes_; }
-  size_t page_buffer_bytes() const { return page_.capacity() * sizeof(float); }  // one page's embeddings
+  // One page's embeddings (with recompute_on_slide, the G held pages' as well).
+  size_t page_buffer_bytes() const { return (page_.capacity() + held_embeddings_.capacity()) * sizeof(float); }
   size_t sparse_summary_bytes() const { return sparse_ ? sparse_->summary_bytes() : 0; }
   // Working memory held besides the KV cache: the decoder's scratch, start()'s input rows, one
   // page's embeddings, SR-SWA's summaries and selection buffers. Every buffer is kept and reused
   // once grown, so this never drops during a run.
   size_t scratch_bytes() const {
     return dec_.scratch_bytes() + input_.capacity() * sizeof(float) + page_buffer_bytes() +
-           (sparse_ ? sparse_->scratch_bytes() : 0);
+           window_ids_.capacity() * sizeof(int32_t) + (sparse_ ? sparse_->scratch_bytes() : 0);
   }
   double prefill_seconds() const { return prefill_seconds_; }  // start + every page prefilled in a slide
   double source_seconds() const { return source_seconds_; }    // waiting for pages (vision, when the source encodes)
@@ -417,6 +456,7 @@ class BasicPageGroupDecoder {
              std::to_string(layout_.page_tokens) + " tokens x " + std::to_string(dec_.config().hidden);
     });
     ++loaded_;
+    if (p_.recompute_on_slide) held_embeddings_.insert(held_embeddings_.end(), page_.begin(), page_.end());
   }
 
   // The head and every occupied slot (all earlier in the document than a page entering now).
@@ -434,6 +474,24 @@ class BasicPageGroupDecoder {
     const int64_t first = p_.group_positions ? head_rows_ + g_ * layout_.page_tokens : layout_.tail_position();
     for (int64_t i = 0; i < tail_rows_; ++i) pos[size_t(i)] = first + i;
     return dec_.prefill_segment(x.data(), tail_rows_, pos.data(), cache_, tail_row(), held_context(), true);
+  }
+
+  // recompute_on_slide, after a slide: the held pages (slot s = page first_ + s) in one causal
+  // prefill against the head, the tail, the SR-SWA summaries, then the window's tokens again.
+  void recompute_held() {
+    const int64_t t = layout_.page_tokens, rows = g_ * t;
+    std::vector<int64_t> pos(static_cast<size_t>(rows));
+    for (int64_t s = 0; s < g_; ++s) {
+      slot_page_[size_t(s)] = first_ + s;
+      for (int64_t i = 0; i < t; ++i) pos[size_t(s * t + i)] = page_position(first_ + s) + i;
+    }
+    dec_.prefill_segment(held_embeddings_.data(), rows, pos.data(), cache_, slot_span(0).begin, {{0, head_rows_}});
+    if (tail_rows_ > 0) prefill_tail();
+    if (sparse_)
+      for (int64_t s = 0; s < g_; ++s) summarize(size_t(s));
+    const int64_t keep = int64_t(window_ids_.size()), position = next_position() - keep;
+    cache_.keep_last_generated(0);
+    for (int64_t j = 0; j < keep; ++j) dec_.decode_step(window_ids_[size_t(j)], position + j, cache_);
   }
 
   void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
@@ -481,6 +539,7 @@ class BasicPageGroupDecoder {
       cache_.visit_rows(cache_.generated_v(l), held, [&](float* data, size_t) { compact(data, false); });
     }
     cache_.keep_last_generated(keep);
+    if (p_.recompute_on_slide) window_ids_.erase(window_ids_.begin(), window_ids_.end() - keep);
     if (sparse_)
       for (int64_t s = 0; s < g_; ++s)
         if (slot_page_[size_t(s)] >= 0) summarize(size_t(s));
@@ -521,6 +580,8 @@ class BasicPageGroupDecoder {
   std::vector<float> input_;  // start()'s prefill input: head, the first group's pages, tail
   std::vector<float> page_;
   std::vector<int64_t> slot_page_;
+  std::vector<float> held_embeddings_;  // recompute_on_slide: pages first_ .. first_ + G - 1, in order
+  std::vector<int32_t> window_ids_;     // recompute_on_slide: the window rows' tokens, oldest first
   int64_t g_ = 0, head_rows_ = 0, tail_rows_ = 0;
   int64_t first_ = 0, current_ = 0, loaded_ = 0, generated_ = 0, slides_ = 0, extra_boundaries_ = 0;
   std::vector<int64_t> text_starts_;  // tokens generated before the text of pages first_ .. current_

@@ -3,7 +3,7 @@
 // bundled demo model) can need other settings than the library's defaults, which follow upstream;
 // callers who leave a setting unset get the folder's value (session/page_group_choice.hpp).
 //
-//   {"pages_per_group": 3, "overlap_pages": 2, "positions": "group", "comment": "..."}
+//   {"pages_per_group": 3, "overlap_pages": 2, "positions": "group", "slide_kv": "recompute", "comment": "..."}
 //
 // Every key is optional; an absent file sets nothing. Unknown keys are refused, so a typo is
 // reported instead of being silently ignored.
@@ -35,10 +35,25 @@ inline std::optional<PositionPolicy> parse_position_policy(const std::string& s)
   return std::nullopt;
 }
 
+// What a page group's slide does with the KV it keeps (page_groups.hpp, recompute_on_slide).
+enum class SlideKv {
+  reuse,      // kept pages and window as they are (upstream's infinite decoding)
+  recompute,  // held pages, tail and window computed again, as a fresh G-page document
+};
+
+inline const char* slide_kv_name(SlideKv k) { return k == SlideKv::recompute ? "recompute" : "reuse"; }
+
+inline std::optional<SlideKv> parse_slide_kv(const std::string& s) {
+  for (SlideKv k : {SlideKv::reuse, SlideKv::recompute})
+    if (s == slide_kv_name(k)) return k;
+  return std::nullopt;
+}
+
 struct DecodeDefaults {
   int pages_per_group = 0;  // 0: not set
   int overlap_pages = 0;    // 0: not set
   std::optional<PositionPolicy> positions;
+  std::optional<SlideKv> slide_kv;
 
   static constexpr const char* kFileName = "uocr_decode.json";
 
@@ -60,9 +75,13 @@ struct DecodeDefaults {
         require(value.is_string() && parse_position_policy(value.get<std::string>()), Status::invalid_model,
                 [&] { return path + ": positions must be \"limit\", \"extrapolate\" or \"group\""; });
         d.positions = parse_position_policy(value.get<std::string>());
+      } else if (key == "slide_kv") {
+        require(value.is_string() && parse_slide_kv(value.get<std::string>()), Status::invalid_model,
+                [&] { return path + ": slide_kv must be \"reuse\" or \"recompute\""; });
+        d.slide_kv = parse_slide_kv(value.get<std::string>());
       } else {
         throw Error(Status::invalid_model, path + ": unknown key '" + key +
-                                               "' (known: pages_per_group, overlap_pages, positions, comment)");
+                                               "' (known: pages_per_group, overlap_pages, positions, slide_kv, comment)");
       }
     }
     require(d.pages_per_group != 1, Status::invalid_model,

@@ -427,6 +427,7 @@ class InfiniteSession {
                                    : "off");
     add("group", std::to_string(g.group_pages) + "/" + std::to_string(g.overlap_pages));
     add("refresh_tail", std::to_string(g.refresh_tail));
+    add("recompute_on_slide", std::to_string(g.recompute_on_slide));
     add("extrapolate", std::to_string(g.allow_position_extrapolation));
     add("group_positions", std::to_string(g.group_positions));
     add("sparse", g.sparse ? std::to_string(g.sparse_params.block_tokens) + "/" + std::to_string(g.sparse_params.page_budget) +
@@ -458,6 +459,7 @@ class InfiniteSession {
     w.put(g.text_starts);
     w.put(g.position_base);
     w.put(g.ring_tokens);
+    w.put(g.window_ids);
     w.put(uint64_t(memory_.peak_scratch_bytes));  // so that a resumed run reports the whole document's peaks
     w.put(uint64_t(memory_.peak_bytes));
     engine.visit_kv([&](float* data, size_t n) {
@@ -527,6 +529,7 @@ class InfiniteSession {
     r.get(g.text_starts);
     r.get(g.position_base);
     r.get(g.ring_tokens);
+    r.get(g.window_ids);
     memory_.peak_scratch_bytes = size_t(r.get<uint64_t>());
     memory_.peak_bytes = size_t(r.get<uint64_t>());
     if (int64_t(sizes.size()) != g.loaded) r.corrupt("page sizes do not match the pages loaded");

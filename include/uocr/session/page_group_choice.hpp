@@ -22,8 +22,9 @@ inline PositionPolicy position_policy(const PageGroupParams& g) {
 struct PageGroupChoice {
   std::optional<int> pages_per_group, overlap_pages;
   std::optional<PositionPolicy> positions;
+  std::optional<SlideKv> slide_kv;
 
-  // Sets g's group size, overlap and positions. The folder's overlap belongs to its group size:
+  // Sets g's group size, overlap, positions and slide KV. The folder's overlap belongs to its group size:
   // a caller who sets only pages_per_group gets the library's overlap for it (G - 1).
   void apply(const DecodeDefaults& folder, PageGroupParams& g) const {
     const bool folder_size = !pages_per_group && folder.pages_per_group > 0;
@@ -34,6 +35,8 @@ struct PageGroupChoice {
     else g.overlap_pages = g.group_pages - 1;
     if (positions) set_position_policy(g, *positions);
     else if (folder.positions) set_position_policy(g, *folder.positions);
+    if (slide_kv) g.recompute_on_slide = *slide_kv == SlideKv::recompute;
+    else if (folder.slide_kv) g.recompute_on_slide = *folder.slide_kv == SlideKv::recompute;
   }
 };
 
