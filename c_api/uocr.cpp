@@ -67,7 +67,8 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate_beam) == 132, "reference_gate_beam moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, cuda_graphs) == 136, "cuda_graphs moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, model_defaults) == 140, "model_defaults moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 144, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, slide_kv) == 144, "slide_kv moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 152, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -444,6 +445,10 @@ uocr::InfiniteParams to_infinite(const uocr_session_params& p, const uocr::Decod
   if (p.overlap_pages) choice.overlap_pages = p.overlap_pages;
   if (p.positions != UOCR_POSITIONS_LIMIT)
     choice.positions = p.positions == UOCR_POSITIONS_GROUP ? uocr::PositionPolicy::group : uocr::PositionPolicy::extrapolate;
+  if (p.slide_kv < UOCR_SLIDE_KV_DEFAULT || p.slide_kv > UOCR_SLIDE_KV_RECOMPUTE)
+    fail(UOCR_E_INVALID_ARGUMENT, "slide_kv " + std::to_string(p.slide_kv) + " is not a UOCR_SLIDE_KV_* value");
+  if (p.slide_kv != UOCR_SLIDE_KV_DEFAULT)
+    choice.slide_kv = p.slide_kv == UOCR_SLIDE_KV_RECOMPUTE ? uocr::SlideKv::recompute : uocr::SlideKv::reuse;
   choice.apply(p.model_defaults == UOCR_MODEL_DEFAULTS_USE ? folder : uocr::DecodeDefaults{}, g);
   if (p.page_fallback_tokens < -1) fail(UOCR_E_INVALID_ARGUMENT, "page_fallback_tokens must be -1, 0 or positive");
   if (p.page_fallback_tokens) c.page_fallback_tokens = p.page_fallback_tokens < 0 ? 0 : p.page_fallback_tokens;

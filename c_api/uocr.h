@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 7
+#define UOCR_API_VERSION 8
 
 #ifdef __cplusplus
 extern "C" {
@@ -246,6 +246,9 @@ typedef struct uocr_session_params {
      * overlap_pages and positions left 0 take its values (the overlap only with its group size);
      * a folder without the file changes nothing. */
     int32_t model_defaults;    /* UOCR_MODEL_DEFAULTS_*; 0: USE (default) */
+    /* API 8: what a slide of the page group does with the KV it keeps (README.md): reuse it
+     * (upstream's infinite decoding) or compute the group again as a fresh G-page document. */
+    int32_t slide_kv;          /* UOCR_SLIDE_KV_*; 0: the model folder's (model_defaults), else REUSE */
     /* append-only below this line */
 } uocr_session_params;
 
@@ -259,6 +262,9 @@ typedef struct uocr_session_params {
 #define UOCR_POSITIONS_GROUP 2
 #define UOCR_MODEL_DEFAULTS_USE 0    /* fields left 0 take the model folder's uocr_decode.json */
 #define UOCR_MODEL_DEFAULTS_IGNORE 1 /* the library's defaults (upstream's), whatever the folder says */
+#define UOCR_SLIDE_KV_DEFAULT 0   /* API 8: the model folder's uocr_decode.json, else REUSE */
+#define UOCR_SLIDE_KV_REUSE 1     /* kept pages' and window's KV as they are */
+#define UOCR_SLIDE_KV_RECOMPUTE 2 /* held pages, prompt tail and window computed again at each slide */
 #define UOCR_CUDA_GRAPHS_DEFAULT 0 /* on */
 #define UOCR_CUDA_GRAPHS_ON 1
 #define UOCR_CUDA_GRAPHS_OFF 2       /* every decode step launches its kernels one by one */

@@ -525,11 +525,12 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
   }
 }
 
-TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.json (API 7)") {
+TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.json (API 7, slide_kv API 8)") {
   // The tiny model's files plus the settings file, in a folder of their own.
   const std::string dir = "/tmp/uocr_c_api_decode_defaults";
   REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && ln -s '" + model_dir() + "'/* '" + dir + "'/").c_str()) == 0);
-  std::ofstream(dir + "/uocr_decode.json") << R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group"})";
+  std::ofstream(dir + "/uocr_decode.json")
+      << R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group", "slide_kv": "recompute"})";
   uocr_model_params mp;
   uocr_model_params_init(&mp);
   uocr_model* m = nullptr;
@@ -537,11 +538,12 @@ TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.j
   uocr_session_params sp;
   uocr_session_params_init(&sp);
   CHECK(sp.model_defaults == UOCR_MODEL_DEFAULTS_USE);
+  CHECK(sp.slide_kv == UOCR_SLIDE_KV_DEFAULT);
   sp.max_new_tokens = 6;
   sp.page_fallback_tokens = 3;  // the tiny random model writes no <PAGE>: slide every 3 tokens
   struct Result {
     std::string text;
-    uint64_t peak_kv_bytes;
+    uint64_t peak_kv_bytes, scratch_bytes;
   };
   auto run = [&](const uocr_session_params& p) {
     uocr_session* s = nullptr;
@@ -550,7 +552,7 @@ TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.j
     uocr_run_summary sum;
     uocr_run_summary_init(&sum);
     REQUIRE(uocr_session_run(s, nullptr, nullptr, &sum) == UOCR_OK);
-    Result r{session_text(s), sum.peak_kv_bytes};
+    Result r{session_text(s), sum.peak_kv_bytes, sum.scratch_bytes};
     uocr_session_free(s);
     return r;
   };
@@ -560,9 +562,16 @@ TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.j
   p.pages_per_group = 2;
   p.overlap_pages = 1;
   p.positions = UOCR_POSITIONS_GROUP;
+  p.slide_kv = UOCR_SLIDE_KV_RECOMPUTE;
   const Result explicit_same = run(p);
   CHECK(explicit_same.text == folder.text);
   CHECK(explicit_same.peak_kv_bytes == folder.peak_kv_bytes);
+  CHECK(explicit_same.scratch_bytes == folder.scratch_bytes);
+  // The folder's slide_kv is in effect: reusing the KV instead does not hold the group's page
+  // embeddings for recomputing it.
+  p = sp;
+  p.slide_kv = UOCR_SLIDE_KV_REUSE;
+  CHECK(run(p).scratch_bytes < folder.scratch_bytes);
   // Ignoring the folder: the library's 4-page groups hold all three pages at once.
   p = sp;
   p.model_defaults = UOCR_MODEL_DEFAULTS_IGNORE;
@@ -578,6 +587,11 @@ TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.j
   CHECK(uocr_session_create(m, &p, &s) == UOCR_E_INVALID_ARGUMENT);
   CHECK(s == nullptr);
   CHECK(std::string(uocr_last_error()).find("model_defaults") != std::string::npos);
+  p = sp;
+  p.slide_kv = 3;
+  CHECK(uocr_session_create(m, &p, &s) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(s == nullptr);
+  CHECK(std::string(uocr_last_error()).find("slide_kv") != std::string::npos);
   uocr_model_free(m);
   // A bad settings file is a model error that names the file.
   std::ofstream(dir + "/uocr_decode.json") << R"({"positions": "sliding"})";

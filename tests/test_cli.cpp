@@ -86,7 +86,7 @@ TEST_CASE("inspect model and tokenize describe the folder") {
   REQUIRE(m.status == 0);
   CHECK(m.output.find("tensors 146") != std::string::npos);
   CHECK(m.output.find("parameters 9464256") != std::string::npos);
-  CHECK(m.output.find("decode_defaults pages_per_group=- overlap_pages=- positions=-") != std::string::npos);
+  CHECK(m.output.find("decode_defaults pages_per_group=- overlap_pages=- positions=- slide_kv=-") != std::string::npos);
   const Run t = run_cli("inspect tokenize --model '" + tiny() + "' --text 'document parsing.'");
   CHECK(t.status == 0);
   CHECK(t.output.find("34030 76466 16") != std::string::npos);
@@ -217,7 +217,7 @@ TEST_CASE("uocr run takes unset page-group options from the model folder's uocr_
   fs::create_directories(dir);
   for (const auto& e : fs::directory_iterator(tiny())) fs::create_symlink(e.path(), dir / e.path().filename());
   const auto write_settings = [&](const std::string& json) { std::ofstream(dir / "uocr_decode.json") << json; };
-  write_settings(R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group", "comment": "test"})");
+  write_settings(R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group", "slide_kv": "recompute", "comment": "test"})");
   const std::string pages = " '" + tiny() + "/page.png' '" + tiny() + "/page.png' '" + tiny() + "/page.png'";
   const auto run = [&](const std::string& options) {
     const Run r = run_cli("run --model '" + dir.string() + "' --max-tokens 2 --stats json " + options + pages);
@@ -230,9 +230,10 @@ TEST_CASE("uocr run takes unset page-group options from the model folder's uocr_
     CHECK(out.find(needle) != std::string::npos);
   };
   has(run_cli("inspect model --model '" + dir.string() + "'").output,
-      "decode_defaults pages_per_group=2 overlap_pages=1 positions=group");
+      "decode_defaults pages_per_group=2 overlap_pages=1 positions=group slide_kv=recompute");
   std::string out = run("");
-  has(out, "\"group_pages\": 2, \"overlap_pages\": 1, \"positions\": \"group\"");
+  has(out, "\"group_pages\": 2, \"overlap_pages\": 1, \"positions\": \"group\", \"slide_kv\": \"recompute\"");
+  has(run("--slide-kv reuse"), "\"slide_kv\": \"reuse\"");
   // What the caller sets wins; the folder's overlap belongs to its group size (3 pages: G - 1).
   out = run("--pages-per-group 3 --positions limit");
   has(out, "\"group_pages\": 3, \"overlap_pages\": 2, \"positions\": \"limit\"");
@@ -240,10 +241,11 @@ TEST_CASE("uocr run takes unset page-group options from the model folder's uocr_
   has(out, "\"group_pages\": 2, \"overlap_pages\": 1, \"positions\": \"extrapolate\"");
   // A folder without the file: the library's defaults (4 pages, upstream's positions).
   fs::remove(dir / "uocr_decode.json");
-  has(run(""), "\"group_pages\": 3, \"overlap_pages\": 3, \"positions\": \"limit\"");
+  has(run(""), "\"group_pages\": 3, \"overlap_pages\": 3, \"positions\": \"limit\", \"slide_kv\": \"reuse\"");
   // A bad file stops the load with a message that names it.
   for (const auto& [json, needle] : {std::pair<std::string, std::string>{R"({"pages_per_grop": 2})", "unknown key 'pages_per_grop'"},
                                      {R"({"positions": "sliding"})", "positions must be"},
+                                     {R"({"slide_kv": "fresh"})", "slide_kv must be"},
                                      {R"({"pages_per_group": 1})", "pages_per_group must be >= 2"},
                                      {R"({"overlap_pages": 1})", "overlap_pages needs pages_per_group"},
                                      {R"({"pages_per_group": 2, "overlap_pages": 2})", "overlap_pages needs pages_per_group"},
@@ -276,6 +278,7 @@ TEST_CASE("uocr run: page group, SR-SWA, checkpoint and --cuda-graphs options ar
   fails("--reference-budget 1,4 --reference-gate 4", "--reference-gate");
   fails("--reference-budget 1,4 --reference-gate 1,0", "fan-out");
   fails("--positions far", "--positions");
+  fails("--slide-kv fresh", "--slide-kv");
   fails("--cuda-graphs yes", "--cuda-graphs must be on or off");
   fails("--resume", "--checkpoint");
   fails("--checkpoint-every -1 --checkpoint /tmp/x.ckpt", "--checkpoint-every");

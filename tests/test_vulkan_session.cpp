@@ -108,24 +108,30 @@ TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and slidin
   check_no_validation_errors(ctx, "page groups");
 }
 
-TEST_CASE("group positions on Vulkan match the CPU: kept pages and window keys rotated through the host") {
+TEST_CASE("group positions on Vulkan match the CPU: kept pages and window keys rotated through the host, or recomputed") {
   Multi3& f = Multi3::get();
   vk::Context& ctx = test_context();
   const auto weights = vk::DecoderDeviceWeights::upload(ctx, f.w.decoder);
-  uocr::PageGroupParams pp;
-  pp.group_pages = 2;
-  pp.overlap_pages = 1;
-  pp.group_positions = true;
-  uocr::PageGroupDecoder cpu(f.cfg.decoder, f.w.decoder, f.cfg.decoder.sliding_window, pp);
-  vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
-                           vk::VulkanKvCache(ctx, f.cfg.decoder, f.cfg.decoder.sliding_window), pp);
-  const auto ref = page_group_rows(cpu, f, 3);
-  const auto got = page_group_rows(gpu, f, 3);
-  const double worst = compare(got, ref);
-  MESSAGE("G = 2, group positions: " << ref.size() << " logits rows, worst relative error " << worst);
-  CHECK(gpu.slides() == 1);
-  CHECK(gpu.next_position() == cpu.next_position());
-  CHECK(gpu.cache().generated_rows() == cpu.cache().generated_rows());
+  for (const bool recompute : {false, true}) {
+    CAPTURE(recompute);
+    uocr::PageGroupParams pp;
+    pp.group_pages = 2;
+    pp.overlap_pages = 1;
+    pp.group_positions = true;
+    pp.recompute_on_slide = recompute;
+    uocr::PageGroupDecoder cpu(f.cfg.decoder, f.w.decoder, f.cfg.decoder.sliding_window, pp);
+    vk::VulkanPageGroups gpu(vk::VulkanDecoder(ctx, f.cfg.decoder, f.w.decoder, weights),
+                             vk::VulkanKvCache(ctx, f.cfg.decoder, f.cfg.decoder.sliding_window), pp);
+    const auto ref = page_group_rows(cpu, f, 3);
+    const auto got = page_group_rows(gpu, f, 3);
+    const double worst = compare(got, ref);
+    MESSAGE("G = 2, group positions, recompute_on_slide " << recompute << ": " << ref.size()
+                                                          << " logits rows, worst relative error " << worst);
+    CHECK(gpu.slides() == 1);
+    CHECK(gpu.next_position() == cpu.next_position());
+    CHECK(gpu.cache().generated_rows() == cpu.cache().generated_rows());
+    CHECK(gpu.state().window_ids == cpu.state().window_ids);
+  }
   check_no_validation_errors(ctx, "group positions");
 }
 

@@ -68,6 +68,11 @@ namespace Uocr
     /// folder's uocr_decode.json (Use, the default) or the library's defaults (API 7).</summary>
     public enum ModelDefaults { Use = 0, Ignore = 1 }
 
+    /// <summary>What a slide of the page group does with the KV it keeps: the model folder's
+    /// choice (ModelDefault, else Reuse), Reuse (upstream's infinite decoding), or Recompute the
+    /// held pages, prompt tail and window as a fresh G-page document holds them (API 8).</summary>
+    public enum SlideKv { ModelDefault = 0, Reuse = 1, Recompute = 2 }
+
     [StructLayout(LayoutKind.Sequential)]
     internal struct ModelParams
     {
@@ -115,6 +120,8 @@ namespace Uocr
         public int CudaGraphs;
         // API version 7
         public int ModelDefaults;
+        // API version 8
+        public int SlideKv;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -180,7 +187,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 7; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 8; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -360,6 +367,7 @@ namespace Uocr
         public int ReferenceGateBeam = 0;    // Sparse: gate nodes kept per level (0: twice ReferencePages)
         public CudaGraphs CudaGraphs = CudaGraphs.Default; // CUDA backend: decode steps replay CUDA graphs
         public ModelDefaults ModelDefaults = ModelDefaults.Use;
+        public SlideKv SlideKv = SlideKv.ModelDefault;
     }
 
     public sealed class Model : IDisposable
@@ -427,6 +435,7 @@ namespace Uocr
             p.ReferenceGateBeam = o.ReferenceGateBeam;
             p.CudaGraphs = (int)o.CudaGraphs;
             p.ModelDefaults = (int)o.ModelDefaults;
+            p.SlideKv = (int)o.SlideKv;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

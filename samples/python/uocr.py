@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 7  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 8  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -53,6 +53,10 @@ POSITIONS_GROUP = 2  # every page group at a G-page document's positions (API 6)
 
 MODEL_DEFAULTS_USE = 0  # page-group fields left 0 take the model folder's uocr_decode.json (API 7)
 MODEL_DEFAULTS_IGNORE = 1  # the library's defaults, whatever the folder says
+
+SLIDE_KV_DEFAULT = 0  # the model folder's uocr_decode.json, else reuse (API 8)
+SLIDE_KV_REUSE = 1  # a slide keeps the kept pages' and the window's KV as they are
+SLIDE_KV_RECOMPUTE = 2  # a slide computes the held pages, prompt tail and window again
 
 CUDA_GRAPHS_DEFAULT = 0  # on
 CUDA_GRAPHS_ON = 1
@@ -97,7 +101,9 @@ class SessionParams(ctypes.Structure):
                 # API version 5
                 ("cuda_graphs", ctypes.c_int32),
                 # API version 7
-                ("model_defaults", ctypes.c_int32)]
+                ("model_defaults", ctypes.c_int32),
+                # API version 8
+                ("slide_kv", ctypes.c_int32)]
 
 
 class EventStruct(ctypes.Structure):
@@ -302,8 +308,9 @@ class Session(_Handle):
     backend, device_index, pages_per_group, overlap_pages, page_fallback_tokens, reference_mode,
     reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
     checkpoint_every_tokens, resume, max_batch, max_batch_wait_us, reference_gate_fan_out,
-    reference_gate_beam, cuda_graphs, model_defaults). cuda_graphs takes a CUDA_GRAPHS_* value or a
-    bool (True: on, False: off); model_defaults a MODEL_DEFAULTS_* value or a bool (True: use).
+    reference_gate_beam, cuda_graphs, model_defaults, slide_kv). cuda_graphs takes a CUDA_GRAPHS_* value or a
+    bool (True: on, False: off); model_defaults a MODEL_DEFAULTS_* value or a bool (True: use);
+    slide_kv a SLIDE_KV_* value.
     """
 
     _free = _lib.uocr_session_free

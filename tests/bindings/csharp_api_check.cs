@@ -146,6 +146,15 @@ static class ApiCheck
             Check(run(ignore).SequenceEqual(full), "ModelDefaults.Ignore runs, tokens unchanged");
             var defaults = Expect<UocrException>(() => model.CreateSession(new SessionOptions { ModelDefaults = (ModelDefaults)2 }), "model_defaults 2");
             Check(defaults != null && defaults.Status == Status.InvalidArgument && defaults.Message.Contains("model_defaults"), "model_defaults message");
+            // API 8: slides that recompute the group run; reuse is the tiny model's (it names nothing).
+            var reuse = Sliding(24);
+            reuse.SlideKv = SlideKv.Reuse;
+            Check(run(reuse).SequenceEqual(full), "SlideKv.Reuse runs, tokens unchanged");
+            var recompute = Sliding(24);
+            recompute.SlideKv = SlideKv.Recompute;
+            Check(run(recompute).Count > 0, "SlideKv.Recompute runs");
+            var slide = Expect<UocrException>(() => model.CreateSession(new SessionOptions { SlideKv = (SlideKv)3 }), "slide_kv 3");
+            Check(slide != null && slide.Status == Status.InvalidArgument && slide.Message.Contains("slide_kv"), "slide_kv message");
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

@@ -48,6 +48,12 @@ with uocr.Model(model_dir) as model:
     with model.session(max_new_tokens=4, model_defaults=False) as s:
         s.add_image_file(image)
         check(s.run().generated_tokens > 0, "model_defaults False runs")
+    # API 8: slide_kv reaches the library (out of range refused by name; recompute runs).
+    e = expect_error(lambda: model.session(slide_kv=3), uocr.E_INVALID_ARGUMENT, "bad slide_kv")
+    check(e is not None and "slide_kv" in e.message, "slide_kv message")
+    with model.session(max_new_tokens=4, slide_kv=uocr.SLIDE_KV_RECOMPUTE) as s:
+        s.add_image_file(image)
+        check(s.run().generated_tokens > 0, "slide_kv recompute runs")
     with model.session(max_new_tokens=8) as s:
         e = expect_error(lambda: s.add_image_bytes(b"not an image"), uocr.E_INVALID_IMAGE, "undecodable bytes")
         check(e is not None and "cannot decode" in e.message, "decode message")

@@ -16,7 +16,8 @@ Modes (the `uocr run` options each one adds):
   oneshot     --pages-per-group N (every page in one group: exactly one-shot R-SWA)
   infinite    page groups with uocr run's defaults (the model folder's uocr_decode.json, else
               G = 4, O = 3)
-  sparse-A/B  page groups + SR-SWA at two reference budgets (--reference-budget PAGES,BLOCKS[,BLOCK])
+  sparse-A/B  page groups + SR-SWA at two reference budgets (--budgets A/B, default 2,8/1,4: uocr run
+              --reference-budget PAGES,BLOCKS[,BLOCK_TOKENS])
   separate    --separate-pages: every page its own single-page run (what single-page models need)
 
 --positions (default extrapolate: upstream's one-shot numbering, past the model's context when
@@ -53,12 +54,12 @@ from train import join_pages  # noqa: E402
 # evaluation 999 + ...), so these pages are held out.
 HELD_OUT_SEED = 20_261_130
 
-MODES = {
-    "oneshot": lambda n: ["--pages-per-group", str(max(2, n))],
-    "infinite": lambda n: [],
-    "sparse-A": lambda n: ["--reference-budget", "2,8"],
-    "sparse-B": lambda n: ["--reference-budget", "1,4"],
-    "separate": lambda n: ["--separate-pages"],
+MODES = {  # uocr run options of each mode for an n-page document
+    "oneshot": lambda a, n: ["--pages-per-group", str(max(2, n))],
+    "infinite": lambda a, n: [],
+    "sparse-A": lambda a, n: ["--reference-budget", a.budgets.split("/")[0]],
+    "sparse-B": lambda a, n: ["--reference-budget", a.budgets.split("/")[1]],
+    "separate": lambda a, n: ["--separate-pages"],
 }
 
 
@@ -123,6 +124,8 @@ def main():
                          "the model folder's uocr_decode.json, else 4,3)")
     ap.add_argument("--slide-kv", choices=["reuse", "recompute"],
                     help="uocr run --slide-kv for every mode (default: uocr run's, the model folder's uocr_decode.json, else reuse)")
+    ap.add_argument("--budgets", default="2,8/1,4",
+                    help="SR-SWA budgets of sparse-A / sparse-B: PAGES,BLOCKS[,BLOCK_TOKENS] each (uocr run --reference-budget)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--keep", help="keep every document here (page PNGs, reference.md, one transcript per mode)")
     a = ap.parse_args()
@@ -153,7 +156,7 @@ def main():
                 distinct, pages, seconds, tokens, peak = [], 0, 0.0, 0, 0
                 t0 = time.time()
                 for paths, ref in rendered:
-                    hyp, st = transcribe(a, paths, MODES[m](n) + group_args(a, m))
+                    hyp, st = transcribe(a, paths, MODES[m](a, n) + group_args(a, m))
                     if a.keep:
                         with open(os.path.join(os.path.dirname(paths[0]), m + ".md"), "w") as f:
                             f.write(hyp)

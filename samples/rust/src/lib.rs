@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 7;
+pub const API_VERSION: i32 = 8;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -148,6 +148,8 @@ struct RawSessionParams {
     cuda_graphs: i32,
     // API version 7
     model_defaults: i32,
+    // API version 8
+    slide_kv: i32,
 }
 
 #[repr(C)]
@@ -212,7 +214,7 @@ pub struct RunSummary {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 144);
+    assert!(std::mem::size_of::<RawSessionParams>() == 152);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
     assert!(std::mem::size_of::<RunSummary>() == 136);
@@ -430,6 +432,11 @@ impl Model {
         raw.reference_gate_beam = params.reference_gate_beam;
         raw.cuda_graphs = params.cuda_graphs;
         raw.model_defaults = if params.model_defaults { 0 } else { 1 };
+        raw.slide_kv = match params.slide_kv {
+            SlideKv::ModelDefault => 0,
+            SlideKv::Reuse => 1,
+            SlideKv::Recompute => 2,
+        };
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -491,6 +498,18 @@ pub enum Positions {
     Group,
 }
 
+/// What a slide of the page group does with the KV it keeps (API 8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlideKv {
+    /// The model folder's `uocr_decode.json` (with `model_defaults`), else `Reuse`.
+    ModelDefault,
+    /// Keep the kept pages' and the window's KV as they are (upstream's infinite decoding).
+    Reuse,
+    /// Compute the held pages, the prompt's tail and the window again at each slide, as a fresh
+    /// G-page document holds them (slower slides; what models trained on whole documents read best with).
+    Recompute,
+}
+
 /// Crash-safe resume: the run's state is saved to `path` after the prefill, at every page
 /// boundary and every `every_tokens` tokens (0: only those). With `resume` the run continues from
 /// it; `Session::text` then holds only the text generated since (see c_api/README.md).
@@ -548,6 +567,7 @@ pub struct SessionParams {
     /// true (default): `pages_per_group`, `overlap_pages` and `positions` left at their C default
     /// take the model folder's `uocr_decode.json` (API 7); false: the library's defaults.
     pub model_defaults: bool,
+    pub slide_kv: SlideKv,
 }
 
 impl Default for SessionParams {
@@ -579,6 +599,11 @@ impl Default for SessionParams {
             reference_gate_beam: raw.reference_gate_beam,
             cuda_graphs: raw.cuda_graphs,
             model_defaults: raw.model_defaults == 0,
+            slide_kv: match raw.slide_kv {
+                1 => SlideKv::Reuse,
+                2 => SlideKv::Recompute,
+                _ => SlideKv::ModelDefault,
+            },
         }
     }
 }

@@ -5,7 +5,7 @@
 //!         cargo test --offline --locked --test api -- --test-threads=1
 use std::path::PathBuf;
 
-use uocr::{cuda_graphs, status, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams};
+use uocr::{cuda_graphs, status, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams, SlideKv};
 
 fn model() -> Model {
     let dir = std::env::var_os("UOCR_TEST_MODEL").expect("set UOCR_TEST_MODEL to a model folder");
@@ -163,6 +163,10 @@ fn typed_options_reach_the_library() {
     // API 7: the tiny model's folder has no uocr_decode.json, so ignoring it changes nothing.
     assert!(SessionParams::default().model_defaults);
     assert_eq!(run(SessionParams { model_defaults: false, ..sliding(24) }), dense);
+    // API 8: slides that recompute the group run; reuse is the tiny model's (it names nothing).
+    assert_eq!(SessionParams::default().slide_kv, SlideKv::ModelDefault);
+    assert_eq!(run(SessionParams { slide_kv: SlideKv::Reuse, ..sliding(24) }), dense);
+    assert!(!run(SessionParams { slide_kv: SlideKv::Recompute, ..sliding(24) }).is_empty());
 }
 
 #[test]
