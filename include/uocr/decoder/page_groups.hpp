@@ -510,12 +510,17 @@ class BasicPageGroupDecoder {
   // pages >= new_first to the new group's positions by rotating their stored keys (values carry
   // no position) and forgets the window's older text.
   void rebase_positions(int64_t new_first) {
-    const int64_t page_shift = -(new_first - first_) * layout_.page_tokens;
     const int64_t new_base = text_starts_[size_t(new_first - first_)];
-    const int64_t text_shift = -(new_base - position_base_);
-    const int64_t row = cache_.row_floats(), kv_heads = row / dec_.config().head_dim;
     const int64_t held = cache_.generated_rows(), ring_tokens = cache_.generated_tokens();
     const int64_t keep = std::min(held, generated_ - new_base);
+    if (p_.recompute_on_slide) {  // recompute_held() computes every kept row again: only forget
+      window_ids_.erase(window_ids_.begin(), window_ids_.end() - keep);
+      position_base_ = new_base;
+      return;
+    }
+    const int64_t page_shift = -(new_first - first_) * layout_.page_tokens;
+    const int64_t text_shift = -(new_base - position_base_);
+    const int64_t row = cache_.row_floats(), kv_heads = row / dec_.config().head_dim;
     std::vector<float> kept(size_t(keep * row));
     // Rows of the last `keep` tokens, oldest first, into slots 0 .. keep - 1 (rotated for keys).
     auto compact = [&](float* data, bool keys) {
@@ -539,7 +544,6 @@ class BasicPageGroupDecoder {
       cache_.visit_rows(cache_.generated_v(l), held, [&](float* data, size_t) { compact(data, false); });
     }
     cache_.keep_last_generated(keep);
-    if (p_.recompute_on_slide) window_ids_.erase(window_ids_.begin(), window_ids_.end() - keep);
     if (sparse_)
       for (int64_t s = 0; s < g_; ++s)
         if (slot_page_[size_t(s)] >= 0) summarize(size_t(s));
