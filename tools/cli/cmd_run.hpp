@@ -66,7 +66,7 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
                s.memory.peak_kv_bytes, s.memory.scratch_bytes, s.memory.peak_scratch_bytes, s.memory.peak_bytes,
                (long long)st.group_pages, g.overlap_pages, uocr::position_policy_name(uocr::position_policy(g)),
-               uocr::slide_kv_name(g.recompute_on_slide ? uocr::SlideKv::recompute : uocr::SlideKv::reuse), (long long)st.slides, (long long)st.pages_encoded,
+               uocr::slide_kv_name(uocr::slide_kv(g)), (long long)st.slides, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
                openmp_wait_policy());
 }

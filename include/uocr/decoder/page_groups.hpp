@@ -285,7 +285,7 @@ class BasicPageGroupDecoder {
                 st.current >= st.first && st.current < layout.pages && st.generated >= 0 &&
                 int64_t(st.text_starts.size()) == st.current - st.first + 1 && st.position_base >= 0 &&
                 st.position_base <= st.generated && st.ring_tokens >= 0 && st.ring_tokens <= st.generated &&
-                (p_.recompute_on_slide ? int64_t(st.window_ids.size()) <= st.ring_tokens : st.window_ids.empty()),
+                (p_.recompute_on_slide || st.window_ids.empty()),
             Status::invalid_argument, "page group state does not fit the document or the group size");
     layout_ = layout;
     require(prompt_positions() + st.generated - st.position_base <= dec_.position_limit(), Status::invalid_argument,

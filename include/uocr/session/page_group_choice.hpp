@@ -19,6 +19,8 @@ inline PositionPolicy position_policy(const PageGroupParams& g) {
                                           : PositionPolicy::limit;
 }
 
+inline SlideKv slide_kv(const PageGroupParams& g) { return g.recompute_on_slide ? SlideKv::recompute : SlideKv::reuse; }
+
 struct PageGroupChoice {
   std::optional<int> pages_per_group, overlap_pages;
   std::optional<PositionPolicy> positions;
