@@ -7,6 +7,7 @@
 #include "event_recorder.hpp"
 #include "test_support.hpp"
 #include "uocr/session/markdown.hpp"
+#include "uocr/session/marker_completion.hpp"
 #include "uocr/session/output_parser.hpp"
 #include "uocr/session/session.hpp"
 #include "uocr/decoder/decoder.hpp"
@@ -63,6 +64,45 @@ TEST_CASE("output parser finds page markers and layout blocks however the text i
   }
   CHECK(uocr::box_to_pixels(999, 1700) == 1700);
   CHECK(uocr::box_to_pixels(500, 1000) == 500);
+}
+
+TEST_CASE("a begun page marker: the parser reports its prefix, only its continuations stay possible") {
+  uocr::OutputParser p;
+  CHECK(p.page_marker_prefix() == 0);
+  for (const auto& [text, prefix] : std::vector<std::pair<std::string, size_t>>{
+           {"text <", 1}, {"P", 2}, {"AG", 4}, {"E", 5}, {">", 0}, {"x <td>", 0}, {"<P", 2}, {"AC", 0}}) {
+    p.feed(text);
+    INFO(text);
+    CHECK(p.page_marker_prefix() == prefix);
+  }
+  // The published tokenizer writes the marker as "<P" "AGE" ">" (">\n" before a newline); the demo
+  // model's one letter at a time.
+  const uocr::Tokenizer published = uocr::Tokenizer::load(uocr_test::shared_dir() + "/unlimited-ocr/tokenizer.json");
+  const uocr::Tokenizer demo = uocr::Tokenizer::load(uocr_test::source_dir() + "/models/uocr-demo/tokenizer.json");
+  const uocr::MarkerCompletion pc(published), dc(demo);
+  const auto id = [](const uocr::Tokenizer& t, const std::string& text) {
+    const std::vector<int32_t> ids = t.encode(text);
+    REQUIRE(ids.size() == 1);
+    return ids[0];
+  };
+  CHECK(!pc.writing(0));
+  CHECK(!pc.writing(1));  // "<" begins table tags too
+  CHECK(pc.writing(2));
+  CHECK(!pc.writing(6));
+  CHECK(pc.continues(2, id(published, "AGE")));
+  CHECK(!pc.continues(2, id(published, "ACE")));
+  CHECK(pc.continues(2, id(published, "A")));
+  CHECK(pc.continues(5, id(published, ">")));
+  CHECK(pc.continues(5, published.encode(">\n")[0]));
+  CHECK(!pc.continues(5, id(published, ".")));
+  CHECK(!pc.continues(2, int32_t(published.eos_id())));
+  CHECK(dc.continues(3, id(demo, "G")));
+  CHECK(!dc.continues(3, id(demo, "C")));
+  std::vector<float> logits(demo.id_limit(), 1.0f);
+  logits[size_t(id(demo, "C"))] = 9.0f;
+  dc.restrict(3, logits);
+  CHECK(std::count_if(logits.begin(), logits.end(), [](float v) { return v == 1.0f; }) == 1);
+  CHECK(logits[size_t(id(demo, "G"))] == 1.0f);
 }
 
 TEST_CASE("a session streams tokens whose text adds up to the transcript, deterministically") {

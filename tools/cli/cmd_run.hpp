@@ -59,14 +59,16 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                "\"decode_seconds\": %.3f, \"decode_tokens_per_second\": %.2f, \"reference_kv_bytes\": %zu, "
                "\"window_kv_bytes\": %zu, \"kv_allocated_bytes\": %zu, \"peak_kv_bytes\": %zu, \"scratch_bytes\": %zu, "
                "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, \"overlap_pages\": %d, \"positions\": \"%s\", "
-               "\"slide_kv\": \"%s\", \"slides\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
+               "\"slide_kv\": \"%s\", \"slides\": %lld, \"marker_boundaries\": %lld, \"forced_boundaries\": %lld, "
+               "\"markers_completed\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
                "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\"}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
                s.memory.peak_kv_bytes, s.memory.scratch_bytes, s.memory.peak_scratch_bytes, s.memory.peak_bytes,
                (long long)st.group_pages, g.overlap_pages, uocr::position_policy_name(uocr::position_policy(g)),
-               uocr::slide_kv_name(uocr::slide_kv(g)), (long long)st.slides, (long long)st.pages_encoded,
+               uocr::slide_kv_name(uocr::slide_kv(g)), (long long)st.slides, (long long)st.marker_boundaries,
+               (long long)st.forced_boundaries, (long long)st.markers_completed, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
                openmp_wait_policy());
 }

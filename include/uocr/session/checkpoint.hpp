@@ -27,9 +27,10 @@
 
 namespace uocr {
 
-inline constexpr uint32_t kCheckpointVersion = 4;  // 2: memory peaks of the run so far; 3: group positions;
+inline constexpr uint32_t kCheckpointVersion = 5;  // 2: memory peaks of the run so far; 3: group positions;
                                                    // 4: the page clock without its marker lead,
-                                                   //    the window's token ids (recompute_on_slide)
+                                                   //    the window's token ids (recompute_on_slide);
+                                                   // 5: markers completed
 
 // 64-bit FNV-1a: a checksum against corruption and a fingerprint of inputs, not a defence
 // against deliberate forgery.

@@ -20,6 +20,8 @@
 //    replaced, when force_page_on_early_eos, by the tokens of "<PAGE>": the clock advances one
 //    page and the model goes on. At most one replacement per page, so this ends. EOS with every
 //    remaining page in the group stops the run as usual.
+//  - a marker begun ("<PA") while pages remain outside the group is completed, when
+//    complete_page_markers: only tokens that continue "<PAGE>" can follow (marker_completion.hpp).
 // Event page numbers come from the markers in the text (forced boundaries do not renumber them).
 //
 // Crash-safe resume (CheckpointOptions): the state is constant-size, so it is saved after the
@@ -61,6 +63,7 @@
 #include "uocr/model/model.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/loop_guard.hpp"
+#include "uocr/session/marker_completion.hpp"
 #include "uocr/session/ngram.hpp"
 #include "uocr/session/output_parser.hpp"
 #include "uocr/session/page_source.hpp"
@@ -113,6 +116,8 @@ class PageClock {
   }
 
   int64_t page() const { return page_; }
+  // Bytes of a "<PAGE>" marker begun and not yet complete (0: none).
+  size_t marker_prefix() const { return parser_.page_marker_prefix(); }
   int64_t marker_boundaries() const { return markers_; }
   // Tokens before the last one fed that belong to the boundary it passed (the start of its
   // marker): they begin the new page's text. 0 for a forced boundary.
@@ -151,6 +156,7 @@ struct InfiniteParams {
   PageGroupParams groups;               // G, O, SR-SWA, position policy
   int64_t page_fallback_tokens = 4096;  // slide after this many tokens without "<PAGE>"; 0 = never
   bool force_page_on_early_eos = true;  // EOS before the last pages were seen: write "<PAGE>" instead
+  bool complete_page_markers = true;    // "<PA" before the last pages were seen: only "<PAGE>" can follow
   bool keep_text = true;                // accumulate RunSummary::text (grows with the output)
 };
 
@@ -174,6 +180,7 @@ struct InfiniteStats {
   int64_t marker_boundaries = 0;   // boundaries from "<PAGE>" markers
   int64_t forced_boundaries = 0;   // from the fallback or an early EOS
   int64_t early_eos_replaced = 0;
+  int64_t markers_completed = 0;   // steps where a begun marker's continuation was not the most likely token
   int64_t last_position = 0;       // largest position fed to the decoder
   size_t page_buffer_bytes = 0;    // one page's embeddings
   size_t sparse_summary_bytes = 0;
@@ -264,6 +271,8 @@ class InfiniteSession {
 
     const Tokenizer& tok = model_->tokenizer();
     const std::vector<int32_t> marker_ids = tok.encode("<PAGE>");
+    std::unique_ptr<MarkerCompletion> completion;
+    if (inf_.complete_page_markers && engine.pages_pending()) completion = std::make_unique<MarkerCompletion>(tok);
     bool cancelled = false;
     auto emit = [&](const Event& e) {
       if (!cancelled && on_event && !on_event(e)) cancelled = true;
@@ -309,8 +318,15 @@ class InfiniteSession {
         token = L.forced.front();
         L.forced.pop_front();
       } else {
-        for (int32_t b : L.ngram.banned()) L.logits[size_t(b)] = kBanned;
         if (L.generated < params_.min_new_tokens) L.logits[size_t(eos)] = kBanned;
+        const std::vector<int32_t> banned = L.ngram.banned();
+        const size_t marker = completion && engine.pages_pending() ? L.clock.marker_prefix() : 0;
+        if (completion && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
+          if (!completion->continues(marker, most_likely(L.logits, banned))) ++L.markers_completed;
+          completion->restrict(marker, L.logits);
+        } else {
+          for (int32_t b : banned) L.logits[size_t(b)] = kBanned;
+        }
         token = L.sampler.pick(L.logits.data(), vocab);
         if (token < 0) { sum.stop = StopReason::no_token; break; }
         if (token == eos) {
@@ -372,6 +388,7 @@ class InfiniteSession {
     stats_.marker_boundaries = L.clock.marker_boundaries();
     stats_.forced_boundaries = L.clock.forced_boundaries();
     stats_.early_eos_replaced = L.early_eos_replaced;
+    stats_.markers_completed = L.markers_completed;
     stats_.page_buffer_bytes = engine.page_buffer_bytes();
     stats_.sparse_summary_bytes = engine.sparse_summary_bytes();
     if (engine.sparse()) {
@@ -383,6 +400,16 @@ class InfiniteSession {
   }
 
  private:
+  // The token greedy decoding would pick with `banned` excluded.
+  static int32_t most_likely(const std::vector<float>& logits, std::vector<int32_t> banned) {
+    std::sort(banned.begin(), banned.end());
+    int32_t best = -1;
+    for (size_t id = 0; id < logits.size(); ++id)
+      if ((best < 0 || logits[id] > logits[size_t(best)]) && !std::binary_search(banned.begin(), banned.end(), int32_t(id)))
+        best = int32_t(id);
+    return best;
+  }
+
   // Everything the generation loop carries from one token to the next, besides the decoder.
   struct Loop {
     Loop(const SessionParams& p, int ngram_window, int64_t fallback)
@@ -395,7 +422,7 @@ class InfiniteSession {
     PageClock clock;
     std::deque<int32_t> forced;  // "<PAGE>" tokens written in place of an early EOS
     std::vector<float> logits;   // of the next token
-    int64_t generated = 0, early_eos_replaced = 0;
+    int64_t generated = 0, early_eos_replaced = 0, markers_completed = 0;
     uint64_t emitted_bytes = 0;  // token text streamed so far
     bool visible = false;        // some of it is not whitespace (the transcript is not empty)
   };
@@ -435,6 +462,7 @@ class InfiniteSession {
                            : "off");
     add("page_fallback", std::to_string(inf_.page_fallback_tokens));
     add("early_eos", std::to_string(inf_.force_page_on_early_eos));
+    add("complete_markers", std::to_string(inf_.complete_page_markers));
     return d;
   }
 
@@ -486,6 +514,7 @@ class InfiniteSession {
     w.put(std::vector<int32_t>(L.forced.begin(), L.forced.end()));
     w.put(L.generated);
     w.put(L.early_eos_replaced);
+    w.put(L.markers_completed);
     w.put(L.emitted_bytes);
     w.put(uint8_t(L.visible));
     w.put(caller);
@@ -567,6 +596,7 @@ class InfiniteSession {
     L.forced.assign(forced.begin(), forced.end());
     r.get(L.generated);
     r.get(L.early_eos_replaced);
+    r.get(L.markers_completed);
     r.get(L.emitted_bytes);
     L.visible = r.get<uint8_t>() != 0;
     if (L.generated != g.generated) r.corrupt("token counts disagree");

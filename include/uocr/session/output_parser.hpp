@@ -55,6 +55,10 @@ class OutputParser {
   int pages_seen() const { return pages_; }
   // Text is held back: it may start a construct (a marker) that later text completes.
   bool holding() const { return !buf_.empty(); }
+  // Bytes of a "<PAGE>" marker written so far while it is not complete yet (0: none held).
+  size_t page_marker_prefix() const {
+    return buf_.size() < kPageMarker.size() && kPageMarker.compare(0, buf_.size(), buf_) == 0 ? buf_.size() : 0;
+  }
   // Page the text currently streaming belongs to (0 before any marker).
   int current_page() const { return pages_ > 0 ? pages_ - 1 : 0; }
 
@@ -65,7 +69,8 @@ class OutputParser {
   // Returns bytes consumed by a construct starting at buf_[at], 0 if none, kIncomplete if the
   // text so far is a prefix of one.
   size_t match_at(size_t at) {
-    static const std::string page = "<PAGE>", open = "<|det|>", close = "<|/det|>";
+    static const std::string open = "<|det|>", close = "<|/det|>";
+    const std::string& page = kPageMarker;
     const std::string_view rest(buf_.data() + at, buf_.size() - at);
     if (is_prefix(rest, page)) {
       if (rest.size() < page.size()) return kIncomplete;
@@ -120,6 +125,7 @@ class OutputParser {
     return i == s.size();
   }
 
+  static inline const std::string kPageMarker = "<PAGE>";
   std::string buf_;
   int pages_ = 0;
 };
