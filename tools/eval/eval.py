@@ -20,10 +20,12 @@ Modes (the `uocr run` options each one adds):
               --reference-budget PAGES,BLOCKS[,BLOCK_TOKENS])
   separate    --separate-pages: every page its own single-page run (what single-page models need)
 
---positions (default extrapolate: upstream's one-shot numbering, past the model's context when
-long) applies to every mode; `group` lays every page group out as a G-page document
+--positions applies to every mode: `extrapolate` is upstream's one-shot numbering (past the
+model's context when long), `group` lays every page group out as a G-page document
 (docs/ARCHITECTURE.md). --group G,O sets the page-group modes' G and O; --slide-kv reuse|recompute
-what a slide does with the kept pages' and the window's KV (default: uocr run's, the folder's).
+what a slide does with the kept pages' and the window's KV. Each of the three defaults to what
+`uocr run` does without it: the model folder's uocr_decode.json, else the library's (limit, 4,3,
+reuse).
 
 --keep DIR keeps each document (pages, reference.md, <mode>.md transcripts) for reading the errors.
 
@@ -96,7 +98,8 @@ def render_document(out_dir, n_pages, level, seed):
 
 def transcribe(a, paths, mode_args):
     cmd = [a.uocr, "run", "--model", a.model, "--format", "raw", "--stats", "json", "--quiet",
-           "--positions", a.positions, *(["--slide-kv", a.slide_kv] if a.slide_kv else []), *mode_args, *paths]
+           *(["--positions", a.positions] if a.positions else []), *(["--slide-kv", a.slide_kv] if a.slide_kv else []),
+           *mode_args, *paths]
     p = subprocess.run(cmd, capture_output=True, text=True)
     stats = None
     for line in reversed(p.stderr.splitlines()):
@@ -118,8 +121,8 @@ def main():
     ap.add_argument("--level", type=int, default=len(LEVELS) - 1, help="renderer level (0 = large type .. 4)")
     ap.add_argument("--oneshot-max-pages", type=int, default=10, help="longer documents skip one-shot (its KV grows)")
     ap.add_argument("--seed", type=int, default=HELD_OUT_SEED)
-    ap.add_argument("--positions", default="extrapolate", choices=["limit", "extrapolate", "group"],
-                    help="uocr run --positions for every mode")
+    ap.add_argument("--positions", choices=["limit", "extrapolate", "group"],
+                    help="uocr run --positions for every mode (default: uocr run's, the model folder's uocr_decode.json, else limit)")
     ap.add_argument("--group", help="G,O: --pages-per-group G --overlap O for the page-group modes (default: uocr run's, "
                          "the model folder's uocr_decode.json, else 4,3)")
     ap.add_argument("--slide-kv", choices=["reuse", "recompute"],
