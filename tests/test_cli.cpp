@@ -198,6 +198,10 @@ TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
   };
   CHECK(stat(g.output, "reference_rows_attended") > 0);
   CHECK(stat(g.output, "reference_rows_attended") < stat(g.output, "reference_rows_dense"));
+  // The page clock's counts: the slide came from the fallback (random weights write no marker).
+  CHECK(stat(g.output, "forced_boundaries") >= 1);
+  CHECK(stat(g.output, "marker_boundaries") == 0);
+  CHECK(stat(g.output, "markers_completed") == 0);
   // The same with a gate of fan-out 2 keeping 1 node per level: as many steps, rows within budget.
   const Run gate = run_cli("run --model '" + tiny() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
                            "--page-fallback-tokens 3 --reference-budget 1,4,16 --reference-gate 2,1 '" + tiny() +
