@@ -201,10 +201,11 @@ TEST_CASE("session misuse is an error, not a crash") {
   CHECK_THROWS_AS(s.run(), uocr::Error);
 }
 
-TEST_CASE("markdown filter drops layout tags however the text is split") {
+TEST_CASE("markdown filter drops layout tags and puts page markers on their own lines however the text is split") {
   const std::string raw =
-      "<PAGE><|det|>title [1, 2, 3, 4]<|/det|># Title\n<|ref|>cell<|/ref|> a < b <td>x</td>\n<|det|>text [5, 6, 7, 8]<|/det|>end";
-  const std::string want = "<PAGE># Title\ncell a < b <td>x</td>\nend";
+      "<PAGE><|det|>title [1, 2, 3, 4]<|/det|># Title\n<|ref|>cell<|/ref|> a < b <td>x</td>\n<|det|>text [5, 6, 7, 8]<|/det|>end"
+      "<PAGE>## Page two <PAG <PAGE>";
+  const std::string want = "<PAGE>\n# Title\ncell a < b <td>x</td>\nend\n<PAGE>\n## Page two <PAG \n<PAGE>\n";
   for (unsigned seed = 0; seed < 30; ++seed) {
     uocr::MarkdownFilter f;
     std::mt19937 rng(seed);
@@ -217,6 +218,14 @@ TEST_CASE("markdown filter drops layout tags however the text is split") {
     got += f.flush();
     CHECK(got == want);
   }
+  // Text before the first marker (upstream drops it; we keep the model's text) and a resumed filter.
+  uocr::MarkdownFilter early;
+  CHECK(early.feed("x<PAGE>y") == "x\n<PAGE>\ny");
+  uocr::MarkdownFilter resumed;
+  resumed.restore("<PA", true);
+  CHECK(resumed.feed("GE>z") == "\n<PAGE>\nz");
+  resumed.restore("<PA", false);
+  CHECK(resumed.feed("GE>z") == "<PAGE>\nz");
   uocr::MarkdownFilter unfinished;
   CHECK(unfinished.feed("a <|det|>tab").empty() == false);
   CHECK(unfinished.flush() == "<|det|>tab");  // an unterminated tag is text after all

@@ -203,7 +203,7 @@ struct Output {
     r.get(written);
     std::string pending;
     r.get(pending);
-    filter.restore(std::move(pending));
+    filter.restore(std::move(pending), written > 0);
     if (path.empty()) return;
     std::error_code ec;
     const uint64_t size = std::filesystem::file_size(path, ec);

@@ -1,6 +1,8 @@
 // Streaming clean-up of the model's raw output into Markdown, as upstream's post-processing
 // does: layout tags <|det|>...<|/det|> are dropped (their content follows them and is kept),
-// <|ref|>/<|/ref|> tag pairs are unwrapped, everything else passes through. Text that might be
+// <|ref|>/<|/ref|> tag pairs are unwrapped, and every "<PAGE>" marker gets a line of its own
+// (upstream's infer_multi joins the pages as "<PAGE>\n" + "\n<PAGE>\n".join(pages), so a page's
+// first heading is a heading); everything else passes through. Text that might be
 // the start of a tag is held back until it is decided, so streamed output never shows half a tag.
 #pragma once
 #include <string>
@@ -17,15 +19,26 @@ class MarkdownFilter {
   }
   std::string flush() { return drain(true); }
 
-  // Text held back (a tag that may still be arriving), for checkpoints; restore() puts it back.
+  // Text held back (a tag that may still be arriving), for checkpoints; restore() puts it back,
+  // `emitted`: whether any text had been returned before (a later marker opens a new line).
   const std::string& pending() const { return buf_; }
-  void restore(std::string pending) { buf_ = std::move(pending); }
+  void restore(std::string pending, bool emitted) {
+    buf_ = std::move(pending);
+    emitted_ = emitted;
+  }
 
  private:
   static constexpr size_t kMaxTag = 256;  // a det block longer than this is treated as text
 
   std::string drain(bool at_end) {
-    static const std::string det_open = "<|det|>", det_close = "<|/det|>", ref_open = "<|ref|>", ref_close = "<|/ref|>";
+    std::string out = clean(at_end);
+    emitted_ = emitted_ || !out.empty();
+    return out;
+  }
+
+  std::string clean(bool at_end) {
+    static const std::string det_open = "<|det|>", det_close = "<|/det|>", ref_open = "<|ref|>", ref_close = "<|/ref|>",
+                             page = "<PAGE>";
     std::string out;
     size_t i = 0;
     while (i < buf_.size()) {
@@ -44,10 +57,15 @@ class MarkdownFilter {
           continue;
         }
         if (!at_end && rest.size() < kMaxTag) return keep(out, lt);
+      } else if (starts(rest, page)) {
+        out += emitted_ || !out.empty() ? "\n<PAGE>\n" : "<PAGE>\n";
+        i = lt + page.size();
+        continue;
       } else if (starts(rest, ref_open) || starts(rest, ref_close)) {
         i = lt + (starts(rest, ref_open) ? ref_open.size() : ref_close.size());
         continue;
-      } else if (!at_end && (is_prefix(rest, det_open) || is_prefix(rest, ref_open) || is_prefix(rest, ref_close))) {
+      } else if (!at_end && (is_prefix(rest, det_open) || is_prefix(rest, ref_open) || is_prefix(rest, ref_close) ||
+                             is_prefix(rest, page))) {
         return keep(out, lt);
       }
       out.push_back('<');
@@ -66,6 +84,7 @@ class MarkdownFilter {
   static bool is_prefix(std::string_view s, const std::string& t) { return s.size() < t.size() && t.compare(0, s.size(), s) == 0; }
 
   std::string buf_;
+  bool emitted_ = false;
 };
 
 }  // namespace uocr
