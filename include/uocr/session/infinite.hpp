@@ -20,7 +20,7 @@
 //    replaced, when force_page_on_early_eos, by the tokens of "<PAGE>": the clock advances one
 //    page and the model goes on. At most one replacement per page, so this ends. EOS with every
 //    remaining page in the group stops the run as usual.
-//  - a marker begun ("<PA") while pages remain outside the group is completed, when
+//  - a marker begun ("<P") while pages remain outside the group is completed, when
 //    complete_page_markers: only tokens that continue "<PAGE>" can follow (marker_completion.hpp).
 // Event page numbers come from the markers in the text (forced boundaries do not renumber them).
 //
@@ -156,7 +156,7 @@ struct InfiniteParams {
   PageGroupParams groups;               // G, O, SR-SWA, position policy
   int64_t page_fallback_tokens = 4096;  // slide after this many tokens without "<PAGE>"; 0 = never
   bool force_page_on_early_eos = true;  // EOS before the last pages were seen: write "<PAGE>" instead
-  bool complete_page_markers = true;    // "<PA" before the last pages were seen: only "<PAGE>" can follow
+  bool complete_page_markers = true;    // "<P" before the last pages were seen: only "<PAGE>" can follow
   bool keep_text = true;                // accumulate RunSummary::text (grows with the output)
 };
 
@@ -180,7 +180,7 @@ struct InfiniteStats {
   int64_t marker_boundaries = 0;   // boundaries from "<PAGE>" markers
   int64_t forced_boundaries = 0;   // from the fallback or an early EOS
   int64_t early_eos_replaced = 0;
-  int64_t markers_completed = 0;   // steps where a begun marker's continuation was not the most likely token
+  int64_t markers_completed = 0;   // steps where greedy decoding under the n-gram rule would have left a begun marker
   int64_t last_position = 0;       // largest position fed to the decoder
   size_t page_buffer_bytes = 0;    // one page's embeddings
   size_t sparse_summary_bytes = 0;
