@@ -316,7 +316,7 @@ inline int cmd_run(const Args& args) {
     // Each page opens with the marker a multi-page transcript has, so both read the same downstream.
     for (int64_t i = 0; i < pages->count() && sum.stop != uocr::StopReason::cancelled; ++i) {
       page = int(i);
-      if (pages->count() > 1) out.write("<PAGE>");
+      if (pages->count() > 1) out.write(std::string(uocr::kPageMarker));
       NextPageOf one(*pages, i);
       add_page_run(sum, session.run(one, on_event));
       run_stats.pages_encoded += session.stats().pages_encoded;

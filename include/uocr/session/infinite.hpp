@@ -270,7 +270,7 @@ class InfiniteSession {
     sum.prompt_tokens = layout.prompt_length();
 
     const Tokenizer& tok = model_->tokenizer();
-    const std::vector<int32_t> marker_ids = tok.encode("<PAGE>");
+    const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
     std::unique_ptr<MarkerCompletion> completion;
     if (inf_.complete_page_markers && engine.pages_pending()) completion = std::make_unique<MarkerCompletion>(tok);
     bool cancelled = false;
@@ -320,8 +320,8 @@ class InfiniteSession {
       } else {
         if (L.generated < params_.min_new_tokens) L.logits[size_t(eos)] = kBanned;
         const std::vector<int32_t> banned = L.ngram.banned();
-        const size_t marker = completion && engine.pages_pending() ? L.clock.marker_prefix() : 0;
-        if (completion && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
+        const size_t marker = L.clock.marker_prefix();
+        if (completion && engine.pages_pending() && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
           if (!completion->continues(marker, most_likely(L.logits, banned))) ++L.markers_completed;
           completion->restrict(marker, L.logits);
         } else {

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <utility>
 
+#include "uocr/session/output_parser.hpp"
+
 namespace uocr {
 
 class MarkdownFilter {
@@ -37,8 +39,8 @@ class MarkdownFilter {
   }
 
   std::string clean(bool at_end) {
-    static const std::string det_open = "<|det|>", det_close = "<|/det|>", ref_open = "<|ref|>", ref_close = "<|/ref|>",
-                             page = "<PAGE>";
+    static const std::string det_open = "<|det|>", det_close = "<|/det|>", ref_open = "<|ref|>", ref_close = "<|/ref|>";
+    const std::string_view page = kPageMarker;
     std::string out;
     size_t i = 0;
     while (i < buf_.size()) {
@@ -58,7 +60,8 @@ class MarkdownFilter {
         }
         if (!at_end && rest.size() < kMaxTag) return keep(out, lt);
       } else if (starts(rest, page)) {
-        out += emitted_ || !out.empty() ? "\n<PAGE>\n" : "<PAGE>\n";
+        if (emitted_ || !out.empty()) out += '\n';
+        out.append(page).push_back('\n');
         i = lt + page.size();
         continue;
       } else if (starts(rest, ref_open) || starts(rest, ref_close)) {
@@ -79,9 +82,9 @@ class MarkdownFilter {
     buf_.erase(0, from);
     return std::move(out);
   }
-  static bool starts(std::string_view s, const std::string& t) { return s.size() >= t.size() && s.compare(0, t.size(), t) == 0; }
+  static bool starts(std::string_view s, std::string_view t) { return s.size() >= t.size() && s.compare(0, t.size(), t) == 0; }
   // s is shorter than t and is its beginning (the tag may still be arriving).
-  static bool is_prefix(std::string_view s, const std::string& t) { return s.size() < t.size() && t.compare(0, s.size(), s) == 0; }
+  static bool is_prefix(std::string_view s, std::string_view t) { return s.size() < t.size() && t.compare(0, s.size(), s) == 0; }
 
   std::string buf_;
   bool emitted_ = false;

@@ -14,20 +14,20 @@
 #include <string_view>
 #include <vector>
 
+#include "uocr/session/output_parser.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
 namespace uocr {
 
 class MarkerCompletion {
  public:
-  static constexpr std::string_view kMarker = "<PAGE>";
   // "<P": the published tokenizer writes the marker as "<P" "AGE" ">", so a shorter prefix would
   // never apply to it; "<" alone begins table tags.
   static constexpr size_t kMinPrefix = 2;
 
   explicit MarkerCompletion(const Tokenizer& tok) {
-    for (size_t k = kMinPrefix; k < kMarker.size(); ++k) {
-      const std::string_view rest = kMarker.substr(k);
+    for (size_t k = kMinPrefix; k < kPageMarker.size(); ++k) {
+      const std::string_view rest = kPageMarker.substr(k);
       continues_[k].assign(tok.id_limit(), 0);
       for (size_t id = 0; id < tok.id_limit(); ++id) {
         const std::string& b = tok.generated_bytes(int32_t(id));
@@ -41,7 +41,7 @@ class MarkerCompletion {
   }
 
   // `written`: bytes of the marker held so far (OutputParser::page_marker_prefix()).
-  bool writing(size_t written) const { return written >= kMinPrefix && written < kMarker.size() && any_[written]; }
+  bool writing(size_t written) const { return written >= kMinPrefix && written < kPageMarker.size() && any_[written]; }
   bool continues(size_t written, int32_t id) const {
     return writing(written) && id >= 0 && size_t(id) < continues_[written].size() && continues_[written][size_t(id)];
   }
@@ -52,8 +52,8 @@ class MarkerCompletion {
   }
 
  private:
-  std::array<std::vector<uint8_t>, kMarker.size()> continues_;  // by marker bytes written, then token id
-  std::array<bool, kMarker.size()> any_{};
+  std::array<std::vector<uint8_t>, kPageMarker.size()> continues_;  // by marker bytes written, then token id
+  std::array<bool, kPageMarker.size()> any_{};
 };
 
 }  // namespace uocr

@@ -8,8 +8,12 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace uocr {
+
+// What the model writes at the start of every page of a multi-page transcript.
+inline constexpr std::string_view kPageMarker = "<PAGE>";
 
 struct LayoutBlock {
   int page = 0;
@@ -57,7 +61,7 @@ class OutputParser {
   bool holding() const { return !buf_.empty(); }
   // Bytes of a "<PAGE>" marker written so far while it is not complete yet (0: none held).
   size_t page_marker_prefix() const {
-    return buf_.size() < kPageMarker.size() && kPageMarker.compare(0, buf_.size(), buf_) == 0 ? buf_.size() : 0;
+    return buf_.size() < kPageMarker.size() && kPageMarker.substr(0, buf_.size()) == buf_ ? buf_.size() : 0;
   }
   // Page the text currently streaming belongs to (0 before any marker).
   int current_page() const { return pages_ > 0 ? pages_ - 1 : 0; }
@@ -70,7 +74,7 @@ class OutputParser {
   // text so far is a prefix of one.
   size_t match_at(size_t at) {
     static const std::string open = "<|det|>", close = "<|/det|>";
-    const std::string& page = kPageMarker;
+    const std::string_view page = kPageMarker;
     const std::string_view rest(buf_.data() + at, buf_.size() - at);
     if (is_prefix(rest, page)) {
       if (rest.size() < page.size()) return kIncomplete;
@@ -90,7 +94,7 @@ class OutputParser {
     return end + close.size();
   }
 
-  static bool is_prefix(std::string_view s, const std::string& token) {
+  static bool is_prefix(std::string_view s, std::string_view token) {
     return token.compare(0, std::min(s.size(), token.size()), s.substr(0, std::min(s.size(), token.size()))) == 0;
   }
 
@@ -125,7 +129,6 @@ class OutputParser {
     return i == s.size();
   }
 
-  static inline const std::string kPageMarker = "<PAGE>";
   std::string buf_;
   int pages_ = 0;
 };
