@@ -271,8 +271,11 @@ class InfiniteSession {
 
     const Tokenizer& tok = model_->tokenizer();
     const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
-    std::unique_ptr<MarkerCompletion> completion;
-    if (inf_.complete_page_markers && engine.pages_pending()) completion = std::make_unique<MarkerCompletion>(tok);
+    const MarkerCompletion* completion = nullptr;
+    if (inf_.complete_page_markers && engine.pages_pending()) {
+      if (!completion_) completion_ = std::make_unique<const MarkerCompletion>(tok);  // vocabulary x marker prefixes: once per session
+      completion = completion_.get();
+    }
     bool cancelled = false;
     auto emit = [&](const Event& e) {
       if (!cancelled && on_event && !on_event(e)) cancelled = true;
@@ -625,6 +628,7 @@ class InfiniteSession {
   InfiniteParams inf_;
   InfiniteStats stats_;
   MemoryStats memory_;
+  std::unique_ptr<const MarkerCompletion> completion_;  // built by the first run with pages outside the group
 };
 
 }  // namespace uocr
