@@ -28,9 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from model import UnlimitedOCR, check_tensor_set  # noqa: E402
 import st_io  # noqa: E402
+from st_io import SHARD  # noqa: E402
 
 REAL = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "unlimited-ocr"))
-SHARD = "model-00001-of-000001.safetensors"
 
 
 def processor_config(image_size):
@@ -63,9 +63,7 @@ def main():
         raise SystemExit(f"tensor set differs from tensor_list(config): missing {missing} extra {extra} shapes {bad}")
     sd = model.export_state_dict()
     os.makedirs(a.out, exist_ok=True)
-    total = st_io.write_bf16(os.path.join(a.out, SHARD), sd)
-    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": {n: SHARD for n in sorted(sd)}}, f, indent=2)
+    st_io.write_model_weights(a.out, sd)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     with open(os.path.join(a.out, "processor_config.json"), "w") as f:

@@ -1,5 +1,6 @@
 """Minimal safetensors reader/writer (BF16/F32/F16), no dependency on the safetensors package."""
 import json
+import os
 import struct
 
 import numpy as np
@@ -56,3 +57,14 @@ def write_bf16(path, tensors):
         for b in blobs:
             f.write(b)
     return offset
+
+
+SHARD = "model-00001-of-000001.safetensors"
+
+
+def write_model_weights(folder, tensors):
+    """A model folder's weights: SHARD (BF16) and model.safetensors.index.json. Returns total bytes."""
+    total = write_bf16(os.path.join(folder, SHARD), tensors)
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": {n: SHARD for n in sorted(tensors)}}, f, indent=2)
+    return total
