@@ -2,10 +2,10 @@
 """Averages the weights of model folders fine-tuned from one starting point ("model soup").
 
 Runs that start from the same model and see different pages end in one basin of the loss; their
-mean can read better than each of them (docs/TRAINING.md §7: the shipped yuz = y + u + z). Every
-folder must hold the same tensors (names, shapes); the output is a model folder in the published
-layout: the first folder's files with the averaged BF16 weights, the index, and training.json
-naming the sources.
+mean can read better than each of them (docs/TRAINING.md §7: the shipped yuzv = y + u + z + v).
+Every folder must hold the same tensors (names, shapes); the output is a model folder in the
+published layout: the first folder's files with the averaged BF16 weights, the index, and
+training.json naming the sources.
 
     python3 tools/train/average.py --out /tmp/soup models/uocr-demo /tmp/model-u /tmp/model-z
 """
