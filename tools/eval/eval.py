@@ -10,6 +10,9 @@ CLI in each decoding mode, and scored against their markdown:
               score is about the characters read, not line breaks)
   Distinct-n  distinct word n-grams / all word n-grams of the output (n = 20): a model caught in
               a loop repeats n-grams and scores low; rendered text scores ~100%
+  headings    of the reference's headings found in the output (the closest heading text, at
+              most 30% of it edited), the share written at the right level ('#' or '##': the
+              renderer draws '#' larger; CER counts a wrong level as one character)
   pages/s     pages / (vision + prefill + decode seconds) from `--stats json`
 
 Modes (the `uocr run` options each one adds):
@@ -75,6 +78,26 @@ def group_args(a, mode):
 
 def normalise(text):
     return " ".join(text.replace(PAGE_MARK, " ").split())
+
+
+HEADING = re.compile(r"^(#+) (.+)$", re.M)
+
+
+def headings(text):
+    """[(level, text)] of the markdown headings of a transcript or reference."""
+    return [(len(h), t.strip()) for h, t in HEADING.findall(text.replace(PAGE_MARK, "\n"))]
+
+
+def heading_levels(hyp, ref):
+    """-> (reference headings found in hyp, those written at the reference's level)."""
+    written = headings(hyp)
+    found = right = 0
+    for level, text in headings(ref):
+        dist, hyp_level = min(((Levenshtein.normalized_distance(t, text), lv) for lv, t in written), default=(1.0, 0))
+        if dist <= 0.3:
+            found += 1
+            right += hyp_level == level
+    return found, right
 
 
 def distinct_n(text, n=20):
@@ -157,6 +180,7 @@ def main():
                     continue  # one page: every mode is the same computation
                 errors = ref_chars = 0
                 distinct, pages, seconds, tokens, peak = [], 0, 0.0, 0, 0
+                headings_found = headings_right = 0
                 t0 = time.time()
                 for paths, ref in rendered:
                     hyp, st = transcribe(a, paths, MODES[m](a, n) + group_args(a, m))
@@ -167,15 +191,20 @@ def main():
                     errors += Levenshtein.distance(h, r)
                     ref_chars += len(r)
                     distinct.append(distinct_n(h))
+                    found, right = heading_levels(hyp, ref)
+                    headings_found += found
+                    headings_right += right
                     pages += n
                     seconds += st["vision_seconds"] + st["prefill_seconds"] + st["decode_seconds"]
                     tokens += st["generated_tokens"]
                     peak = max(peak, st["peak_kv_bytes"])
                 row = dict(pages=n, docs=docs, mode=m, level=a.level, cer=errors / max(1, ref_chars),
                            distinct20=min(distinct), pages_per_second=pages / seconds if seconds else 0.0,
+                           headings=headings_found, heading_levels_right=headings_right / max(1, headings_found),
                            tokens=tokens, peak_kv_bytes=peak, wall_seconds=time.time() - t0)
                 rows.append(row)
                 print(f"{n:5d} pages x {docs:2d}  {m:9s}  CER {row['cer']:.3f}  Distinct-20 {row['distinct20']:.3f}  "
+                      f"headings {row['heading_levels_right']:.2f} of {headings_found}  "
                       f"{row['pages_per_second']:.2f} pages/s  peak KV {peak / 2**20:.2f} MiB", flush=True)
     if a.json:
         with open(a.json, "w") as f:

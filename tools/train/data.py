@@ -4,7 +4,8 @@
 A page is a square image (default 512x512, the demo model's vision_config.image_size) with
 black-ish text on white or light paper, and its ground truth is the page's markdown:
 
-  # Heading                    (drawn in bold at a larger size, without the '#')
+  # Heading                    (drawn in bold without the '#', larger than body text:
+                               '#' 1.32-1.5x, '##' 1.12-1.25x)
   paragraph text ...           (wrapped; soft line breaks become spaces in the markdown)
   1. list item                 (drawn as is)
   | a | b |\n| --- | --- |\n| c | d |   (drawn as a ruled table, without the pipes)
@@ -255,14 +256,16 @@ class Renderer:
             sep = "" if first else "\n\n"
             gap = 0 if first else int(px * rng.uniform(0.4, 1.0))
             if kind == "h":
-                hpx = int(px * rng.uniform(1.15, 1.4))
+                # the size tells the level, as on a real page: drawn alike, '#' vs '##' is a coin
+                # no model can read
+                hashes = "#" * rng.choice([1, 1, 2])
+                hpx = int(px * (rng.uniform(1.32, 1.5) if len(hashes) == 1 else rng.uniform(1.12, 1.25)))
                 font = self.font(fname, hpx, bold=True)
                 lh = int(hpx * 1.3)
                 if y + gap + lh > S - 8:
                     break
                 words = self.text.words_of(rng.randint(1, 4), mode=rng.choice(["dict", "markov", "mixed"]))
                 line = self._wrap(words, font, width)[0]
-                hashes = "#" * rng.choice([1, 1, 2])
                 prefix = sep + hashes + " "
                 md_parts.append(prefix + line)
                 y += gap
