@@ -15,6 +15,7 @@
 
 #include "test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
+#include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/step_batcher.hpp"
 #include "uocr/engine/open.hpp"
 #include "uocr/image/image.hpp"
@@ -104,6 +105,118 @@ TEST_CASE("decode_batch: every row is decode_step's row, bit for bit, in rings a
         Status::invalid_argument);
   CHECK(status_of([&] { batched.decode_batch({}, {}, {}); }) == Status::invalid_argument);
   CHECK(b[0].generated_rows() == before);
+}
+
+TEST_CASE("decode_tokens: one sequence's tokens in one call are its decode_steps, bit for bit") {
+  const auto model = demo_model();
+  const uocr::DecoderConfig& c = model->config().decoder;
+  uocr::Decoder alone(c, model->weights().decoder), batched(c, model->weights().decoder);
+  // Rings of 4 and 8 that wrap inside the call (later rows' slots still hold older tokens when
+  // an earlier row attends), full attention, and more tokens than one pass of batch_rows().
+  for (const int window : {4, 8, 0}) {
+    INFO("window " << window);
+    uocr::KvCache a(c, window), b(c, window);
+    const int64_t p = 7;
+    const std::vector<float> prompt = random_rows(p, c.hidden, 11u);
+    std::vector<float> logits = alone.prefill(prompt, 0, a);
+    alone.prefill(prompt, 0, b);
+    // Three steps first, so that the call starts on a partly filled window.
+    int64_t position = p;
+    for (int s = 0; s < 3; ++s, ++position) {
+      const int32_t t = int32_t(uocr_test::argmax(logits));
+      logits = alone.decode_step(t, position, a);
+      alone.decode_step(t, position, b);
+    }
+    const int64_t n = window ? 2 * window + 3 : batched.batch_rows() + 5;
+    std::vector<int32_t> tokens;
+    for (int64_t i = 0; i < n; ++i) {
+      tokens.push_back(int32_t(uocr_test::argmax(logits)));
+      logits = alone.decode_step(tokens.back(), position + i, a);
+    }
+    batched.decode_tokens(tokens.data(), n, position, b);
+    REQUIRE(a.generated_tokens() == b.generated_tokens());
+    int64_t mismatches = 0;
+    const size_t floats = size_t(a.generated_rows() * a.row_floats());
+    for (int l = 0; l < a.layers(); ++l)
+      mismatches += std::memcmp(a.generated_k(l), b.generated_k(l), floats * sizeof(float)) != 0 ||
+                    std::memcmp(a.generated_v(l), b.generated_v(l), floats * sizeof(float)) != 0;
+    CHECK(mismatches == 0);
+    // The next step reads the same cache either way.
+    const int32_t t = int32_t(uocr_test::argmax(logits));
+    const std::vector<float> next_a = alone.decode_step(t, position + n, a);
+    const std::vector<float>& next_b = alone.decode_step(t, position + n, b);
+    CHECK(uocr_test::bit_identical(next_a, next_b));
+  }
+  // A bad token or a position past the limit refuses the call before the cache changes.
+  uocr::KvCache k(c, 4);
+  alone.prefill(random_rows(3, c.hidden, 5u), 0, k);
+  const int32_t bad[2] = {0, int32_t(c.vocab)};
+  CHECK(status_of([&] { batched.decode_tokens(bad, 2, 3, k); }) == Status::invalid_argument);
+  CHECK(status_of([&] { batched.decode_tokens(bad, 1, c.max_positions, k); }) == Status::invalid_argument);
+  CHECK(status_of([&] { batched.decode_tokens(bad, -1, 3, k); }) == Status::invalid_argument);
+  CHECK(k.generated_tokens() == 0);
+}
+
+TEST_CASE("page groups: the CPU decoder's batched window recompute gives the stepped window's bits") {
+  // uocr::Decoder re-feeds the window at a slide in one decode_tokens() call; a decoder type of
+  // its own takes the generic path, one decode_step per token. Demo model (bf16: the rows really
+  // go through the weights together), G = 2 over 3 random pages, dense and SR-SWA references,
+  // both position schemes: every logit row must match to the bit.
+  struct SteppedDecoder : uocr::Decoder {
+    using uocr::Decoder::Decoder;
+  };
+  const auto model = demo_model();
+  const uocr::DecoderConfig& c = model->config().decoder;
+  uocr::DocumentLayout layout;
+  layout.head = {0, 5, 6};
+  layout.tail = {7, 8, 9};
+  layout.pages = 3;
+  layout.page_tokens = 20;
+  const auto pages = [&] {
+    return uocr::FunctionPageEmbeddings(layout.pages, [&](int64_t p, std::vector<float>& out) {
+      out = random_rows(layout.page_tokens, c.hidden, unsigned(100 + p));
+    });
+  };
+  const int window = c.sliding_window;
+  REQUIRE(window > 8);
+  const int64_t steps = 3 * window + 10, slide_at[2] = {window + 5, 2 * window + 7};
+  std::mt19937 rng(3);
+  std::vector<int32_t> stream(static_cast<size_t>(steps));
+  for (int32_t& t : stream) t = int32_t(rng() % uint32_t(c.vocab));
+  for (const bool sparse : {false, true})
+    for (const bool group_positions : {true, false}) {
+      INFO("sparse " << sparse << ", group positions " << group_positions);
+      uocr::PageGroupParams pp;
+      pp.group_pages = 2;
+      pp.overlap_pages = 1;
+      pp.group_positions = group_positions;
+      pp.recompute_on_slide = true;
+      pp.sparse = sparse;
+      pp.sparse_params.page_budget = 1;
+      pp.sparse_params.block_budget = 2;
+      pp.sparse_params.block_tokens = 4;
+      uocr::PageGroupDecoder batched(c, model->weights().decoder, window, pp);
+      uocr::BasicPageGroupDecoder<SteppedDecoder, uocr::KvCache> stepped(
+          SteppedDecoder(c, model->weights().decoder), uocr::KvCache(c, window), pp);
+      uocr::FunctionPageEmbeddings src_a = pages(), src_b = pages();
+      batched.start(layout, src_a);
+      stepped.start(layout, src_b);
+      CHECK(batched.decoder().batch_rows() > 4);
+      int64_t mismatches = 0, refed = 0;
+      for (int64_t k = 0; k < steps; ++k) {
+        if (k == slide_at[0] || k == slide_at[1]) {
+          batched.next_page(2);  // group positions: the last 2 tokens begin the next page's text
+          stepped.next_page(2);
+          if (k == slide_at[0]) refed = batched.cache().generated_rows();  // G = 2: the one slide
+        }
+        const std::vector<float>& a = batched.step(stream[size_t(k)]);
+        const std::vector<float>& b = stepped.step(stream[size_t(k)]);
+        mismatches += a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0;
+      }
+      CHECK(batched.slides() == 1);
+      CHECK(refed == (group_positions ? 2 : window));  // the tokens the slide re-fed
+      CHECK(mismatches == 0);
+    }
 }
 
 namespace {

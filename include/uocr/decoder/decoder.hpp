@@ -306,7 +306,28 @@ class Decoder {
     return batch_logits_;
   }
 
-  // Rows decode_batch() runs through the weights in one pass.
+  // Feeds tokens[0 .. n) of one sequence at positions first_position, first_position + 1, ...
+  // through `cache`, leaving it (and the SR-SWA counters) exactly as n decode_step() calls would,
+  // bit for bit; no logits (the caller knows the tokens). The rows go through the weights together
+  // (batch_rows() at a time) and row i attends to what step i would see: the generated rows held
+  // after its own slot, the later rows' slots still holding the older tokens they held then. Page
+  // groups recompute their window this way at each slide. Every row is validated first.
+  void decode_tokens(const int32_t* tokens, int64_t n, int64_t first_position, KvCache& cache) {
+    require(n >= 0, Status::invalid_argument, "decode_tokens: negative token count");
+    if (n == 0) return;
+    check_positions(first_position, n);
+    check_cache(cache);
+    for (int64_t i = 0; i < n; ++i) check_token(tokens[i]);
+    token_positions_.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) token_positions_[size_t(i)] = first_position + i;
+    const std::vector<KvCache*> caches(size_t(std::min(n, batch_rows_)), &cache);
+    const std::vector<DecodeAttention*> attentions(caches.size(), attention_);
+    for (int64_t i0 = 0; i0 < n; i0 += batch_rows_)
+      decode_rows(tokens + i0, token_positions_.data() + i0, caches.data(), attentions.data(),
+                  std::min(batch_rows_, n - i0), nullptr);
+  }
+
+  // Rows decode_batch() and decode_tokens() run through the weights in one pass.
   int64_t batch_rows() const { return batch_rows_; }
 
   // Bytes of working memory this decoder holds (its buffers' capacities; SR-SWA's are its own).
@@ -314,7 +335,8 @@ class Decoder {
     size_t floats = 0;
     for (const cpu::AlignedFloats* b : {&x_, &a_, &f_, &q_, &attn_, &new_k_, &new_v_, &scores_}) floats += b->capacity();
     for (const std::vector<float>* b : {&block_scores_, &logits_, &batch_logits_}) floats += b->capacity();
-    return floats * sizeof(float) + context_.capacity() * sizeof(KvRows) + slots_.capacity() * sizeof(int64_t) +
+    return floats * sizeof(float) + context_.capacity() * sizeof(KvRows) +
+           (slots_.capacity() + generated_seen_.capacity() + token_positions_.capacity()) * sizeof(int64_t) +
            mlp_.bytes() + moe_.bytes();
   }
 
@@ -324,8 +346,10 @@ class Decoder {
     w_.embed->read_f32(int64_t(id) * c_.hidden, c_.hidden, out);
   }
 
-  // The step of n validated rows (decode_step, decode_batch): hidden states [n, hidden] layer by
-  // layer; each row's new key/value goes to a slot claimed in its own cache. logits: [n, vocab].
+  // The step of n validated rows (decode_step, decode_batch, decode_tokens): hidden states
+  // [n, hidden] layer by layer; each row's new key/value goes to a slot claimed in its cache, and
+  // the row attends to the generated rows its cache held right after that claim (rows of one
+  // sequence: each sees its predecessors, as in n steps). logits: [n, vocab], or none when null.
   // Neither inlined nor cloned: decode_step's constant n = 1 would let the compiler vectorise
   // the RMSNorm reductions differently from decode_batch's, and rows would not match to the bit.
   UOCR_NOT_SPECIALIZED void decode_rows(const int32_t* tokens, const int64_t* positions, KvCache* const* caches,
@@ -339,10 +363,12 @@ class Decoder {
     float* const k = grow(new_k_, n * kr);
     float* const v = grow(new_v_, n * kr);
     slots_.resize(size_t(n));
+    generated_seen_.resize(size_t(n));
     int64_t score_rows = 0;
     for (int64_t i = 0; i < n; ++i) {
       embed_row(tokens[i], x + i * hidden);
       slots_[size_t(i)] = caches[i]->claim_slot();  // after validation: a rejected call leaves the cache as it was
+      generated_seen_[size_t(i)] = caches[i]->generated_rows();
       // Grows only when a cache does (full mode); in R-SWA mode it is sized once.
       if (!attentions[i]) score_rows = std::max(score_rows, caches[i]->reference_rows() + caches[i]->generated_capacity());
     }
@@ -362,7 +388,7 @@ class Decoder {
         std::copy(ki, ki + kr, cache.generated_k(l) + slots_[size_t(i)] * kr);
         std::copy(v + i * kr, v + (i + 1) * kr, cache.generated_v(l) + slots_[size_t(i)] * kr);
         const KvRows ref{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()};
-        const KvRows gen{cache.generated_k(l), cache.generated_v(l), cache.generated_rows()};
+        const KvRows gen{cache.generated_k(l), cache.generated_v(l), generated_seen_[size_t(i)]};
         if (attentions[i])
           attentions[i]->attend(l, qi, ref, gen, shape_, attn + i * qr);
         else
@@ -374,6 +400,7 @@ class Decoder {
       feed_forward(lw, a, n, f, mlp_, moe_);
       add_into(x, f, n * hidden);
     }
+    if (!logits) return;
     rms_norm(x, n, hidden, final_norm_.data(), c_.rms_eps, a);
     cpu::linear(a, n, *w_.lm_head, nullptr, logits);
   }
@@ -428,12 +455,13 @@ class Decoder {
   // Scratch of every call (see the top of the file): rows of hidden states, queries, attention
   // outputs; decode scores (they follow the cache capacity); the blocked prefill attentions'
   // per-thread scores; the decode logits (one row; decode_batch's rows); a decode step's new keys
-  // and values and the cache slots they go to; a segment's context rows; the feed-forward buffers.
+  // and values, the cache slots they go to and the generated rows each one sees; decode_tokens'
+  // positions; a segment's context rows; the feed-forward buffers.
   // The row buffers are aligned as Eigen aligns (cpu/scratch.hpp): vectorised reductions (RMSNorm,
   // softmax) peel to an aligned start, so a row's bits would otherwise depend on the heap.
   cpu::AlignedFloats x_, a_, f_, q_, attn_, new_k_, new_v_, scores_;
   std::vector<float> block_scores_, logits_, batch_logits_;
-  std::vector<int64_t> slots_;
+  std::vector<int64_t> slots_, generated_seen_, token_positions_;
   std::vector<KvRows> context_;
   MlpScratch mlp_;
   MoeScratch moe_;

@@ -32,11 +32,12 @@
 //  - recompute_on_slide: a slide rebuilds the held state as a fresh G-page document would hold
 //    it instead of reusing it: every held page is prefilled again in document order (slot s =
 //    page s' + s, attending to the head and the held pages before it), then the tail, then the
-//    R-SWA window's tokens are stepped again, oldest first, against the new group. Reused KV
+//    R-SWA window's tokens are fed again, oldest first, against the new group (the CPU decoder
+//    in one batched pass, decode_tokens; device decoders step them). Reused KV
 //    carries its history (a kept page's rows attended to pages since released, the window's text
 //    was written while another page group was held); a model trained only on whole documents
 //    reads a long one best this way (docs/ACCURACY.md). Costs per slide: G pages' prefill and up
-//    to n decode steps, instead of the entering pages' prefill; holds the G pages' embeddings and
+//    to n tokens' decode, instead of the entering pages' prefill; holds the G pages' embeddings and
 //    the window's token ids. Needs an R-SWA window or group_positions (the window re-stepped is
 //    then bounded).
 //
@@ -491,7 +492,10 @@ class BasicPageGroupDecoder {
       for (int64_t s = 0; s < g_; ++s) summarize(size_t(s));
     const int64_t keep = int64_t(window_ids_.size()), position = next_position() - keep;
     cache_.keep_last_generated(0);
-    for (int64_t j = 0; j < keep; ++j) dec_.decode_step(window_ids_[size_t(j)], position + j, cache_);
+    if constexpr (std::is_same_v<Dec, Decoder>)
+      dec_.decode_tokens(window_ids_.data(), keep, position, cache_);  // the steps' bits, the rows batched
+    else
+      for (int64_t j = 0; j < keep; ++j) dec_.decode_step(window_ids_[size_t(j)], position + j, cache_);
   }
 
   void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
