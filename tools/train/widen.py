@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Widens a trained demo model's decoder (hidden size, heads, MLP and expert widths) so that the
+wider model computes exactly what the narrow one did, as a start for train.py --init-from.
+
+Why exact: a wider model trained from scratch needs far more CPU time than continuing a trained
+one; starting from the same function keeps everything the narrow model learnt and gives the new
+width to training. How: the residual stream's new channels start at zero and everything that
+writes into them (embeddings, projector rows, o_proj / down_proj rows) is zero, so nothing the
+old units compute changes; the weights that read from new channels and the new heads' and MLP
+units' input weights are random (so the new channels receive gradients), while what the new units
+write back is zero. RMSNorm over [x, 0] divides by rms(x) * sqrt(old / new): the old channels'
+norm weights are scaled by sqrt(old / new) to cancel it. The vision encoder is not changed.
+
+    python3 tools/train/widen.py --from models/uocr-demo --out /tmp/wide.pt \
+        --dims '{"hidden": 384, "heads": 8, "intermediate": 1024, "moe_intermediate": 384}'
+    python3 tools/train/train.py --init-from /tmp/wide.pt ...
+"""
+import argparse
+import json
+import math
+
+import torch
+
+import train
+from model import UnlimitedOCR, make_config, rswa_mask, DEMO_DIMS
+
+# roles of a decoder tensor's dimensions: what the added rows / columns start as
+ZERO_NEW = ("embed_tokens.weight", "image_newline", "view_seperator", "projector.layers.weight",
+            "projector.layers.bias",
+            "o_proj.weight", "down_proj.weight", "mlp.gate.weight")
+RANDOM_NEW = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight",
+              "lm_head.weight")
+NORMS = ("input_layernorm.weight", "post_attention_layernorm.weight", "model.norm.weight")
+
+
+def widen_tensor(name, old, new_shape, ratio, gen):
+    if tuple(old.shape) == tuple(new_shape) and not name.endswith(NORMS):
+        return old.clone()
+    old = old.float()
+    if name.endswith(NORMS):
+        scaled = old * math.sqrt(1 / ratio)
+        out = torch.full(new_shape, float(scaled.mean()))
+        out[:old.shape[0]] = scaled
+        return out
+    if name.endswith(ZERO_NEW):
+        out = torch.zeros(new_shape)
+    elif name.endswith(RANDOM_NEW):
+        out = torch.randn(new_shape, generator=gen) * float(old.std())
+    else:
+        raise SystemExit(f"widen.py: no rule for {name} {tuple(old.shape)} -> {tuple(new_shape)}")
+    out[tuple(slice(0, s) for s in old.shape)] = old
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--from", dest="src", required=True, help="model folder or training checkpoint")
+    ap.add_argument("--out", required=True, help="checkpoint for train.py --init-from")
+    ap.add_argument("--dims", required=True, help="JSON: hidden, heads, intermediate, moe_intermediate")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    src = train.init_source(a.src)
+    narrow = UnlimitedOCR(src["config"])
+    narrow.load_state_dict(src["model"])
+    dims = json.loads(a.dims)
+    allowed = {"hidden", "heads", "intermediate", "moe_intermediate"}
+    if not set(dims) <= allowed:
+        raise SystemExit(f"widen.py: --dims may set {sorted(allowed)}")
+    d0 = narrow.d
+    if dims.get("hidden", d0.hidden) // dims.get("heads", d0.heads) != d0.hidden // d0.heads:
+        raise SystemExit("widen.py: the head dimension must stay (new heads are added, not widened)")
+    want = dict(DEMO_DIMS)
+    want.update(dims)
+    cfg = make_config(want, vocab_size=d0.vocab)
+    wide = UnlimitedOCR(cfg)
+    ratio = wide.d.hidden / d0.hidden
+    gen = torch.Generator().manual_seed(a.seed)
+    old_state, state = narrow.state_dict(), {}
+    for name, t in wide.state_dict().items():
+        if name not in old_state:
+            raise SystemExit(f"widen.py: {name} is not in the source (only widths may change)")
+        state[name] = widen_tensor(name, old_state[name], t.shape, ratio, gen)
+    wide.load_state_dict(state)
+    check(narrow, wide, d0.image_size)
+    torch.save(dict(config=cfg, model=wide.state_dict()), a.out)
+    n0 = sum(p.numel() for p in narrow.parameters())
+    n1 = sum(p.numel() for p in wide.parameters())
+    print(f"{a.out}: {n0:,} -> {n1:,} parameters; logits match the source (above)")
+
+
+@torch.no_grad()
+def check(narrow, wide, size):
+    """The widened model's logits on a page must be the source's (fp32 rounding only)."""
+    torch.manual_seed(1)
+    pix = torch.rand(1, 3, size, size) * 2 - 1
+    outs = []
+    for m in (narrow, wide):
+        m.eval()
+        vis = m.encode_pages(pix)
+        P = vis.shape[1]
+        ids = torch.randint(2, m.d.vocab, (1, 12))
+        if outs:
+            ids = outs[0][1]
+        h = torch.cat([vis, m.model.embed_tokens(ids)], 1)
+        pos = torch.arange(h.shape[1])[None]
+        mask = rswa_mask(P, ids.shape[1], m.d.window)[None, None]
+        out, _ = m.decode(h, pos, mask)
+        outs.append((m.lm_head(out), ids))
+    a, b = outs[0][0], outs[1][0]
+    err = float((a - b).abs().max() / a.abs().max())
+    print(f"widened vs source logits: max relative difference {err:.2e}")
+    if err > 1e-4:
+        raise SystemExit("widen.py: the widened model does not compute the source's function")
+
+
+if __name__ == "__main__":
+    main()
