@@ -8,8 +8,9 @@ width to training. How: the residual stream's new channels start at zero and eve
 writes into them (embeddings, projector rows, o_proj / down_proj rows) is zero, so nothing the
 old units compute changes; the weights that read from new channels and the new heads' and MLP
 units' input weights are random (so the new channels receive gradients), while what the new units
-write back is zero. RMSNorm over [x, 0] divides by rms(x) * sqrt(old / new): the old channels'
-norm weights are scaled by sqrt(old / new) to cancel it. The vision encoder is not changed.
+write back is zero; the MoE router's new columns are zero too (routing stays). RMSNorm over
+[x, 0] divides by rms(x) * sqrt(old / new): the old channels' norm weights are scaled by
+sqrt(old / new) to cancel it. The vision encoder is not changed.
 
     python3 tools/train/widen.py --from models/uocr-demo --out /tmp/wide.pt \
         --dims '{"hidden": 384, "heads": 8, "intermediate": 1024, "moe_intermediate": 384}'
