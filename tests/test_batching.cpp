@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -332,10 +334,30 @@ struct Transcript {
   int64_t steps() const { return int64_t(tokens.size()) - (stop == uocr::StopReason::eos ? 0 : 1); }
 };
 
+// Holds every thread at its first token until `count` threads got there: all documents have
+// prefilled and are registered as decoding before any of them steps, so batches form whatever
+// the scheduler does (a loaded machine could otherwise run the documents one after another).
+class StartGate {
+ public:
+  explicit StartGate(int count) : left_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    if (--left_ == 0) cv_.notify_all();
+    // Bounded: a thread that failed before its first token must not hang the others.
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return left_ <= 0; });
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int left_;
+};
+
 // Document d of the threaded test: one sample page each (the fourth sampled with a seed), and a
 // three-page document in groups of two (a slide: the document leaves the batch while its next
-// page is encoded and prefilled). `stop_after` > 0 cancels after that many tokens.
-Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_after = 0) {
+// page is encoded and prefilled). `stop_after` > 0 cancels after that many tokens; `gate`, when
+// given, is passed at the first token.
+Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_after = 0, StartGate* gate = nullptr) {
   uocr::SessionParams sp;
   sp.max_new_tokens = 120;
   sp.batching = batching;
@@ -354,6 +376,7 @@ Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_aft
     uocr::FilePages pages(files);
     const uocr::RunSummary sum = s.run(pages, [&](const uocr::Event& e) {
       if (e.type == uocr::Event::Type::token && e.token >= 0) out.tokens.push_back(e.token);
+      if (gate && out.tokens.size() == 1) gate->arrive_and_wait();
       return stop_after == 0 || int64_t(out.tokens.size()) < stop_after;
     });
     out.text = sum.text;
@@ -375,12 +398,16 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
   CHECK(alone[0].tokens != alone[1].tokens);
   CHECK(alone[0].tokens != alone[3].tokens);  // document 3 samples
 
-  const uocr::BatchParams batching{8, 50000};
+  // A batch runs when every decoding document has queued its step: the wait only bounds a
+  // document busy between steps (sampling, its callback), which never takes seconds.
+  const uocr::BatchParams batching{8, 5000000};
   const auto stats = [&] { return uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, batching)->batch_stats(); };
   const uocr::BatchStats before = stats();
   std::vector<Transcript> together(kDocs);
   std::vector<std::thread> threads;
-  for (int d = 0; d < kDocs; ++d) threads.emplace_back([&, d] { together[size_t(d)] = transcribe(d, batching); });
+  StartGate gate(kDocs);
+  for (int d = 0; d < kDocs; ++d)
+    threads.emplace_back([&, d] { together[size_t(d)] = transcribe(d, batching, 0, &gate); });
   for (std::thread& th : threads) th.join();
   const uocr::BatchStats after = stats();
   for (int d = 0; d < kDocs; ++d) {
