@@ -93,8 +93,11 @@ def main():
         raise SystemExit("widen.py: the head dimension must stay (new heads are added, not widened)")
     if dims.get("sam_layers", d0.sam_layers) < d0.sam_layers or dims.get("clip_layers", d0.clip_layers) < d0.clip_layers:
         raise SystemExit("widen.py: encoder blocks may be added, not removed")
-    if {i for i in dims.get("sam_global", d0.sam_global) if i < d0.sam_layers} != d0.sam_global:
+    sam_global = set(dims.get("sam_global", d0.sam_global))
+    if {i for i in sam_global if i < d0.sam_layers} != d0.sam_global:
         raise SystemExit("widen.py: the source's SAM blocks keep their attention (only added blocks may be global)")
+    if any(i >= dims.get("sam_layers", d0.sam_layers) for i in sam_global):
+        raise SystemExit("widen.py: sam_global names a SAM block the model does not have")
     want = dict(DEMO_DIMS)
     want.update(dims)
     cfg = make_config(want, vocab_size=d0.vocab)
