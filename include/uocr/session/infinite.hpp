@@ -20,8 +20,10 @@
 //    replaced, when force_page_on_early_eos, by the tokens of "<PAGE>": the clock advances one
 //    page and the model goes on. At most one replacement per page, so this ends. EOS with every
 //    remaining page in the group stops the run as usual.
-//  - a marker begun ("<P") while pages remain outside the group is completed, when
-//    complete_page_markers: only tokens that continue "<PAGE>" can follow (marker_completion.hpp).
+//  - in a session whose group slides (pages outside it at the start), a marker begun ("<P") before
+//    the last page's marker is completed, when complete_page_markers: only tokens that continue
+//    "<PAGE>" can follow (marker_completion.hpp). The last group's markers count too: a page left
+//    without one loses its page event and boundary.
 // Event page numbers come from the markers in the text (forced boundaries do not renumber them).
 //
 // Crash-safe resume (CheckpointOptions): the state is constant-size, so it is saved after the
@@ -156,7 +158,7 @@ struct InfiniteParams {
   PageGroupParams groups;               // G, O, SR-SWA, position policy
   int64_t page_fallback_tokens = 4096;  // slide after this many tokens without "<PAGE>"; 0 = never
   bool force_page_on_early_eos = true;  // EOS before the last pages were seen: write "<PAGE>" instead
-  bool complete_page_markers = true;    // "<P" before the last pages were seen: only "<PAGE>" can follow
+  bool complete_page_markers = true;    // "<P" before the last page's marker, groups sliding: only "<PAGE>" can follow
   bool keep_text = true;                // accumulate RunSummary::text (grows with the output)
 };
 
@@ -324,7 +326,7 @@ class InfiniteSession {
         if (L.generated < params_.min_new_tokens) L.logits[size_t(eos)] = kBanned;
         const std::vector<int32_t> banned = L.ngram.banned();
         const size_t marker = L.clock.marker_prefix();
-        if (completion && engine.pages_pending() && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
+        if (completion && L.clock.page() + 1 < n_pages && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
           if (!completion->continues(marker, most_likely(L.logits, banned))) ++L.markers_completed;
           completion->restrict(marker, L.logits);
         } else {

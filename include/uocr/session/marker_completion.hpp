@@ -5,8 +5,9 @@
 // banned the marker's next letter, because the page's text and the marker after it had already
 // occurred. Once the text held since the last complete marker is a prefix of "<PAGE>" at least
 // kMinPrefix bytes long, only tokens that continue the marker stay possible, whatever the n-gram
-// rule says (the sampler then picks among them as usual). The session does this only while pages
-// wait outside the group, where the clock decides what the model sees.
+// rule says (the sampler then picks among them as usual). The session does this in runs whose group
+// slides, until the last page's marker: in the last group a broken marker costs the page's event
+// and boundary (seen on the same repeated document once the last group held the repeat).
 #pragma once
 #include <array>
 #include <cmath>
