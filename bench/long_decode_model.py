@@ -47,7 +47,7 @@ def reduced_config(published):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--config", default=os.path.join(ROOT, "..", "shared", "unlimited-ocr", "config.json"),
+    ap.add_argument("--config", default=os.path.join(ROOT, "tests", "data", "unlimited-ocr", "config.json"),
                     help="the published config.json (its folder also supplies the tokenizer files)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

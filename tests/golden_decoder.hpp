@@ -1,8 +1,8 @@
-// The golden tiny-a decoder checks every decoder backend runs (tests/test_vulkan.cpp for the CPU
+// The golden (tiny-b) decoder checks every decoder backend runs (tests/test_vulkan.cpp for the CPU
 // and Vulkan decoders, backends/cuda/test_cuda.cpp for CUDA): prefill logits at every prefix
 // position, and teacher-forced decode through the backend's KV cache with its memory accounting.
 // A Runner is default-constructible and has `static constexpr const char* name`, a decoder `dec`
-// and `cache(window)` making that decoder's KV cache; the fixture has the tiny-a config, prompt
+// and `cache(window)` making that decoder's KV cache; the fixture has the golden config, prompt
 // ids, generated ids and vision tokens.
 #pragma once
 #include <doctest/doctest.h>
@@ -21,13 +21,13 @@
 
 namespace uocr_test {
 
-// The golden tiny-a model and the inputs of its reference run, the fixture every decoder test uses.
-struct TinyAGolden {
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(tiny_a("config.json"));
-  uocr::Checkpoint ck = uocr::Checkpoint::open(golden_dir("tiny-a"));
+// The golden (tiny-b) model and the inputs of its reference run, the fixture every decoder test uses.
+struct GoldenCase {
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(golden_model_dir() + "/config.json");
+  uocr::Checkpoint ck = uocr::Checkpoint::open(golden_model_dir());
   uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
-  std::vector<int32_t> input_ids = tiny_a_ids("input_ids.npy");
-  std::vector<int32_t> gen_ids = tiny_a_ids("gen_ids.npy");
+  std::vector<int32_t> input_ids = golden_ids("input_ids.npy");
+  std::vector<int32_t> gen_ids = golden_ids("gen_ids.npy");
 
   // Step s of the staggered batch the batched-decoding tests run: sequences 0 and 1 from step 0,
   // sequence 2 joining at step 5 (continuous batching: any set of caches per step), sequence i
@@ -46,14 +46,14 @@ struct TinyAGolden {
     }
     return b;
   }
-  std::vector<float> vision = tiny_a_f32("vision_tokens.npy");
+  std::vector<float> vision = golden_f32("vision_tokens.npy");
 };
 
-// TinyAGolden with a GPU backend's Context (or why there is none) and the decoder's device
+// GoldenCase with a GPU backend's Context (or why there is none) and the decoder's device
 // weights (set by the test on first use). The Context is the first member, so it is destroyed
 // last: buffers must not outlive it.
 template <class Context, class DeviceWeights>
-struct DeviceGolden : TinyAGolden {
+struct DeviceGolden : GoldenCase {
   std::unique_ptr<Context> ctx;
   std::string no_device;  // the Context's error when there is no usable device
   uocr::Status no_device_status = uocr::Status::ok;
@@ -97,11 +97,11 @@ void golden_prefill(const Fixture& e) {
   const std::vector<float> all = run.dec.prefill(input, 0, cache, uocr::PrefillLogits::all);
   const int64_t p = int64_t(e.input_ids.size()), vocab = e.cfg.decoder.vocab;
   REQUIRE(all.size() == size_t(p * vocab));
-  const std::vector<float> ref_last = tiny_a_f32("prefill_logits.npy");
+  const std::vector<float> ref_last = golden_f32("prefill_logits.npy");
   const RowError err = row_error(std::vector<float>(all.end() - vocab, all.end()), ref_last);
   const RowError err_last = row_error(run.dec.prefill(input, 0, cache), ref_last);
-  const std::vector<int32_t> ids = tiny_a_ids("prefix_logits_top16_ids.npy");
-  const std::vector<float> vals = tiny_a_f32("prefix_logits_top16_vals.npy"), lse = tiny_a_f32("prefix_logits_lse.npy");
+  const std::vector<int32_t> ids = golden_ids("prefix_logits_top16_ids.npy");
+  const std::vector<float> vals = golden_f32("prefix_logits_top16_vals.npy"), lse = golden_f32("prefix_logits_lse.npy");
   Agreement top;
   for (int64_t i = 0; i < p; ++i) top.add(&all[size_t(i * vocab)], vocab, &ids[size_t(i * 16)], &vals[size_t(i * 16)], lse[size_t(i)]);
   MESSAGE(std::string(Runner::name) << " prefill: last-position logits rel err " << err.rel << " (max abs " << err.max_abs
@@ -113,11 +113,11 @@ void golden_prefill(const Fixture& e) {
 
 template <class Runner, class Fixture>
 void golden_decode(const Fixture& e, const std::string& variant, int window) {
-  const std::vector<int32_t> ids = tiny_a_ids(variant + "_logits_top16_ids.npy");
-  const std::vector<float> vals = tiny_a_f32(variant + "_logits_top16_vals.npy");
-  const std::vector<float> lse = tiny_a_f32(variant + "_logits_lse.npy");
-  const std::vector<float> rows = tiny_a_f32(variant + "_logits_rows.npy");
-  const std::vector<int32_t> row_index = tiny_a_ids("logits_rows_gen_index.npy");
+  const std::vector<int32_t> ids = golden_ids(variant + "_logits_top16_ids.npy");
+  const std::vector<float> vals = golden_f32(variant + "_logits_top16_vals.npy");
+  const std::vector<float> lse = golden_f32(variant + "_logits_lse.npy");
+  const std::vector<float> rows = golden_f32(variant + "_logits_rows.npy");
+  const std::vector<int32_t> row_index = golden_ids("logits_rows_gen_index.npy");
   const int steps = int(lse.size());
   const int64_t vocab = e.cfg.decoder.vocab, p = int64_t(e.input_ids.size());
   Runner run;

@@ -19,12 +19,13 @@
 
 namespace {
 
-std::string shared_dir() {
-  const char* v = std::getenv("UOCR_SHARED_DIR");
-  return v && *v ? v : "../shared";
+std::string source_dir() {
+  const char* v = std::getenv("UOCR_SOURCE_DIR");
+  return v && *v ? v : ".";
 }
-std::string model_dir() { return shared_dir() + "/golden/tiny-a"; }
-std::string page_path() { return model_dir() + "/page.png"; }
+// The golden model (tests/data/reference/tiny-b) and its page.
+std::string model_dir() { return source_dir() + "/tests/data/reference/tiny-b"; }
+std::string page_path() { return source_dir() + "/tests/data/reference/golden/page.png"; }
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -252,12 +253,12 @@ TEST_CASE("c_api: model info") {
   uocr_model_info_init(&info);
   REQUIRE(uocr_model_get_info(shared_model(), &info) == UOCR_OK);
   CHECK(info.struct_size == sizeof info);
-  CHECK(info.hidden_size == 32);
-  CHECK(info.layers == 2);
+  CHECK(info.hidden_size == 16);
+  CHECK(info.layers == 3);
   CHECK(info.vocab_size == 129280);
-  CHECK(info.sliding_window == 0);  // tiny-a has DeepSeek-OCR's config: no window
+  CHECK(info.sliding_window == 8);  // tiny-b's config: Unlimited-OCR's R-SWA at a toy window
   CHECK(info.image_size == 1024);
-  CHECK(info.max_positions == 8192);
+  CHECK(info.max_positions == 32768);
   CHECK(info.bos_id == 0);
   CHECK(info.eos_id == 1);
   CHECK(info.image_token_id > 1);
@@ -666,7 +667,7 @@ TEST_CASE("c_api: model and sessions shared across threads") {
         if (uocr_session_create(shared_model(), nullptr, &s) != UOCR_OK) ++failures;
         uocr_model_info info;
         uocr_model_info_init(&info);
-        if (uocr_model_get_info(shared_model(), &info) != UOCR_OK || info.layers != 2) ++failures;
+        if (uocr_model_get_info(shared_model(), &info) != UOCR_OK || info.layers != 3) ++failures;
         const uint8_t px[3] = {0, 0, 0};
         if (uocr_session_add_image_rgb(s, px, 1, 1, 0) != UOCR_OK) ++failures;
         if (uocr_session_add_image_encoded(s, px, 3) != UOCR_E_INVALID_IMAGE) ++failures;

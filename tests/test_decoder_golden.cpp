@@ -1,4 +1,4 @@
-// Decoder against the tiny-a upstream PyTorch references: prefill logits, every prefix
+// Decoder against the golden upstream PyTorch references (tiny-b): prefill logits, every prefix
 // position's top-16/logsumexp, and 300 teacher-forced decode steps through the KV cache with full
 // attention and R-SWA (n = 128, n = 8). The vision tokens come from vision_tokens.npy, so this
 // test does not depend on the vision encoder. Also: KV memory accounting and input errors.
@@ -32,7 +32,7 @@ constexpr double kRowRelTol = 1e-4;    // ‖ours − ref‖ / ‖ref‖ over a 
 // Top-16 logits and logsumexp: uocr_test::AgreementLimits' defaults (1e-4 relative).
 
 // The model and its inputs, loaded once for all test cases.
-struct Fixture : uocr_test::TinyAGolden {
+struct Fixture : uocr_test::GoldenCase {
   int64_t vocab() const { return cfg.decoder.vocab; }
   int64_t prompt_len() const { return int64_t(input_ids.size()); }
 
@@ -62,11 +62,11 @@ void teacher_force(uocr::Decoder& dec, uocr::KvCache& cache, int steps, OnRow on
 
 void check_variant(const std::string& variant, int window) {
   Fixture& g = Fixture::get();
-  const std::vector<int32_t> ids = uocr_test::tiny_a_ids(variant + "_logits_top16_ids.npy");
-  const std::vector<float> vals = uocr_test::tiny_a_f32(variant + "_logits_top16_vals.npy");
-  const std::vector<float> lse = uocr_test::tiny_a_f32(variant + "_logits_lse.npy");
-  const std::vector<float> rows = uocr_test::tiny_a_f32(variant + "_logits_rows.npy");
-  const std::vector<int32_t> row_index = uocr_test::tiny_a_ids("logits_rows_gen_index.npy");
+  const std::vector<int32_t> ids = uocr_test::golden_ids(variant + "_logits_top16_ids.npy");
+  const std::vector<float> vals = uocr_test::golden_f32(variant + "_logits_top16_vals.npy");
+  const std::vector<float> lse = uocr_test::golden_f32(variant + "_logits_lse.npy");
+  const std::vector<float> rows = uocr_test::golden_f32(variant + "_logits_rows.npy");
+  const std::vector<int32_t> row_index = uocr_test::golden_ids("logits_rows_gen_index.npy");
   const int steps = int(lse.size());
   REQUIRE(steps == int(g.gen_ids.size()));
 
@@ -107,7 +107,7 @@ TEST_CASE("prefill matches the reference logits at every prefix position") {
   REQUIRE(all.size() == size_t(p * vocab));
   CHECK(cache.reference_rows() == p);
 
-  const std::vector<float> ref_last = uocr_test::tiny_a_f32("prefill_logits.npy");
+  const std::vector<float> ref_last = uocr_test::golden_f32("prefill_logits.npy");
   const RowError e = row_error(&all[size_t((p - 1) * vocab)], ref_last.data(), vocab);
   MESSAGE("prefill last-position logits: rel err " << e.rel << ", max abs diff " << e.max_abs);
   CHECK(e.rel <= kRowRelTol);
@@ -116,9 +116,9 @@ TEST_CASE("prefill matches the reference logits at every prefix position") {
   const std::vector<float> last = dec.prefill(input, 0, cache);
   CHECK(row_error(last.data(), ref_last.data(), vocab).rel <= kRowRelTol);
 
-  const std::vector<int32_t> ids = uocr_test::tiny_a_ids("prefix_logits_top16_ids.npy");
-  const std::vector<float> vals = uocr_test::tiny_a_f32("prefix_logits_top16_vals.npy");
-  const std::vector<float> lse = uocr_test::tiny_a_f32("prefix_logits_lse.npy");
+  const std::vector<int32_t> ids = uocr_test::golden_ids("prefix_logits_top16_ids.npy");
+  const std::vector<float> vals = uocr_test::golden_f32("prefix_logits_top16_vals.npy");
+  const std::vector<float> lse = uocr_test::golden_f32("prefix_logits_lse.npy");
   REQUIRE(lse.size() == size_t(p));
   Agreement agree;
   for (int64_t i = 0; i < p; ++i) agree.add(&all[size_t(i * vocab)], vocab, &ids[size_t(i * 16)], &vals[size_t(i * 16)], lse[size_t(i)]);
@@ -131,28 +131,26 @@ TEST_CASE("teacher-forced decode through the KV cache: R-SWA n=8") { check_varia
 
 TEST_CASE("the decode checks see the attention window (a wrong window fails them)") {
   Fixture& g = Fixture::get();
-  const std::vector<float> rows = uocr_test::tiny_a_f32("rswa_n8_logits_rows.npy");
-  const std::vector<int32_t> row_index = uocr_test::tiny_a_ids("logits_rows_gen_index.npy");
-  // Rows 1, 2, 3 are gen indices 7, 8, 9 (the first steps where n = 8 differs from neighbours).
-  REQUIRE(row_index[1] == 7);
-  REQUIRE(row_index[3] == 9);
-  auto error_at = [&](int window, size_t r) {
+  const std::vector<float> rows = uocr_test::golden_f32("rswa_n8_logits_rows.npy");
+  const std::vector<int32_t> row_index = uocr_test::golden_ids("logits_rows_gen_index.npy");
+  // Row 0 is gen index 9, the second step after the n = 8 ring first dropped a key.
+  REQUIRE(row_index[0] == 9);
+  auto error_at = [&](int window) {
     uocr::Decoder dec(g.cfg.decoder, g.w.decoder);
     uocr::KvCache cache(g.cfg.decoder, window);
     RowError e;
-    teacher_force(dec, cache, row_index[r] + 1, [&](int s, const std::vector<float>& logits) {
-      if (s == row_index[r]) e = row_error(logits.data(), &rows[r * size_t(g.vocab())], g.vocab());
+    teacher_force(dec, cache, row_index[0] + 1, [&](int s, const std::vector<float>& logits) {
+      if (s == row_index[0]) e = row_error(logits.data(), rows.data(), g.vocab());
     });
     return e.rel;
   };
-  // One key too few (n = 7 drops the first generated token at gen index 7), one too many (n = 9
-  // keeps it at gen index 8), no window at all (full attention at gen index 9).
-  const double too_small = error_at(7, 1), too_large = error_at(9, 2), full = error_at(0, 3);
+  // One key too few (n = 7), one too many (n = 9), no window at all (full attention).
+  const double too_small = error_at(7), too_large = error_at(9), full = error_at(0);
   MESSAGE("rel err vs rswa_n8 rows: n=7 " << too_small << ", n=9 " << too_large << ", full " << full);
   CHECK(too_small > 10 * kRowRelTol);
   CHECK(too_large > 10 * kRowRelTol);
   CHECK(full > 10 * kRowRelTol);
-  CHECK(error_at(8, 3) <= kRowRelTol);
+  CHECK(error_at(8) <= kRowRelTol);
 }
 
 TEST_CASE("R-SWA KV memory is constant after P+n tokens; full attention grows by one token per step") {

@@ -4,7 +4,7 @@
 //  - group < page count: the group slides at the markers, the overlap page's KV is reused
 //    byte for byte, left pages are released, and every logits row matches an independent oracle
 //    (the same document in one-shot rows, with the visible rows chosen explicitly);
-//  - 200 synthetic pages (random visual embeddings, tiny-a decoder): reference KV bytes and
+//  - 200 synthetic pages (random visual embeddings, the golden tiny-b decoder): reference KV bytes and
 //    allocation flat after the first group, pages pulled just in time, the position policy;
 //  - the page-boundary policy (markers, fallback, forced pages) and InfiniteSession vs Session.
 #include <doctest/doctest.h>
@@ -53,7 +53,7 @@ struct DecoderModel {
 };
 
 const uocr::Tokenizer& tokenizer() {
-  static uocr::Tokenizer t = uocr::Tokenizer::load(uocr_test::golden_dir("tiny-a") + "/tokenizer.json");
+  static uocr::Tokenizer t = uocr::Tokenizer::load(uocr_test::golden_model_dir() + "/tokenizer.json");
   return t;
 }
 
@@ -476,10 +476,10 @@ TEST_CASE("prefill_segment builds the same reference as one causal prefill") {
 
 namespace {
 
-struct TinyA {
-  DecoderModel m{uocr_test::golden_dir("tiny-a") + "/config.json", uocr_test::golden_dir("tiny-a")};
-  static TinyA& get() {
-    static TinyA f;
+struct Golden {
+  DecoderModel m{uocr_test::golden_model_dir() + "/config.json", uocr_test::golden_model_dir()};
+  static Golden& get() {
+    static Golden f;
     return f;
   }
 };
@@ -495,7 +495,7 @@ void random_page(int64_t p, int64_t tokens, int64_t hidden, std::vector<float>& 
 }  // namespace
 
 TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages pulled just in time") {
-  TinyA& a = TinyA::get();
+  Golden& a = Golden::get();
   const uocr::DecoderConfig& dc = a.m.cfg.decoder;
   uocr::DocumentLayout L;
   L.head = {0};
@@ -571,14 +571,16 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
                                                         << secs << " s (prefill " << eng.prefill_seconds() << " s)");
 
   {
-    // Group positions: a 40-page document past max_position_embeddings runs within them, each
-    // group at a 4-page document's positions.
+    // Group positions: a 40-page document past max_position_embeddings (DeepSeek-OCR's 8192)
+    // runs within them, each group at a 4-page document's positions.
+    uocr::DecoderConfig dc8k = dc;
+    dc8k.max_positions = 8192;
     uocr::DocumentLayout L40 = L;
     L40.pages = 40;
-    REQUIRE(L40.prompt_length() > dc.max_positions);
+    REQUIRE(L40.prompt_length() > dc8k.max_positions);
     uocr::PageGroupParams gp;
     gp.group_positions = true;
-    uocr::PageGroupDecoder g(dc, a.m.w.decoder, 128, gp);
+    uocr::PageGroupDecoder g(dc8k, a.m.w.decoder, 128, gp);
     uocr::FunctionPageEmbeddings s40(L40.pages, [&](int64_t p, std::vector<float>& out) { random_page(p, L40.page_tokens, dc.hidden, out); });
     std::vector<float> out = g.start(L40, s40);
     const int64_t group_prompt = 1 + 4 * 273 + 3;
@@ -607,7 +609,7 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
 }
 
 TEST_CASE("page group parameter and source errors") {
-  TinyA& a = TinyA::get();
+  Golden& a = Golden::get();
   const uocr::DecoderConfig& dc = a.m.cfg.decoder;
   CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, groups_of(1, 0)), uocr::Error);
   CHECK_THROWS_AS(uocr::PageGroupDecoder(dc, a.m.w.decoder, 8, groups_of(4, 0)), uocr::Error);
@@ -690,13 +692,13 @@ TEST_CASE("page clock: <PAGE> markers split across tokens, the no-marker fallbac
 namespace {
 
 std::shared_ptr<const uocr::Model> tiny_model() {
-  static auto model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  static auto model = uocr::Model::load(uocr_test::golden_model_dir());
   return model;
 }
 
 std::vector<std::string> page_files(int n) {
   const std::string imgs = uocr_test::reference_dir() + "/images/";
-  const std::vector<std::string> all = {uocr_test::golden_dir("tiny-a") + "/page.png", imgs + "page_a_800x1000.png",
+  const std::vector<std::string> all = {uocr_test::golden("page.png"), imgs + "page_a_800x1000.png",
                                         imgs + "page_b_1100x700.png"};
   return std::vector<std::string>(all.begin(), all.begin() + n);
 }
@@ -764,9 +766,9 @@ TEST_CASE("InfiniteSession with G >= pages transcribes exactly as Session; with 
   CHECK(st.pages_encoded == 3);
   CHECK(st.forced_boundaries == 2);  // tokens 6 and 12
   CHECK(st.slides == 1);             // the second boundary reaches the last page: no slide
-  const size_t per_token = 2 * 32 * 4 * 2;  // K+V, hidden 32, float32, 2 layers
+  const size_t per_token = 2 * 2 * 4 * 4 * 3;  // K+V, 2 KV heads of 4, float32, 3 layers
   CHECK(c.memory.reference_kv_bytes == size_t(1 + 2 * 273 + (a.prompt_tokens - 1 - 2 * 273)) * per_token);
-  CHECK(c.memory.peak_kv_bytes == c.memory.reference_kv_bytes + 15 * per_token);
+  CHECK(c.memory.peak_kv_bytes == c.memory.reference_kv_bytes + 8 * per_token);  // the config's window
   CHECK(st.last_position == c.prompt_tokens + 14);
   CHECK(r3.tokens.size() == 16);
   MESSAGE("InfiniteSession 3 pages G=2: vision " << c.vision_seconds << " s, prefill " << c.prefill_seconds << " s, decode "

@@ -19,9 +19,9 @@ using uocr::Status;
 
 namespace {
 
-std::string tiny() { return uocr_test::golden_dir("tiny-a"); }
+std::string tiny() { return uocr_test::golden_model_dir(); }
 
-// A scratch copy of tiny-a (weights symlinked unless `copy_weights`) that a test may damage.
+// A scratch copy of the golden model (weights symlinked unless `copy_weights`) that a test may damage.
 struct ModelCopy {
   fs::path dir;
   explicit ModelCopy(const std::string& tag) {
@@ -69,38 +69,39 @@ void load_all(const std::string& dir) {
 
 }  // namespace
 
-TEST_CASE("tiny-a golden model folder loads and every tensor is bound") {
+TEST_CASE("the golden model folder (tiny-b) loads and every tensor is bound") {
   auto cfg = uocr::ModelConfig::load(tiny() + "/config.json");
-  CHECK(cfg.model_type == "deepseek_vl_v2");
-  CHECK(cfg.decoder.hidden == 32);
-  CHECK(cfg.decoder.layers == 2);
-  CHECK(cfg.decoder.head_dim == 8);
-  CHECK(cfg.decoder.n_routed_experts == 8);
-  CHECK(cfg.decoder.experts_per_token == 2);
-  CHECK(cfg.decoder.sliding_window == 0);
-  CHECK(cfg.sam.width == 64);
-  CHECK(cfg.sam.global_layers == std::vector<int>{1, 3});
-  CHECK(cfg.sam.out_chans == 32);
-  CHECK(cfg.clip.ffn == 512);
+  CHECK(cfg.model_type == "unlimited-ocr");
+  CHECK(cfg.decoder.hidden == 16);
+  CHECK(cfg.decoder.layers == 3);
+  CHECK(cfg.decoder.head_dim == 4);
+  CHECK(cfg.decoder.kv_heads == 2);
+  CHECK(cfg.decoder.n_routed_experts == 6);
+  CHECK(cfg.decoder.experts_per_token == 3);
+  CHECK(cfg.decoder.sliding_window == 8);
+  CHECK(cfg.sam.width == 48);
+  CHECK(cfg.sam.global_layers == std::vector<int>{1});
+  CHECK(cfg.sam.out_chans == 24);
+  CHECK(cfg.clip.ffn == 80);
   CHECK(cfg.clip.positions() == 257);
   auto ck = uocr::Checkpoint::open(tiny());
-  CHECK(ck.size() == 146);
-  CHECK(ck.parameter_count() == 9464256);
+  CHECK(ck.size() == 154);
+  CHECK(ck.parameter_count() == 4576032);
   auto w = uocr::ModelWeights::bind(ck, cfg);
-  CHECK(w.decoder.layers.size() == 2);
+  CHECK(w.decoder.layers.size() == 3);
   CHECK(w.decoder.layers[1].moe);
-  CHECK(w.decoder.layers[1].experts.size() == 8);
+  CHECK(w.decoder.layers[1].experts.size() == 6);
   CHECK(ck.unused().empty());
   // Spot-check values through the bf16 path: the first lm_head row is finite and non-zero.
-  std::vector<float> row(32);
-  w.decoder.lm_head->read_f32(0, 32, row.data());
+  std::vector<float> row(16);
+  w.decoder.lm_head->read_f32(0, 16, row.data());
   float sum = 0;
   for (float v : row) sum += std::abs(v);
   CHECK(sum > 0.f);
 }
 
 TEST_CASE("the published Unlimited-OCR config.json parses to the real dimensions") {
-  auto cfg = uocr::ModelConfig::load(uocr_test::shared_dir() + "/unlimited-ocr/config.json");
+  auto cfg = uocr::ModelConfig::load(uocr_test::published_dir() + "/config.json");
   CHECK(cfg.model_type == "unlimited-ocr");
   CHECK(cfg.decoder.hidden == 1280);
   CHECK(cfg.decoder.head_dim == 128);
@@ -147,19 +148,19 @@ TEST_CASE("damaged model folders give errors that name the file and tensor") {
   SUBCASE("config that does not match the tensor shapes") {
     ModelCopy m("shape");
     std::string cfg = m.read("config.json");
-    replace_all(cfg, "\"intermediate_size\": 64", "\"intermediate_size\": 65");
+    replace_all(cfg, "\"intermediate_size\": 40", "\"intermediate_size\": 41");
     m.write("config.json", cfg);
     auto msg = error_of([&] { load_all(m.dir.string()); }, Status::invalid_model);
     CHECK(msg.find("model.layers.0.mlp.gate_proj.weight") != std::string::npos);
-    CHECK(msg.find("[64, 32]") != std::string::npos);
+    CHECK(msg.find("[40, 16]") != std::string::npos);
   }
   SUBCASE("config with fewer layers than the checkpoint") {
     ModelCopy m("layers");
     std::string cfg = m.read("config.json");
-    replace_all(cfg, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    replace_all(cfg, "\"num_hidden_layers\": 3", "\"num_hidden_layers\": 2");
     m.write("config.json", cfg);
     auto msg = error_of([&] { load_all(m.dir.string()); }, Status::invalid_model);
-    CHECK(msg.find("model.layers.1") != std::string::npos);
+    CHECK(msg.find("model.layers.2") != std::string::npos);
   }
   SUBCASE("index names a tensor the shard lacks") {
     ModelCopy m("index");
@@ -197,14 +198,15 @@ TEST_CASE("npy round trip and golden arrays") {
   CHECK(a.shape == std::vector<int64_t>{2, 3});
   CHECK(a.to_f32() == v);
   fs::remove(p);
-  auto ids = uocr::read_npy(tiny() + "/input_ids.npy").to_i64();
-  REQUIRE(ids.size() == 278);
+  auto ids = uocr::read_npy(uocr_test::golden("input_ids.npy")).to_i64();
+  REQUIRE(ids.size() == 277);  // BOS, 273 x <image>, "document parsing."
   CHECK(ids[0] == 0);
   CHECK(ids[1] == 128815);
-  CHECK(ids[277] == 16);
-  auto img = uocr::read_npy(tiny() + "/image_normalized.npy");
-  CHECK(img.descr == "<f2");
-  CHECK(img.shape == std::vector<int64_t>{1, 3, 1024, 1024});
+  CHECK(ids[274] == 34030);
+  CHECK(ids[276] == 16);
+  auto neck = uocr::read_npy(uocr_test::golden("sam_neck.npy"));
+  CHECK(neck.descr == "<f4");
+  CHECK(neck.shape == std::vector<int64_t>{1, 24, 64, 64});
   error_of([] { uocr::read_npy(tiny() + "/config.json"); }, Status::invalid_argument);
 }
 
@@ -212,7 +214,7 @@ TEST_CASE("linear kernel matches a naive product for bf16 weights, decode and GE
   auto cfg = uocr::ModelConfig::load(tiny() + "/config.json");
   auto ck = uocr::Checkpoint::open(tiny());
   auto w = uocr::ModelWeights::bind(ck, cfg);
-  const auto& l = w.sam.blocks[0].lin1;  // [256, 64] with bias
+  const auto& l = w.sam.blocks[0].lin1;  // [192, 48] with bias
   const std::vector<float> wf = l.weight->to_vector(), bf = l.bias->to_vector();
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;

@@ -7,8 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -21,38 +19,16 @@
 
 namespace {
 
-namespace fs = std::filesystem;
 
 constexpr int64_t kTokens = 20000;      // R-SWA
 constexpr int64_t kFullTokens = 4000;   // full attention
 constexpr int kWindow = 128;  // upstream's n
 
-// tiny-b (3 layers, GQA 4/2 heads of 4) because its max_position_embeddings is 32768: tiny-a and
-// the demo model stop at 8192 positions. Its folder has no tokenizer, so the model folder is
-// assembled in a temp dir from symlinks with the published tokenizer, as test_reference_cases does.
-struct TinyB {
-  fs::path dir;
-  std::shared_ptr<const uocr::Model> model;
-
-  TinyB() {
-    const fs::path ref = fs::path(uocr_test::source_dir()) / "tests/data/reference/tiny-b";
-    dir = fs::temp_directory_path() / ("uocr_long_decode_" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir);
-    for (const char* f : {"config.json", "model.safetensors.index.json", "model-00001-of-000001.safetensors"})
-      fs::create_symlink(fs::absolute(ref / f), dir / f);
-    fs::create_symlink(fs::absolute(fs::path(uocr_test::shared_dir()) / "unlimited-ocr/tokenizer.json"), dir / "tokenizer.json");
-    model = uocr::Model::load(dir.string());
-  }
-  ~TinyB() {
-    model.reset();
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
-
+// tiny-b (3 layers, GQA 4/2 heads of 4) because its max_position_embeddings is 32768: the demo
+// model stops at 8192 positions.
 std::shared_ptr<const uocr::Model> tiny_b() {
-  static TinyB m;
-  return m.model;
+  static const std::shared_ptr<const uocr::Model> m = uocr::Model::load(uocr_test::golden_model_dir());
+  return m;
 }
 
 // K and V, float32, every layer: what one token costs in the cache, from the config alone.
@@ -82,7 +58,7 @@ LongRun decode_long(int window, int64_t tokens) {
   p.min_new_tokens = tokens;
   p.loop_guard = false;
   uocr::Session s(tiny_b(), p);
-  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   LongRun r;
   r.window = s.effective_window();
   r.ids.reserve(size_t(tokens));

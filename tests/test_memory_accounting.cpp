@@ -1,7 +1,7 @@
 // The session's memory report is what the heap holds, not an estimate. This executable counts
 // every byte the C heap hands out: malloc and its relatives are replaced below (over glibc's
 // __libc_* entry points), so operator new, Eigen's aligned buffers and the OpenMP runtime are all
-// seen. A one-page session then runs on tiny-a and its MemoryStats are checked against the
+// seen. A one-page session then runs on the golden model (tiny-b) and its MemoryStats are checked against the
 // heap's growth during the run.
 #include <doctest/doctest.h>
 
@@ -101,13 +101,13 @@ TEST_CASE("a one-page session reports the KV and scratch bytes the heap holds fo
 #ifdef _OPENMP
   omp_set_num_threads(1);  // one thread's scratch slices, and no worker threads allocating meanwhile
 #endif
-  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_model_dir());
   uocr::SessionParams p;
   p.max_new_tokens = 64;
   p.min_new_tokens = 64;
   p.loop_guard = false;
   uocr::Session s(model, p);
-  s.add_page(uocr::load_image(uocr_test::tiny_a("page.png")));
+  s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   // First run: what a process builds once, whatever the session (the CPU kernels' thread-local
   // weight panels), so that the second run's growth is the session's own.
   s.run();
@@ -134,12 +134,12 @@ TEST_CASE("a one-page session reports the KV and scratch bytes the heap holds fo
   CHECK(largest.kv_allocated_bytes + largest.scratch_bytes <= m.peak_bytes);
   // Never more than the heap held: each reported byte is a byte of a live buffer.
   CHECK(m.peak_bytes <= size_t(growth));
-  // And most of it: measured 32.6 of 44.8 MB (73%). The rest is the page's normalised view,
+  // And most of it. The rest is the page's normalised view,
   // 3 x 1024 x 1024 floats (12.6 MB) that the page source holds while the encoder reads it: the
   // encoder's input, not engine memory (the peak is at that moment; the decoder's buffers come
   // after it). The real-size encoder's workspace for the same view is ~210 MB, so there the view
-  // is ~6% of the peak. The bounds: at least 70%, and the view explains the whole gap.
+  // is ~6% of the peak. The bounds: at least 65%, and the view explains the whole gap.
   const size_t view = size_t(3) * 1024 * 1024 * sizeof(float);
-  CHECK(double(m.peak_bytes) >= 0.70 * double(growth));
+  CHECK(double(m.peak_bytes) >= 0.65 * double(growth));
   CHECK(double(m.peak_bytes + view) >= 0.98 * double(growth));
 }

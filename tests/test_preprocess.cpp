@@ -1,6 +1,6 @@
 // Image decoding, Pillow-exact geometry, the upstream preprocessing modes and the position-table
 // interpolation, against fixtures made by tools/preprocess/gen_fixtures.py (Pillow, PyTorch) and
-// the golden page of tiny-a (tensor captured from upstream infer()).
+// the golden page (checksum of the tensor captured from upstream infer(), tests/data/reference/golden).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -316,18 +316,21 @@ TEST_CASE("views of every mode match upstream infer()") {
 }
 
 TEST_CASE("golden page: decode + base preprocessing equals the tensor captured from upstream") {
-  const std::string dir = uocr_test::golden_dir("tiny-a");
-  const uocr::PreparedImage p = uocr::prepare_image(uocr::load_image(dir + "/page.png"), uocr::preset_base());
-  const uocr::NpyArray want = uocr::read_npy(dir + "/image_normalized.npy");
-  REQUIRE(want.shape == std::vector<int64_t>{1, 3, 1024, 1024});
+  const uocr::PreparedImage p = uocr::prepare_image(uocr::load_image(uocr_test::golden("page.png")), uocr::preset_base());
+  std::ifstream f(uocr_test::golden("golden.json"));
+  REQUIRE(f.good());
+  const json view = json::parse(f)["view"];
+  REQUIRE(view["shape"] == json::array({3, 1024, 1024}));
   REQUIRE(p.global_size == 1024);
   CHECK(p.tiles_chw.empty());
-  const std::vector<float> w = want.to_f32();
-  REQUIRE(w.size() == p.global_chw.size());
-  size_t bad = 0;
-  for (size_t i = 0; i < w.size(); ++i) bad += w[i] != p.global_chw[i];
-  CHECK(bad == 0);
+  bool all_bf16 = false;
+  CHECK(uocr_test::bf16_hash(p.global_chw, &all_bf16) == view["bf16_hash"].get<std::string>());
+  CHECK(all_bf16);
+  double sum = 0;
+  for (float v : p.global_chw) sum += v;
+  CHECK(sum == doctest::Approx(view["sum"].get<double>()).epsilon(1e-12));
   CHECK(uocr::visual_token_count(p) == 273);
+  CHECK(p.global_chw == uocr_test::golden_view());
 }
 
 TEST_CASE("normalised values are bf16(((u8/255) - 0.5) / 0.5), pad colour included") {

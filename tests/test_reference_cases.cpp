@@ -1,8 +1,8 @@
 // The whole pipeline against upstream-PyTorch reference cases (tests/data/reference/, written by
 // tools/reference/make_reference.py from the unmodified Unlimited-OCR remote code): gundam single
 // pages with several tile grids and a <= 640 px page, multi-page prompts (2 and 3 pages) with
-// teacher-forced R-SWA decoding, and base mode on the tiny-a dimensions as model_type
-// "unlimited-ocr". Everything starts from the committed PNGs: preprocessing (bf16 checksums of
+// teacher-forced R-SWA decoding, and base mode on a padded page (plus the tiny-a dimensions where
+// the optional shared/golden/tiny-a is present). Everything starts from the committed PNGs: preprocessing (bf16 checksums of
 // every view), visual tokens, prompt ids, prefill logits and decode logits.
 #include <doctest/doctest.h>
 
@@ -53,8 +53,8 @@ json read_json(const std::string& path) {
 }
 
 // A complete model folder in a temp dir: config.json from tests/data/reference/<name>/, the
-// weights from there too (tiny-b) or from shared/golden/tiny-a (tiny-a-uocr, see manifest.json),
-// tokenizer.json from shared/unlimited-ocr/ (4.7 MB, not duplicated in the repo). Symlinks only.
+// weights from there too (tiny-b) or from the optional shared/golden/tiny-a (tiny-a-uocr, see
+// manifest.json), the tokenizer from tests/data/unlimited-ocr/. Symlinks only.
 struct RefModel {
   fs::path dir;
   std::shared_ptr<const uocr::Model> model;
@@ -73,7 +73,8 @@ struct RefModel {
     link(fs::path(ref_dir()) / name / "config.json", "config.json");
     link(wdir / "model.safetensors.index.json", "model.safetensors.index.json");
     link(wdir / "model-00001-of-000001.safetensors", "model-00001-of-000001.safetensors");
-    link(fs::path(uocr_test::shared_dir()) / "unlimited-ocr" / "tokenizer.json", "tokenizer.json");
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+      link(fs::path(uocr_test::published_dir()) / f, f);
     model = uocr::Model::load(dir.string());
     enc = std::make_unique<uocr::VisionEncoder>(model->config(), model->weights());
   }
@@ -92,21 +93,6 @@ RefModel& ref_model(const std::string& name) {
   return *m;
 }
 
-// Exact checksum of a bf16-valued view (the generator's bf16_hash): sum over the flat CHW index i
-// of bits16(x_i) * (i * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) mod 2^64.
-std::string bf16_hash(const std::vector<float>& v, bool& all_bf16) {
-  uint64_t h = 0;
-  all_bf16 = true;
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint32_t b;
-    std::memcpy(&b, &v[i], 4);
-    all_bf16 &= (b & 0xFFFFu) == 0;
-    h += uint64_t(b >> 16) * (uint64_t(i) * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 using uocr_test::row_error;
 using uocr_test::RowError;
@@ -178,7 +164,7 @@ void run_case(const std::string& name) {
     INFO(name << ": " << kind << " view " << idx << " of " << v["image"].get<std::string>());
     CHECK(json({3, side, side}) == v["shape"]);
     bool all_bf16 = false;
-    const std::string h = bf16_hash(chw, all_bf16);
+    const std::string h = uocr_test::bf16_hash(chw, &all_bf16);
     CHECK(all_bf16);
     double sum = 0;
     for (float x : chw) sum += x;
@@ -283,7 +269,7 @@ void run_case(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("reference model folders: tiny-b (GQA, 3 layers, 6 experts top-3) and tiny-a dims load as unlimited-ocr") {
+TEST_CASE("reference model folder: tiny-b (GQA, 3 layers, 6 experts top-3) loads as unlimited-ocr") {
   const uocr::ModelConfig& b = ref_model("tiny-b").model->config();
   CHECK(b.model_type == "unlimited-ocr");
   CHECK(b.decoder.hidden == 16);
@@ -299,11 +285,6 @@ TEST_CASE("reference model folders: tiny-b (GQA, 3 layers, 6 experts top-3) and 
   CHECK(b.sam.global_layers == std::vector<int>{1});
   CHECK(b.clip.width == 48);
   CHECK(ref_model("tiny-b").model->checkpoint().unused().empty());
-  const uocr::ModelConfig& a = ref_model("tiny-a-uocr").model->config();
-  CHECK(a.model_type == "unlimited-ocr");
-  CHECK(a.decoder.hidden == 32);
-  CHECK(a.decoder.sliding_window == 128);
-  CHECK(ref_model("tiny-a-uocr").model->checkpoint().unused().empty());
 }
 
 TEST_CASE("reference gundam_small: a page within 640 x 640 (global view only)") { run_case("gundam_small"); }
@@ -312,6 +293,19 @@ TEST_CASE("reference gundam_2x3: portrait page upscaled to 2 x 3 tiles, 12 decod
 TEST_CASE("reference gundam_1x2: 640 px wide tall page, 1 x 2 tiles") { run_case("gundam_1x2"); }
 TEST_CASE("reference multi_2: infer_multi with 2 pages, 40 R-SWA (n=8) decode steps") { run_case("multi_2"); }
 TEST_CASE("reference multi_3: infer_multi with 3 pages, 40 R-SWA (n=8) decode steps") { run_case("multi_3"); }
-TEST_CASE("reference base_tiny_a_uocr: base mode, tiny-a dims, 160 R-SWA (n=128) decode steps") {
+TEST_CASE("reference base_tiny_b: base mode on a padded page, 160 R-SWA (n=8) decode steps") { run_case("base_tiny_b"); }
+
+// An extra case where the optional reference material is present (UOCR_SHARED_DIR with
+// golden/tiny-a): the tiny-a dimensions (MHA, head_dim 8) with a 128-token window.
+TEST_CASE("reference base_tiny_a_uocr (with shared/golden/tiny-a): base mode, tiny-a dims, 160 R-SWA (n=128) decode steps") {
+  if (uocr_test::shared_dir().empty() || !fs::exists(fs::path(uocr_test::shared_dir()) / "golden" / "tiny-a" / "model-00001-of-000001.safetensors")) {
+    MESSAGE("no shared/golden/tiny-a: the extra case has nothing to run");
+    return;
+  }
+  const uocr::ModelConfig& a = ref_model("tiny-a-uocr").model->config();
+  CHECK(a.model_type == "unlimited-ocr");
+  CHECK(a.decoder.hidden == 32);
+  CHECK(a.decoder.sliding_window == 128);
+  CHECK(ref_model("tiny-a-uocr").model->checkpoint().unused().empty());
   run_case("base_tiny_a_uocr");
 }

@@ -41,13 +41,13 @@ namespace {
 namespace fs = std::filesystem;
 
 std::shared_ptr<const uocr::Model> tiny_model() {
-  static auto model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  static auto model = uocr::Model::load(uocr_test::golden_model_dir());
   return model;
 }
 
 std::vector<std::string> page_files() {
   const std::string imgs = uocr_test::source_dir() + "/tests/data/reference/images/";
-  return {uocr_test::golden_dir("tiny-a") + "/page.png", imgs + "page_a_800x1000.png", imgs + "page_b_1100x700.png"};
+  return {uocr_test::golden("page.png"), imgs + "page_a_800x1000.png", imgs + "page_b_1100x700.png"};
 }
 
 std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_resume_" + name)).string(); }
@@ -224,7 +224,7 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
   const std::string ref_out = tmp("ref.md"), out = tmp("killed.md"), ck = tmp("cli.ckpt");
   for (const std::string& f : {ref_out, out, ck}) fs::remove(f);
   // Three pages, two held; random weights write no <PAGE>, so the fallback slides at token 80.
-  std::vector<std::string> common = {"run", "--model", uocr_test::golden_dir("tiny-a"), "--max-tokens", "300",
+  std::vector<std::string> common = {"run", "--model", uocr_test::golden_model_dir(), "--max-tokens", "300",
                                      "--loop-guard", "off", "--pages-per-group", "2", "--overlap", "1",
                                      "--page-fallback-tokens", "80", "--quiet"};
   const std::vector<std::string> pages = page_files();
@@ -262,7 +262,7 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
   REQUIRE(partial.size() < expected.size());
 
   // Refused: other parameters (exit 2, says which), a damaged copy (exit 1), no checkpoint.
-  std::vector<std::string> other = with({"-o", out, "--checkpoint", ck, "--resume", "--window", "8"});
+  std::vector<std::string> other = with({"-o", out, "--checkpoint", ck, "--resume", "--window", "16"});
   CHECK(run_cli(other, &log) == 2);
   CHECK(log.find("other parameters") != std::string::npos);
   const std::string damaged = tmp("damaged.ckpt");

@@ -1,5 +1,5 @@
 // Session: pages in, events out. Output parsing of <PAGE> markers and <|det|> blocks, and real
-// runs of the tiny-a golden model (random weights: the text is gibberish, but deterministic).
+// runs of the golden model (tiny-b) (random weights: the text is gibberish, but deterministic).
 #include <doctest/doctest.h>
 
 #include <random>
@@ -38,7 +38,7 @@ Parsed parse_chunked(const std::string& text, unsigned seed) {
 }
 
 std::shared_ptr<const uocr::Model> tiny_model() {
-  static auto model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  static auto model = uocr::Model::load(uocr_test::golden_model_dir());
   return model;
 }
 
@@ -77,7 +77,7 @@ TEST_CASE("a begun page marker: the parser reports its prefix, only its continua
   }
   // The published tokenizer writes the marker as "<P" "AGE" ">" (">\n" before a newline); the demo
   // model's one letter at a time.
-  const uocr::Tokenizer published = uocr::Tokenizer::load(uocr_test::shared_dir() + "/unlimited-ocr/tokenizer.json");
+  const uocr::Tokenizer published = uocr::Tokenizer::load(uocr_test::published_dir() + "/tokenizer.json");
   const uocr::Tokenizer demo = uocr::Tokenizer::load(uocr_test::source_dir() + "/models/uocr-demo/tokenizer.json");
   const uocr::MarkerCompletion pc(published), dc(demo);
   const auto id = [](const uocr::Tokenizer& t, const std::string& text) {
@@ -109,7 +109,7 @@ TEST_CASE("a session streams tokens whose text adds up to the transcript, determ
   uocr::SessionParams params;
   params.max_new_tokens = 24;
   uocr::Session s(tiny_model(), params);
-  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   uocr_test::Recorded streamed;
   const uocr::RunSummary a = s.run(uocr_test::recorder(streamed));
   CHECK(a.stop == uocr::StopReason::max_tokens);
@@ -119,10 +119,11 @@ TEST_CASE("a session streams tokens whose text adds up to the transcript, determ
   CHECK(a.prompt_tokens == 277);  // BOS + 273 + "document parsing."
   CHECK(streamed.text.find(a.text) != std::string::npos);
   CHECK_FALSE(a.empty);
-  // R-SWA with the default window 128: after 24 tokens the window holds 24 rows.
-  const size_t per_token = 2 * 32 * 4 * 2;  // K+V, hidden 32, float32, 2 layers
+  // R-SWA with the config's window (8): after 23 fed-back tokens (the last one is not) the
+  // window holds 8 rows.
+  const size_t per_token = 2 * 2 * 4 * 4 * 3;  // K+V, 2 KV heads of 4, float32, 3 layers
   CHECK(a.memory.reference_kv_bytes == 277 * per_token);
-  CHECK(a.memory.window_kv_bytes == 23 * per_token);  // the last token is not fed back
+  CHECK(a.memory.window_kv_bytes == 8 * per_token);
   CHECK(a.memory.peak_kv_bytes == a.memory.reference_kv_bytes + a.memory.window_kv_bytes);
   const uocr::RunSummary b = s.run();
   CHECK(b.text == a.text);
@@ -171,7 +172,7 @@ TEST_CASE("Session is exactly the one-shot decode: full attention, and a gundam 
     const uocr::PreprocessConfig views = gundam ? uocr::preset_gundam() : uocr::PreprocessConfig{1024, 1024, false};
     CHECK(ids == decode_by_hand(page, views, params.window, 12));
     CHECK(r.visual_tokens > (gundam ? 273 : 272));  // gundam adds tiles to the 273 global tokens
-    const size_t per_token = 2 * 32 * 4 * 2;
+    const size_t per_token = 2 * 2 * 4 * 4 * 3;
     CHECK(r.memory.window_kv_bytes == size_t(gundam ? 4 : 11) * per_token);
   }
 }
@@ -180,7 +181,7 @@ TEST_CASE("cancellation from the callback stops the run and says so") {
   uocr::SessionParams params;
   params.max_new_tokens = 50;
   uocr::Session s(tiny_model(), params);
-  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   int seen = 0;
   const uocr::RunSummary r = s.run([&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++seen < 5; });
   CHECK(r.stop == uocr::StopReason::cancelled);
@@ -197,7 +198,7 @@ TEST_CASE("session misuse is an error, not a crash") {
   uocr::SessionParams no_image;
   no_image.prompt = "Free OCR.";
   uocr::Session s(tiny_model(), no_image);
-  s.add_page(uocr::load_image(uocr_test::golden_dir("tiny-a") + "/page.png"));
+  s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   CHECK_THROWS_AS(s.run(), uocr::Error);
 }
 

@@ -1,7 +1,7 @@
 // SR-SWA (uocr/decoder/sparse_reference.hpp): the Quest bound, the gate tree (node bounds, updates,
 // same pages as a flat gate), the gathered kernel against a naive attention over the selected rows,
 // full budgets bit-identical to dense R-SWA (one-shot and page groups), logits deviation as budgets
-// shrink (tiny-a golden and the 3-page tiny-b case), summaries following page-group slides, and a
+// shrink (the golden 1-page case and the 3-page multi_3 case, both tiny-b), summaries following page-group slides, and a
 // standalone timing (skipped unless run with --no-skip).
 #include <doctest/doctest.h>
 
@@ -79,8 +79,8 @@ uocr::DecoderConfig attention_config(int layers, int heads, int kv_heads, int he
   return c;
 }
 
-Case& tiny_a() {  // 1 page of 273, "document parsing.", 300 generated, R-SWA n = 128
-  static Case c(uocr_test::golden_dir("tiny-a") + "/config.json", uocr_test::golden_dir("tiny-a"), uocr_test::golden_dir("tiny-a"), 1, 128);
+Case& golden() {  // tiny-b, 1 page of 273, "document parsing.", 300 generated, R-SWA n = 128
+  static Case c(uocr_test::golden_model_dir() + "/config.json", uocr_test::golden_model_dir(), uocr_test::golden(""), 1, 128);
   return c;
 }
 Case& multi3() {  // tiny-b, 3 pages of 273, 40 generated, R-SWA n = 8
@@ -294,7 +294,7 @@ TEST_CASE("a tree gate whose beam covers every level passes the flat gate's page
 }
 
 TEST_CASE("SR-SWA with budgets covering everything is dense R-SWA, bit for bit") {
-  for (Case* c : {&tiny_a(), &multi3()}) {
+  for (Case* c : {&golden(), &multi3()}) {
     const std::vector<std::vector<float>> dense = c->run(nullptr);
     for (const uocr::SparseParams& sp : {uocr::SparseParams{16, 0, 0, true}, uocr::SparseParams{16, int(c->pages), int(c->blocks(16)), true},
                                          uocr::SparseParams{17, 100, 100000, true}}) {
@@ -320,7 +320,7 @@ TEST_CASE("SR-SWA logits deviation from dense R-SWA as budgets shrink (table)") 
   struct Row {
     int pages, blocks;
   };
-  for (Case* c : {&tiny_a(), &multi3()}) {
+  for (Case* c : {&golden(), &multi3()}) {
     const std::vector<std::vector<float>> dense = c->run(nullptr);
     const int per_page = int((c->page_tokens + 15) / 16);
     std::vector<Row> grid;

@@ -16,7 +16,7 @@ using uocr_test::status_of;
 
 namespace {
 
-std::string tokenizer_path() { return uocr_test::shared_dir() + "/unlimited-ocr/tokenizer.json"; }
+std::string tokenizer_path() { return uocr_test::published_dir() + "/tokenizer.json"; }
 
 const uocr::Tokenizer& deepseek() {
   static const uocr::Tokenizer tok = uocr::Tokenizer::load(tokenizer_path());

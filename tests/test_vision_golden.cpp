@@ -1,4 +1,4 @@
-// DeepEncoder (SAM -> CLIP -> projector) and the visual-token layout against the tiny-a upstream
+// DeepEncoder (SAM -> CLIP -> projector) and the visual-token layout against the golden upstream
 // PyTorch reference (float32), plus the gundam tile layout and 640 px tiles.
 #include <doctest/doctest.h>
 
@@ -19,7 +19,7 @@ using uocr_test::to_chw;
 
 namespace {
 
-std::string tiny() { return uocr_test::golden_dir("tiny-a"); }
+std::string tiny() { return uocr_test::golden_model_dir(); }
 
 struct TinyModel {
   uocr::ModelConfig cfg = uocr::ModelConfig::load(tiny() + "/config.json");
@@ -34,7 +34,7 @@ const TinyModel& model() {
 }
 
 std::vector<float> golden(const std::string& name, const std::vector<int64_t>& shape) {
-  const uocr::NpyArray a = uocr::read_npy(tiny() + "/" + name);
+  const uocr::NpyArray a = uocr::read_npy(uocr_test::golden(name));
   REQUIRE(a.shape == shape);
   return a.to_f32();
 }
@@ -69,25 +69,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-TEST_CASE("tiny-a 1024 view: SAM, CLIP, projector and visual tokens match the upstream reference") {
+TEST_CASE("golden 1024 view: SAM, CLIP, projector and visual tokens match the upstream reference") {
   const TinyModel& m = model();
-  const std::vector<float> image = golden("image_normalized.npy", {1, 3, 1024, 1024});
+  const std::vector<float>& image = uocr_test::golden_view();
 
   uocr::VisionCaptures cap;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> feats = m.enc.encode_view(image.data(), 1024, &cap);
-  MESSAGE("tiny-a 1024 view forward: " << seconds_since(t0) << " s");
+  MESSAGE("golden 1024 view forward: " << seconds_since(t0) << " s");
 
   REQUIRE(cap.sam_neck.h == 64);
   REQUIRE(cap.sam_out.h == 16);
-  check_close("sam_neck", to_chw(cap.sam_neck), golden("sam_neck.npy", {1, 32, 64, 64}));
-  check_close("sam_out", to_chw(cap.sam_out), golden("sam_out.npy", {1, 128, 16, 16}));
-  check_close("clip_out", cap.clip_out, golden("clip_out.npy", {1, 257, 128}));
-  check_close("projector_out", feats, golden("projector_out.npy", {256, 32}));
+  check_close("sam_neck", to_chw(cap.sam_neck), golden("sam_neck.npy", {1, 24, 64, 64}));
+  check_close("sam_out", to_chw(cap.sam_out), golden("sam_out.npy", {1, 48, 16, 16}));
+  check_close("clip_out", cap.clip_out, golden("clip_out.npy", {1, 257, 48}));
+  check_close("projector_out", feats, golden("projector_out.npy", {256, 16}));
 
   const std::vector<float> tokens = m.enc.layout_tokens(feats, {}, 0, 0);
-  CHECK(int64_t(tokens.size()) == m.enc.token_count(1024, 0, 0, 0) * 32);
-  check_close("vision_tokens", tokens, golden("vision_tokens.npy", {273, 32}));
+  CHECK(int64_t(tokens.size()) == m.enc.token_count(1024, 0, 0, 0) * 16);
+  check_close("vision_tokens", tokens, golden("vision_tokens.npy", {273, 16}));
 }
 
 TEST_CASE("gundam layout: local stitched grid with a newline per row, then global, then separator") {
@@ -142,7 +142,7 @@ TEST_CASE("gundam layout: local stitched grid with a newline per row, then globa
 
 TEST_CASE("640 tile forward runs with interpolated position tables and is finite") {
   const TinyModel& m = model();
-  const std::vector<float> image = golden("image_normalized.npy", {1, 3, 1024, 1024});
+  const std::vector<float>& image = uocr_test::golden_view();
   std::vector<float> tile(size_t(3) * 640 * 640);  // top-left 640 px of the page
   for (int c = 0; c < 3; ++c)
     for (int y = 0; y < 640; ++y)
@@ -151,11 +151,11 @@ TEST_CASE("640 tile forward runs with interpolated position tables and is finite
   uocr::VisionCaptures cap;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> feats = m.enc.encode_view(tile.data(), 640, &cap);
-  MESSAGE("tiny-a 640 tile forward: " << seconds_since(t0) << " s");
+  MESSAGE("golden model 640 tile forward: " << seconds_since(t0) << " s");
   CHECK(cap.sam_neck.h == 40);
   CHECK(cap.sam_out.h == 10);
-  CHECK(cap.clip_out.size() == size_t(101 * 128));
-  CHECK(feats.size() == size_t(100 * 32));
+  CHECK(cap.clip_out.size() == size_t(101 * 48));
+  CHECK(feats.size() == size_t(100 * 16));
   CHECK(all_finite(cap.sam_neck.data));
   CHECK(all_finite(cap.clip_out));
   CHECK(all_finite(feats));

@@ -1,6 +1,6 @@
 // Backend conformance: the same op cases run on the CPU backend and on the Vulkan backend, each
 // against a float64 reference with a per-op error budget (and Vulkan against CPU); then the golden
-// end-to-end decoder checks of tiny-a (prefill logits, every prefix position, teacher-forced
+// end-to-end decoder checks of the golden model (prefill logits, every prefix position, teacher-forced
 // decode with full attention and R-SWA n=8) through both backends. Runs on any Vulkan device;
 // CI uses Mesa lavapipe (CPU, headless). With UOCR_VK_VALIDATION=1 (set by meson test) the
 // Khronos validation layer is on and every case asserts zero validation errors. Also: the error
@@ -432,7 +432,7 @@ TEST_CASE("op conformance: causal prefill attention and decode attention over re
   }
 }
 
-TEST_CASE("op conformance: embedding rows, dense MLP and MoE layer (tiny-a weights)") {
+TEST_CASE("op conformance: embedding rows, dense MLP and MoE layer (golden tiny-b weights)") {
   Env& e = Env::get();
   const uocr::DecoderConfig& d = e.cfg.decoder;
   {
@@ -610,24 +610,24 @@ struct VulkanRunner {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("golden tiny-a: prefill logits at every prefix position", Runner, CpuRunner, VulkanRunner) {
+TEST_CASE_TEMPLATE("golden (tiny-b): prefill logits at every prefix position", Runner, CpuRunner, VulkanRunner) {
   uocr_test::golden_prefill<Runner>(Env::get());
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden prefill");
 }
 
-TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, full attention", Runner, CpuRunner, VulkanRunner) {
+TEST_CASE_TEMPLATE("golden (tiny-b): teacher-forced decode, full attention", Runner, CpuRunner, VulkanRunner) {
   uocr_test::golden_decode<Runner>(Env::get(), "full_attention", 0);
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode full");
 }
 
-TEST_CASE_TEMPLATE("golden tiny-a: teacher-forced decode, R-SWA n=8", Runner, CpuRunner, VulkanRunner) {
+TEST_CASE_TEMPLATE("golden (tiny-b): teacher-forced decode, R-SWA n=8", Runner, CpuRunner, VulkanRunner) {
   uocr_test::golden_decode<Runner>(Env::get(), "rswa_n8", 8);
   if (std::string(Runner::name) == "vulkan") check_no_validation_errors("golden decode rswa n8");
 }
 
-TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, visual tokens, prefill logits") {
+TEST_CASE("golden (tiny-b) vision and end to end on Vulkan: SAM, CLIP, projector, visual tokens, prefill logits") {
   Env& e = Env::get();
-  const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
+  const std::vector<float> image = uocr_test::golden_view();
   vk::VulkanVisionEncoder venc(e.vk(), e.cfg, e.w);
   uocr::VisionEncoder cenc(e.cfg, e.w);
   const uocr_test::GoldenView view = uocr_test::check_golden_view("vulkan", venc, cenc, image);
@@ -644,7 +644,7 @@ TEST_CASE("golden tiny-a vision and end to end on Vulkan: SAM, CLIP, projector, 
     VulkanRunner run;
     auto cache = run.cache(8);
     const std::vector<float> logits = run.dec.prefill(run.dec.embed_prompt(e.input_ids, visual), 0, cache);
-    const RowError err = row_error(logits, uocr_test::tiny_a_f32("prefill_logits.npy"));
+    const RowError err = row_error(logits, uocr_test::golden_f32("prefill_logits.npy"));
     MESSAGE("vulkan image -> visual tokens -> prefill logits: rel err " << err.rel << " (max abs " << err.max_abs << ")");
     CHECK(err.rel <= 1e-4);
   }

@@ -371,7 +371,7 @@ std::string tmp(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("uocr_vulkan_" + std::to_string(getpid()) + "_" + name)).string();
 }
 
-// tests/resume_case.hpp's document, on the demo model (tiny-a's 129k-token vocabulary is slow on
+// tests/resume_case.hpp's document, on the demo model (the golden model.s 129k-token vocabulary is slow on
 // lavapipe).
 std::vector<std::string> resume_pages() {
   return {sample("demo-page1.png"), sample("demo-page2.png"), sample("demo-page3.png")};

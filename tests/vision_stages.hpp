@@ -31,7 +31,7 @@ inline void check_stage(const std::string& backend, const std::string& name, con
   CHECK(c.rel <= 1e-5);
 }
 
-// A device encoder's stages on the golden tiny-a 1024 view `image` (SAM neck, SAM out, CLIP,
+// A device encoder's stages on the golden (tiny-b) 1024 view `image` (SAM neck, SAM out, CLIP,
 // projector) against the upstream captures and the CPU encoder's; the projected features of both.
 struct GoldenView {
   std::vector<float> device, cpu;
@@ -43,10 +43,10 @@ GoldenView check_golden_view(const std::string& backend, Encoder& enc, const uoc
   GoldenView v{enc.encode_view(image.data(), 1024, &dc), cpu.encode_view(image.data(), 1024, &cc)};
   REQUIRE(dc.sam_neck.h == 64);
   REQUIRE(dc.sam_out.h == 16);
-  check_stage(backend, "sam_neck", to_chw(dc.sam_neck), tiny_a_f32("sam_neck.npy"), to_chw(cc.sam_neck));
-  check_stage(backend, "sam_out", to_chw(dc.sam_out), tiny_a_f32("sam_out.npy"), to_chw(cc.sam_out));
-  check_stage(backend, "clip_out", dc.clip_out, tiny_a_f32("clip_out.npy"), cc.clip_out);
-  check_stage(backend, "projector_out", v.device, tiny_a_f32("projector_out.npy"), v.cpu);
+  check_stage(backend, "sam_neck", to_chw(dc.sam_neck), golden_f32("sam_neck.npy"), to_chw(cc.sam_neck));
+  check_stage(backend, "sam_out", to_chw(dc.sam_out), golden_f32("sam_out.npy"), to_chw(cc.sam_out));
+  check_stage(backend, "clip_out", dc.clip_out, golden_f32("clip_out.npy"), cc.clip_out);
+  check_stage(backend, "projector_out", v.device, golden_f32("projector_out.npy"), v.cpu);
   return v;
 }
 

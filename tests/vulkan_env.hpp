@@ -1,5 +1,5 @@
 // What the Vulkan test executables share (tests/test_vulkan.cpp, tests/test_vulkan_session.cpp):
-// the check that the validation layer reported no errors, and the tiny-a fixture with one
+// the check that the validation layer reported no errors, and the golden fixture with one
 // Context and the decoder's device weights, built once.
 #pragma once
 #include <doctest/doctest.h>
@@ -20,7 +20,7 @@ inline void check_no_validation_errors(uocr::vulkan::Context& c, const std::stri
   CHECK(c.validation_errors() == 0);
 }
 
-// The tiny-a golden model, a Context and the decoder's device weights, uploaded on first use.
+// The golden model (tiny-b), a Context and the decoder's device weights, uploaded on first use.
 struct VulkanEnv : DeviceGolden<uocr::vulkan::Context, uocr::vulkan::DecoderDeviceWeights> {
   static VulkanEnv& get() {
     static VulkanEnv e;

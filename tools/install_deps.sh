@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that building and testing uocr needs (run as root).
+# Installs the Debian packages that building and testing uocr needs. As root it installs them
+# itself; otherwise it re-runs itself through sudo, where there is one.
 set -euo pipefail
+if ((EUID != 0)); then
+  if command -v sudo >/dev/null 2>&1; then
+    exec sudo -- bash "$0" "$@"
+  fi
+  echo "install_deps.sh: installing packages needs root: run it as root (su -c 'bash $0'), or install sudo" >&2
+  exit 1
+fi
 packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev libjpeg-dev doctest-dev
   python3 mono-mcs mono-runtime poppler-utils $(command -v cargo >/dev/null 2>&1 || echo cargo rustc))  # bindings tests; cargo+rustc only if no cargo on PATH (e.g. rustup)
 packages+=(glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)  # Vulkan backend; lavapipe runs its tests without a GPU

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds uocr and runs the whole test suite; prints a closing "N passed, N failed" line.
-# Usage: tools/run_tests.sh [build-dir]   (UOCR_SHARED_DIR overrides ../shared)
+# Usage: tools/run_tests.sh [build-dir]
+# The suite needs nothing outside the repository; UOCR_SHARED_DIR=DIR (a folder with golden/tiny-a)
+# adds the extra reference case that reads it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}

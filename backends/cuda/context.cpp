@@ -40,6 +40,9 @@ DeviceInfo info_of(int index) {
   d.minor = p.minor;
   d.multiprocessors = p.multiProcessorCount;
   d.total_bytes = p.totalGlobalMem;
+  int driver = 0;
+  check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  d.driver = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
   return d;
 }
 

@@ -3,7 +3,7 @@
 // Status::unsupported and the message "no CUDA device: <cuda error string>"; the GPU cases are
 // skipped (doctest counts them as such), the last line says why, and the executable exits 77 so
 // `meson test` reports SKIP rather than a pass (gpu_test.hpp). With a GPU: each op
-// against a float64 reference (and against the CPU backend), the golden tiny-a decoder checks
+// against a float64 reference (and against the CPU backend), the golden (tiny-b) decoder checks
 // (prefill logits at every prefix position, teacher-forced decode with full attention and R-SWA
 // n=8) through CudaDecoder, batched decoding bit-identical to single-stream steps, page groups
 // against the CPU's, and the error paths (bad inputs, bad device index, out of memory).
@@ -36,7 +36,7 @@ using uocr_test::rel_err;
 
 namespace {
 
-// The device (or why there is none) and the tiny-a model, built once.
+// The device (or why there is none) and the golden model (tiny-b), built once.
 struct Env : uocr_test::DeviceGolden<cu::Context, cu::DecoderDeviceWeights> {
   static Env& get() {
     static Env e;
@@ -230,7 +230,7 @@ TEST_CASE("op conformance: causal prefill attention (all rows in one launch), de
   }
 }
 
-TEST_CASE("op conformance: MoE routing ties and the tiny-a dense MLP / MoE layers (device and per-expert paths)" * doctest::skip(no_gpu())) {
+TEST_CASE("op conformance: MoE routing ties and the golden dense MLP / MoE layers (device and per-expert paths)" * doctest::skip(no_gpu())) {
   require_gpu();
   Env& e = Env::get();
   cu::Context& c = *e.ctx;
@@ -273,17 +273,17 @@ struct CudaRunner {
 
 }  // namespace
 
-TEST_CASE("golden tiny-a on CUDA: prefill logits at every prefix position" * doctest::skip(no_gpu())) {
+TEST_CASE("golden (tiny-b) on CUDA: prefill logits at every prefix position" * doctest::skip(no_gpu())) {
   require_gpu();
   uocr_test::golden_prefill<CudaRunner>(Env::get());
 }
 
-TEST_CASE("golden tiny-a on CUDA: teacher-forced decode, full attention" * doctest::skip(no_gpu())) {
+TEST_CASE("golden (tiny-b) on CUDA: teacher-forced decode, full attention" * doctest::skip(no_gpu())) {
   require_gpu();
   uocr_test::golden_decode<CudaRunner>(Env::get(), "full_attention", 0);
 }
 
-TEST_CASE("golden tiny-a on CUDA: teacher-forced decode, R-SWA n=8" * doctest::skip(no_gpu())) {
+TEST_CASE("golden (tiny-b) on CUDA: teacher-forced decode, R-SWA n=8" * doctest::skip(no_gpu())) {
   require_gpu();
   uocr_test::golden_decode<CudaRunner>(Env::get(), "rswa_n8", 8);
 }
@@ -373,7 +373,7 @@ TEST_CASE("CUDA decoder input errors match the CPU decoder's" * doctest::skip(no
 }
 
 TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with one, a CUDA decoder and no vision yet") {
-  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
+  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_model_dir());
   CHECK(uocr::compiled_backends().find("cuda") != std::string::npos);
   Env& e = Env::get();
   if (!e.ctx) {

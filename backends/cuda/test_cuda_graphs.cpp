@@ -1,5 +1,5 @@
 // CUDA graphs of decode steps (CudaDecoder::set_cuda_graphs, Context::capture). With a GPU, on the
-// golden tiny-a model: decode steps replayed from graphs give exactly the logits of the same steps
+// golden (tiny-b) model: decode steps replayed from graphs give exactly the logits of the same steps
 // run eagerly (bit for bit), one sequence and batches of 2 and 3 with different cache lengths,
 // across R-SWA ring wraps, a full-attention cache growing past the graph's key capacity and a
 // prefill that re-sizes the decoder's buffers (both re-capture); the graph counters say the graph

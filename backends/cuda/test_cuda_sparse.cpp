@@ -6,7 +6,7 @@
 // with page groups: partial budgets give the CPU's selections, counts and logits (within the
 // CUDA budget), budgets covering everything give dense CUDA R-SWA bit for bit (the dense shortcut
 // and the span kernel over one merged span both), the CUDA engine takes SR-SWA as the CPU engine
-// does (tiny-a, which has a tokenizer), and a batched step with SR-SWA attached is
+// does (the golden tiny-b, which has a tokenizer), and a batched step with SR-SWA attached is
 // Status::unsupported. Without a usable GPU the cases are skipped and the executable exits 77
 // (gpu_test.hpp).
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -137,11 +137,11 @@ TEST_CASE("SR-SWA on CUDA: budgets covering everything are dense R-SWA bit for b
   }
 }
 
-TEST_CASE("SR-SWA through the CUDA engine matches the CPU engine (tiny-a, one page)" * doctest::skip(no_gpu())) {
-  // A model folder with a tokenizer: the golden tiny-a, its prompt's one page of visual tokens.
-  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
-  const std::vector<int32_t> ids = uocr_test::tiny_a_ids("input_ids.npy"), gen = uocr_test::tiny_a_ids("gen_ids.npy");
-  const std::vector<float> vision = uocr_test::tiny_a_f32("vision_tokens.npy");
+TEST_CASE("SR-SWA through the CUDA engine matches the CPU engine (golden tiny-b, one page)" * doctest::skip(no_gpu())) {
+  // A model folder with a tokenizer: the golden (tiny-b), its prompt's one page of visual tokens.
+  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_model_dir());
+  const std::vector<int32_t> ids = uocr_test::golden_ids("input_ids.npy"), gen = uocr_test::golden_ids("gen_ids.npy");
+  const std::vector<float> vision = uocr_test::golden_f32("vision_tokens.npy");
   const auto image = std::find(ids.begin(), ids.end(), uocr::kImageTokenId);
   uocr::DocumentLayout layout;
   layout.page_tokens = int64_t(vision.size()) / model->config().decoder.hidden;

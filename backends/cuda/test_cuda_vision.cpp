@@ -1,5 +1,5 @@
 // The vision encoder on CUDA (vision.hpp) against the CPU encoder and the upstream captures of
-// the golden tiny-a model: SAM neck (patch embedding, windowed + global attention with rel-pos,
+// the golden (tiny-b) model: SAM neck (patch embedding, windowed + global attention with rel-pos,
 // MLPs, neck convs and LayerNorm2d), the compressor output, CLIP, the projector and the visual
 // tokens of the 1024 global view; those tokens through the CUDA decoder to the reference prefill
 // logits; a 640 tile (resampled position tables, padded windows); the engine's vision() against
@@ -34,9 +34,9 @@ using uocr_test::RowError;
 
 namespace {
 
-// The tiny-a model, a Context and the CUDA encoder on it, made by the first GPU case. The
+// The golden model (tiny-b), a Context and the CUDA encoder on it, made by the first GPU case. The
 // Context outlives the encoder (members are destroyed in reverse order).
-struct Device : uocr_test::TinyAGolden {
+struct Device : uocr_test::GoldenCase {
   cu::Context ctx;
   cu::CudaVisionEncoder enc{ctx, cfg, w};
   static Device& get() {
@@ -47,9 +47,9 @@ struct Device : uocr_test::TinyAGolden {
 
 }  // namespace
 
-TEST_CASE("golden tiny-a vision on CUDA: SAM, CLIP, projector, visual tokens, then prefill logits" * doctest::skip(no_gpu())) {
+TEST_CASE("golden (tiny-b) vision on CUDA: SAM, CLIP, projector, visual tokens, then prefill logits" * doctest::skip(no_gpu())) {
   Device& e = Device::get();
-  const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
+  const std::vector<float> image = uocr_test::golden_view();
   uocr::VisionEncoder cpu(e.cfg, e.w);
   uocr_test::check_golden_view("cuda", e.enc, cpu, image);
   const std::vector<float> visual = e.enc.visual_tokens(image, {}, 0, 0);
@@ -61,7 +61,7 @@ TEST_CASE("golden tiny-a vision on CUDA: SAM, CLIP, projector, visual tokens, th
   cu::CudaDecoder dec(e.ctx, e.cfg.decoder, e.w.decoder);
   cu::CudaKvCache cache(e.ctx, e.cfg.decoder, 8);
   const RowError err =
-      row_error(dec.prefill(dec.embed_prompt(e.input_ids, visual), 0, cache), uocr_test::tiny_a_f32("prefill_logits.npy"));
+      row_error(dec.prefill(dec.embed_prompt(e.input_ids, visual), 0, cache), uocr_test::golden_f32("prefill_logits.npy"));
   MESSAGE("cuda image -> visual tokens -> prefill logits: rel err " << err.rel << " (max abs " << err.max_abs << ")");
   CHECK(err.rel <= uocr_test::kGoldenRowRel);
 }
@@ -69,7 +69,7 @@ TEST_CASE("golden tiny-a vision on CUDA: SAM, CLIP, projector, visual tokens, th
 TEST_CASE("a 640 tile on CUDA (resampled tables, padded windows) matches the CPU; bad views are errors" *
           doctest::skip(no_gpu())) {
   Device& e = Device::get();
-  const std::vector<float> tile = crop_640(uocr_test::tiny_a_f32("image_normalized.npy"));
+  const std::vector<float> tile = crop_640(uocr_test::golden_view());
   uocr::VisionEncoder cpu(e.cfg, e.w);
   const RowError t = row_error(e.enc.encode_view(tile.data(), 640), cpu.encode_view(tile.data(), 640));
   MESSAGE("cuda 640 tile vs cpu: rel " << t.rel << ", max abs " << t.max_abs);
@@ -81,8 +81,8 @@ TEST_CASE("a 640 tile on CUDA (resampled tables, padded windows) matches the CPU
 }
 
 TEST_CASE("the CUDA engine's vision() matches the CPU engine's (global view + a 2x1 tile grid)" * doctest::skip(no_gpu())) {
-  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_dir("tiny-a"));
-  const std::vector<float> image = uocr_test::tiny_a_f32("image_normalized.npy");
+  const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_model_dir());
+  const std::vector<float> image = uocr_test::golden_view();
   const std::vector<float> tile = crop_640(image);
   const std::unique_ptr<uocr::VisionEngine> gpu = uocr::open_engine(model, uocr::Backend::cuda, 0)->vision();
   const std::unique_ptr<uocr::VisionEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu, 0)->vision();

@@ -30,7 +30,7 @@ def expect_error(fn, status, what):
 check(uocr.version().count(".") == 2, "version string")
 expect_error(lambda: uocr.Model("/nonexistent/uocr-model"), uocr.E_IO, "missing model folder")
 with uocr.Model(model_dir) as model:
-    check(model.info().layers == 2, "model info")
+    check(model.info().layers == 3, "model info")
     expect_error(lambda: model.session(temperature=-1.0), uocr.E_INVALID_ARGUMENT, "bad temperature")
     # API 4 fields reach the library (which checks them).
     expect_error(lambda: model.session(reference_gate_fan_out=1), uocr.E_INVALID_ARGUMENT, "bad gate fan-out")

@@ -160,7 +160,7 @@ def write_checkpoint(cfg, seed, out_dir):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    default_cfg = os.path.normpath(os.path.join(here, "..", "..", "..", "shared", "unlimited-ocr", "config.json"))
+    default_cfg = os.path.normpath(os.path.join(here, "..", "..", "tests", "data", "unlimited-ocr", "config.json"))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--config", default=default_cfg)

@@ -1,5 +1,7 @@
-// Minimal option parser for the CLI: `--name value`, `-o value`, and positional arguments.
+// Option parser for the CLI: `--name value`, `--flag`, `-o value`, and positional arguments,
+// checked against what the command declares it accepts, so that no option is silently ignored.
 #pragma once
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -8,30 +10,58 @@
 
 namespace uocr_cli {
 
+// What one command accepts. Anything else on its command line is a usage error.
+struct CommandOptions {
+  std::string command;              // "run", "inspect model": names the command in errors
+  std::vector<std::string> values;  // options followed by a value
+  std::vector<std::string> flags;   // options without one
+  bool inputs = false;              // whether it takes positional arguments
+  std::map<std::string, std::string> refused;  // options users may expect here -> why they are not taken
+};
+
+// Edits (insertions, deletions, substitutions) that turn a into b.
+inline size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
 class Args {
  public:
-  explicit Args(const std::vector<std::string>& argv) {
+  Args(const std::vector<std::string>& argv, CommandOptions accepted) : accepted_(std::move(accepted)) {
     for (size_t i = 0; i < argv.size(); ++i) {
       const std::string& a = argv[i];
-      if (a == "--quiet" || a == "--resume" || a == "--separate-pages") {  // the options without a value
+      if (a.size() < 2 || a[0] != '-') {
+        uocr::require(accepted_.inputs, uocr::Status::invalid_argument,
+                      [&] { return "uocr " + accepted_.command + " takes no argument '" + a + "'"; });
+        positional_.push_back(a);
+      } else if (is_flag(a)) {
         options_[a] = "1";
-      } else if (a.size() > 1 && a[0] == '-') {
+      } else {
+        check_known(a);
         uocr::require(i + 1 < argv.size(), uocr::Status::invalid_argument,
                       [&] { return "option " + a + " needs a value"; });
         options_[a] = argv[++i];
         all_[a].push_back(options_[a]);
-      } else {
-        positional_.push_back(a);
       }
     }
   }
-  bool has(const std::string& name) const { return options_.count(name) != 0; }
+  bool has(const std::string& name) const { return options_.count(declared(name)) != 0; }
   std::string get(const std::string& name, const std::string& fallback) const {
-    auto it = options_.find(name);
+    auto it = options_.find(declared(name));
     return it == options_.end() ? fallback : it->second;
   }
   std::string required(const std::string& name) const {
-    auto it = options_.find(name);
+    auto it = options_.find(declared(name));
     uocr::require(it != options_.end(), uocr::Status::invalid_argument,
                   [&] { return "missing required option " + name; });
     return it->second;
@@ -39,7 +69,7 @@ class Args {
   const std::vector<std::string>& positional() const { return positional_; }
   // Every value of an option given several times, in order (e.g. one --image per page).
   std::vector<std::string> all(const std::string& name) const {
-    auto it = all_.find(name);
+    auto it = all_.find(declared(name));
     return it == all_.end() ? std::vector<std::string>{} : it->second;
   }
   int integer(const std::string& name, int fallback) const {
@@ -58,6 +88,39 @@ class Args {
   }
 
  private:
+  bool is_flag(const std::string& a) const {
+    return std::find(accepted_.flags.begin(), accepted_.flags.end(), a) != accepted_.flags.end();
+  }
+  bool is_value(const std::string& a) const {
+    return std::find(accepted_.values.begin(), accepted_.values.end(), a) != accepted_.values.end();
+  }
+
+  // A usage error for an option the command does not accept: why (when declared), else the
+  // closest accepted option when it is a likely typo.
+  void check_known(const std::string& a) const {
+    if (is_value(a)) return;
+    const std::string refused = "uocr " + accepted_.command + " does not take option " + a;
+    auto why = accepted_.refused.find(a);
+    if (why != accepted_.refused.end()) throw uocr::Error(uocr::Status::invalid_argument, refused + ": " + why->second);
+    std::string best;
+    size_t best_distance = 3;  // at most 2 edits count as a typo
+    for (const auto* names : {&accepted_.values, &accepted_.flags})
+      for (const std::string& name : *names) {
+        const size_t d = edit_distance(a, name);
+        if (d < best_distance && d < name.size() / 2) best = name, best_distance = d;
+      }
+    throw uocr::Error(uocr::Status::invalid_argument,
+                      refused + (best.empty() ? "" : " (did you mean " + best + "?)") + "; see uocr --help");
+  }
+
+  // A command reading an option it did not declare is a bug in the CLI, not a user error.
+  const std::string& declared(const std::string& name) const {
+    uocr::require(is_value(name) || is_flag(name), uocr::Status::internal,
+                  [&] { return "uocr " + accepted_.command + " reads undeclared option " + name; });
+    return name;
+  }
+
+  CommandOptions accepted_;
   std::map<std::string, std::string> options_;
   std::map<std::string, std::vector<std::string>> all_;
   std::vector<std::string> positional_;

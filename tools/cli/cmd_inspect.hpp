@@ -1,11 +1,15 @@
 // `uocr inspect model|vision|logits`: the engine's intermediate results as .npy, so parity with
-// the upstream PyTorch code can be checked from outside the library.
+// the upstream PyTorch code can be checked from outside the library. They run the CPU reference
+// code (no --backend); the model folder is chosen as for `uocr run` (model_dir.hpp).
 #pragma once
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "args.hpp"
+#include "model_dir.hpp"
+#include "verify_model.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/image/image.hpp"
@@ -15,6 +19,24 @@
 #include "uocr/vision/encoder.hpp"
 
 namespace uocr_cli {
+
+inline CommandOptions inspect_model_options() { return {"inspect model", {"--model", "--checksums"}, {"--verify"}, false, {}}; }
+
+// Options users may carry over from `uocr run`, refused with the reason.
+inline std::map<std::string, std::string> cpu_only() {
+  const std::string why = "inspection runs on the CPU reference code; it takes no backend or device";
+  return {{"--backend", why}, {"--device", why}};
+}
+inline CommandOptions inspect_vision_options() {
+  return {"inspect vision", {"--model", "--image", "--mode", "-o"}, {}, false, cpu_only()};
+}
+inline CommandOptions inspect_logits_options() {
+  return {"inspect logits",
+          {"--model", "--image", "--mode", "--input-ids", "--generated", "--attention", "--window", "-o"},
+          {},
+          false,
+          cpu_only()};
+}
 
 // Visual embeddings of one or more pages (--image per page), in prompt order.
 inline std::vector<float> visual_embeddings(const uocr::Model& model, const Args& args) {
@@ -38,7 +60,10 @@ inline std::vector<float> visual_embeddings(const uocr::Model& model, const Args
 }
 
 inline int cmd_inspect_model(const Args& args) {
-  const auto model = uocr::Model::load(args.required("--model"));
+  uocr::require(args.has("--verify") || !args.has("--checksums"), uocr::Status::invalid_argument,
+                "--checksums needs --verify");
+  if (args.has("--verify")) return verify_model(model_dir(args), args.get("--checksums", ""));
+  const auto model = uocr::Model::load(model_dir(args));
   const uocr::ModelConfig& c = model->config();
   std::printf("model_type %s\ntensors %zu\nparameters %lld\nhidden %d\nlayers %d\nheads %d\nexperts %d (top %d, shared %d)\n"
               "vocab %d\nsliding_window %d\nimage_size %d\nsam %d x %d\nclip %d x %d\ntokenizer_vocab %zu\n",
@@ -55,7 +80,7 @@ inline int cmd_inspect_model(const Args& args) {
 }
 
 inline int cmd_inspect_vision(const Args& args) {
-  const auto model = uocr::Model::load(args.required("--model"));
+  const auto model = uocr::Model::load(model_dir(args));
   const std::string out = args.required("-o");
   const std::vector<float> v = visual_embeddings(*model, args);
   const int64_t hidden = model->config().decoder.hidden;
@@ -66,7 +91,7 @@ inline int cmd_inspect_vision(const Args& args) {
 // One logits row for the last prompt position, then one per teacher-forced generated token
 // (fed at positions P, P+1, ... through the KV cache: R-SWA ring or full attention).
 inline int cmd_inspect_logits(const Args& args) {
-  const auto model = uocr::Model::load(args.required("--model"));
+  const auto model = uocr::Model::load(model_dir(args));
   const std::string out = args.required("-o");
   const uocr::DecoderConfig& dc = model->config().decoder;
   auto to_ids = [&](const std::string& path) {

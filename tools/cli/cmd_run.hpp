@@ -29,7 +29,10 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "args.hpp"
+#include "model_dir.hpp"
 #include "pdf.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
@@ -38,6 +41,17 @@
 #include "uocr/session/page_source.hpp"
 
 namespace uocr_cli {
+
+inline CommandOptions run_options() {
+  return {"run",
+          {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
+           "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--dpi",
+           "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
+           "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every"},
+          {"--quiet", "--resume", "--separate-pages"},
+          true,
+          {}};
+}
 
 inline volatile std::sig_atomic_t g_interrupted = 0;
 
@@ -51,7 +65,8 @@ inline const char* openmp_wait_policy() {
 }
 
 inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::InfiniteStats& st, const uocr::PageGroupParams& g,
-                             int window) {
+                             int window, const uocr::EngineInfo& engine) {
+  auto json_string = [](const std::string& v) { return nlohmann::json(v).dump(); };
   const double tps = s.decode_seconds > 0 ? double(s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token)) / s.decode_seconds : 0.0;
   std::fprintf(f,
                "{\"stop\": \"%s\", \"empty\": %s, \"pages\": %lld, \"visual_tokens\": %lld, \"prompt_tokens\": %lld, "
@@ -61,7 +76,8 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, \"overlap_pages\": %d, \"positions\": \"%s\", "
                "\"slide_kv\": \"%s\", \"slides\": %lld, \"marker_boundaries\": %lld, \"forced_boundaries\": %lld, "
                "\"markers_completed\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
-               "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\"}\n",
+               "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\", \"backend\": \"%s\", "
+               "\"device\": %s, \"driver\": %s}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
@@ -70,7 +86,8 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Inf
                uocr::slide_kv_name(uocr::slide_kv(g)), (long long)st.slides, (long long)st.marker_boundaries,
                (long long)st.forced_boundaries, (long long)st.markers_completed, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
-               openmp_wait_policy());
+               openmp_wait_policy(), uocr::backend_name(engine.backend), json_string(engine.device).c_str(),
+               engine.driver.empty() ? "null" : json_string(engine.driver).c_str());
 }
 
 inline int exit_code_for(const uocr::RunSummary& s) {
@@ -231,10 +248,16 @@ inline int cmd_run(const Args& args) {
   params.mode = mode == "gundam" ? uocr::ImageMode::gundam : uocr::ImageMode::base;
   params.prompt = args.get("--prompt", "");
   params.max_new_tokens = args.integer("--max-tokens", 0);
-  params.window = args.get("--attention", "rswa") == "full" ? 0 : args.integer("--window", -1);
+  const std::string attention = args.get("--attention", "rswa");
+  uocr::require(attention == "rswa" || attention == "full", uocr::Status::invalid_argument,
+                [&] { return "--attention must be rswa or full, got '" + attention + "'"; });
+  params.window = attention == "full" ? 0 : args.integer("--window", -1);
   params.ngram_size = args.integer("--ngram", 35);
   params.ngram_window = args.integer("--ngram-window", -1);
-  params.loop_guard = !args.has("--loop-guard") || args.get("--loop-guard", "") != "off";
+  const std::string loop_guard = args.get("--loop-guard", "on");
+  uocr::require(loop_guard == "on" || loop_guard == "off", uocr::Status::invalid_argument,
+                [&] { return "--loop-guard must be on or off, got '" + loop_guard + "'"; });
+  params.loop_guard = loop_guard == "on";
   if (args.has("--temperature")) params.sampling.temperature = std::stof(args.get("--temperature", "0"));
   if (args.has("--top-p")) params.sampling.top_p = std::stof(args.get("--top-p", "1"));
   params.sampling.seed = uint64_t(args.integer("--seed", 0));
@@ -276,7 +299,7 @@ inline int cmd_run(const Args& args) {
   uocr::require(!separate || ck.path.empty(), uocr::Status::invalid_argument,
                 "--separate-pages runs each page on its own; it takes no --checkpoint");
 
-  const auto model = uocr::Model::load(args.get("--model", "models/uocr-demo"));
+  const auto model = uocr::Model::load(model_dir(args));
   groups.apply(model->decode_defaults(), inf.groups);
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
   const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300));
@@ -333,7 +356,7 @@ inline int cmd_run(const Args& args) {
   if (out.file != stdout) std::fclose(out.file);
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window());
+  if (stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window(), session.engine_info());
   if (!ck.path.empty() && sum.stop != uocr::StopReason::cancelled) std::filesystem::remove(ck.path);
   if (sum.stop != uocr::StopReason::eos)
     std::fprintf(stderr, "uocr: stopped: %s after %lld tokens\n", uocr::stop_reason_name(sum.stop),

@@ -1,4 +1,4 @@
-// `uocr inspect tokenize --model DIR (--text STR | --ids 1,2,3)`: encodes or decodes with the
+// `uocr inspect tokenize [--model DIR] (--text STR | --ids 1,2,3)`: encodes or decodes with the
 // model folder's tokenizer.json, so that token ids can be compared with HF tokenizers from outside.
 // --text prints the ids space-separated on one line; --ids prints the decoded text byte-exact,
 // special tokens kept and no newline added.
@@ -11,10 +11,15 @@
 #include <vector>
 
 #include "args.hpp"
+#include "model_dir.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
 namespace uocr_cli {
+
+inline CommandOptions inspect_tokenize_options() {
+  return {"inspect tokenize", {"--model", "--text", "--ids"}, {}, false, {}};
+}
 
 // "1,2, 3" -> {1, 2, 3}; anything that is not a 32-bit integer is an error.
 inline std::vector<int32_t> parse_id_list(const std::string& text) {
@@ -43,7 +48,7 @@ inline int cmd_inspect_tokenize(const Args& args) {
   const bool has_text = args.has("--text"), has_ids = args.has("--ids");
   uocr::require(has_text != has_ids, uocr::Status::invalid_argument,
                 "inspect tokenize needs exactly one of --text or --ids");
-  const auto tok = uocr::Tokenizer::load(args.required("--model") + "/tokenizer.json");
+  const auto tok = uocr::Tokenizer::load(model_dir(args) + "/tokenizer.json");
   if (has_text) {
     std::string line;
     for (int32_t id : tok.encode(args.required("--text"))) {

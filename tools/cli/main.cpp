@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,16 @@ int usage(FILE* out) {
                "      unset --pages-per-group, --overlap, --positions, --slide-kv: the model folder's uocr_decode.json,\n"
                "      else 4, G-1, limit, reuse\n"
                "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 130 interrupted\n"
-               "  inspect model    --model DIR\n"
-               "  inspect tokenize --model DIR (--text STR | --ids ID,ID,...)\n"
-               "  inspect vision   --model DIR --image IMG [--image IMG2 ...] [--mode base|gundam] -o OUT.npy\n"
-               "  inspect logits   --model DIR --image IMG [--image ...] --input-ids IDS.npy [--generated GEN.npy]\n"
-               "                   [--attention full|rswa] [--window N] -o OUT.npy\n");
+               "  inspect model    [--model DIR] [--verify [--checksums SHA256SUMS|JSON]]\n"
+               "                   --verify: shards complete, tensors and tokenizer load, checksums match; exit 1 if not\n"
+               "  inspect tokenize [--model DIR] (--text STR | --ids ID,ID,...)\n"
+               "  inspect vision   [--model DIR] --image IMG [--image IMG2 ...] [--mode base|gundam] -o OUT.npy\n"
+               "  inspect logits   [--model DIR] --image IMG [--image ...] --input-ids IDS.npy [--generated GEN.npy]\n"
+               "                   [--attention full|rswa] [--window N] -o OUT.npy\n"
+               "                   inspect runs on the CPU (no --backend)\n"
+               "unset --model: $UOCR_MODEL, else the installed demo model (" UOCR_DEMO_MODEL_INSTALLED "),\n"
+               "else the source tree's (" UOCR_DEMO_MODEL_SOURCE ")\n"
+               "an option a command does not take is an error (exit 2)\n");
   return out == stdout ? 0 : 2;
 }
 
@@ -64,17 +70,29 @@ int main(int argc, char** argv) {
   // `uocr run ... --help`: the usage, not "option --help needs a value"
   for (const std::string& a : args)
     if (a == "--help") return usage(stdout);
+  // Each command with the options it takes: anything else on its command line is refused.
+  struct Command {
+    uocr_cli::CommandOptions options;
+    int (*run)(const uocr_cli::Args&);
+  };
+  const Command commands[] = {
+      {uocr_cli::run_options(), uocr_cli::cmd_run},
+      {uocr_cli::inspect_model_options(), uocr_cli::cmd_inspect_model},
+      {uocr_cli::inspect_tokenize_options(), uocr_cli::cmd_inspect_tokenize},
+      {uocr_cli::inspect_vision_options(), uocr_cli::cmd_inspect_vision},
+      {uocr_cli::inspect_logits_options(), uocr_cli::cmd_inspect_logits},
+  };
   try {
-    uocr_cli::Args parsed(std::vector<std::string>(args.begin() + 1, args.end()));
-    const auto& sub = parsed.positional();
-    if (args[0] == "run") return uocr_cli::cmd_run(parsed);
-    if (args[0] == "inspect" && !sub.empty()) {
-      if (sub[0] == "tokenize") return uocr_cli::cmd_inspect_tokenize(parsed);
-      if (sub[0] == "model") return uocr_cli::cmd_inspect_model(parsed);
-      if (sub[0] == "vision") return uocr_cli::cmd_inspect_vision(parsed);
-      if (sub[0] == "logits") return uocr_cli::cmd_inspect_logits(parsed);
+    for (const Command& c : commands) {
+      // "inspect model" matches `uocr inspect model ...`: the command's words, then its options.
+      std::istringstream words(c.options.command);
+      size_t n = 0;
+      bool match = true;
+      for (std::string w; words >> w; ++n) match = match && n < args.size() && args[n] == w;
+      if (match) return c.run(uocr_cli::Args(std::vector<std::string>(args.begin() + long(n), args.end()), c.options));
     }
-    std::fprintf(stderr, "uocr: unknown command '%s'\n", args[0].c_str());
+    const std::string given = args[0] + (args[0] == "inspect" && args.size() > 1 ? " " + args[1] : "");
+    std::fprintf(stderr, "uocr: unknown command '%s'\n", given.c_str());
     return usage(stderr);
   } catch (const uocr::Error& e) {
     std::fprintf(stderr, "uocr: %s: %s\n", uocr::status_name(e.status()), e.what());

@@ -51,6 +51,8 @@ UPSTREAM_SHA256 = {
     "conversation.py": "ec7b6ce89bcda643de1f43269ffa66a7b2e65dc3ed30e427958f776546b4ba03",
 }
 PKG = "unlimited_ocr_upstream"
+# The published model folder's small files (config, tokenizer); the weights are never needed here.
+PUBLISHED = os.path.join(ROOT, "tests", "data", "unlimited-ocr")
 FONT_DIR = "/usr/share/fonts/truetype/dejavu"
 SINGLE_PROMPT = "<image>document parsing."
 MULTI_PROMPT = "<image>Multi page parsing."
@@ -115,9 +117,21 @@ CASES = [
          gen=40, full_rows=[]),
     dict(name="multi_3", model="tiny-b", mode="multi",
          images=["page_b_1100x700.png", "page_c_500x500.png", "page_a_800x1000.png"], gen=40, full_rows=[20]),
+    dict(name="base_tiny_b", model="tiny-b", mode="base", images=["base_900x1200.png"], gen=160, full_rows=[150]),
+    # An extra case: its weights are the project's optional reference material (--shared).
     dict(name="base_tiny_a_uocr", model="tiny-a-uocr", mode="base", images=["base_900x1200.png"], gen=160,
          full_rows=[150]),
 ]
+
+# The golden set (tests/data/reference/golden/): one 1024 px page in base mode on tiny-b, every
+# vision stage, the prefix logits at every position, and one teacher-forced forward of GOLDEN_GEN
+# ids under each attention variant (full causal and R-SWA windows), with full rows at
+# GOLDEN_FULL_ROWS (just past each window's first wrap, and the last).
+GOLDEN_MODEL = "tiny-b"
+GOLDEN_PAGE = ("page.png", 1024, 1024, 9)
+GOLDEN_GEN = 300
+GOLDEN_WINDOWS = {"full_attention": None, "rswa_n128": 128, "rswa_n8": 8}
+GOLDEN_FULL_ROWS = [9, 129, 299]
 
 
 def sha256_file(path):
@@ -131,8 +145,8 @@ def sha256_file(path):
 # ---------------------------------------------------------------------------------------------
 # Config and weights
 
-def make_config(shared, spec, name):
-    with open(os.path.join(shared, "unlimited-ocr", "config.json")) as f:
+def make_config(spec, name):
+    with open(os.path.join(PUBLISHED, "config.json")) as f:
         cfg = json.load(f)
     cfg["_name_or_path"] = f"tests/data/reference/{name} (random weights, Unlimited-OCR layout)"
     d = spec["decoder"]
@@ -516,13 +530,102 @@ def run_case(torch, mu, model, cfg, tokenizer, case, img_dir, out_dir, tmp):
     return res
 
 
+def run_golden(torch, mu, model, cfg, tokenizer, out_dir, tmp):
+    """The golden set: vision stages, prefix logits, teacher-forced decode under every variant."""
+    t0 = time.time()
+    page = GOLDEN_PAGE[0]
+    kw = capture_inputs(torch, mu, model, tokenizer, dict(mode="base", images=[page]), out_dir, tmp)
+    ids, seq_mask, spatial = kw["input_ids"], kw["images_seq_mask"], kw["images_spatial_crop"]
+    crop, ori = kw["images"][0]
+    p = ids.shape[1]
+    images = [(crop.float(), ori.float())]
+
+    stages = {}
+    m = model.model
+    hooks = [mod.register_forward_hook(lambda _m, _i, out, name=name: stages.setdefault(name, out.detach().clone()))
+             for name, mod in (("sam_neck", m.sam_model.neck), ("sam_out", m.sam_model),
+                               ("clip_out", m.vision_model), ("projector_out", m.projector))]
+    watch = GateWatch(torch, model)
+    Capture.inputs_embeds = None
+    with torch.no_grad():
+        out = model(input_ids=ids, images=images, images_seq_mask=seq_mask, images_spatial_crop=spatial,
+                    use_cache=False, position_ids=torch.arange(p)[None], return_dict=True)
+    for h in hooks:
+        h.remove()
+    prefix = out.logits[0].clone()
+    del out
+    np.save(os.path.join(out_dir, "input_ids.npy"), ids[0].numpy().astype(np.int32))
+    for name, t in stages.items():
+        np.save(os.path.join(out_dir, name + ".npy"), t.float().numpy().squeeze(0) if name == "projector_out"
+                else t.float().numpy())
+    np.save(os.path.join(out_dir, "vision_tokens.npy"), Capture.inputs_embeds[0][seq_mask[0]].numpy())
+    np.save(os.path.join(out_dir, "prefill_logits.npy"), prefix[-1].numpy())
+    pi, pv, pl, pm, _ = topk_summary(torch, prefix)
+    np.save(os.path.join(out_dir, "prefix_logits_top16_ids.npy"), pi)
+    np.save(os.path.join(out_dir, "prefix_logits_top16_vals.npy"), pv)
+    np.save(os.path.join(out_dir, "prefix_logits_lse.npy"), pl)
+
+    gen_ids = np.random.RandomState(1001).randint(100, 128000, size=GOLDEN_GEN)
+    np.save(os.path.join(out_dir, "gen_ids.npy"), gen_ids.astype(np.int32))
+    np.save(os.path.join(out_dir, "logits_rows_gen_index.npy"), np.array(GOLDEN_FULL_ROWS, dtype=np.int32))
+    full = torch.cat([ids, torch.from_numpy(gen_ids)[None].long()], dim=1)
+    fmask = torch.cat([seq_mask, torch.zeros(1, GOLDEN_GEN, dtype=torch.bool)], dim=1)
+    res = dict(model=GOLDEN_MODEL, page=page, prompt=SINGLE_PROMPT, preprocess=[1024, 1024, False], prompt_len=p,
+               visual_tokens=int(seq_mask.sum()), gen=GOLDEN_GEN, full_rows=GOLDEN_FULL_ROWS,
+               view=view_summary(ori[0], 0, page, "global", 0), prefill_top2_margin=pm[-1],
+               stages={k: list(v.shape) for k, v in stages.items()}, variants={})
+    for variant, window in GOLDEN_WINDOWS.items():
+        mask = None if window is None else rswa_mask(torch, p, p + GOLDEN_GEN, window)
+        with torch.no_grad():
+            out = model(input_ids=full, images=images, images_seq_mask=fmask, images_spatial_crop=spatial,
+                        attention_mask=mask, use_cache=False, position_ids=torch.arange(p + GOLDEN_GEN)[None],
+                        return_dict=True)
+        rows = out.logits[0, p:].clone()
+        info = dict(window=window, check_prefill_vs_full_forward_max_abs=float((out.logits[0, p - 1] - prefix[-1]).abs().max()))
+        del out
+        if window is not None:
+            # Upstream's own ring-buffer cache, one id at a time (what generate() does), against the mask.
+            from transformers.cache_utils import DynamicCache
+            model.config._ring_window = window
+            model.config.sliding_window = None
+            with torch.no_grad():
+                o = model(input_ids=ids, images=images, images_seq_mask=seq_mask, images_spatial_crop=spatial,
+                          past_key_values=DynamicCache(), use_cache=True, position_ids=torch.arange(p)[None],
+                          return_dict=True)
+                cache, ring = o.past_key_values, []
+                for g in range(GOLDEN_GEN):
+                    o = model(input_ids=torch.tensor([[int(gen_ids[g])]]), past_key_values=cache, use_cache=True,
+                              position_ids=torch.tensor([[p + g]]), return_dict=True)
+                    cache = o.past_key_values
+                    ring.append(o.logits[0, -1].clone())
+            model.config.sliding_window = cfg.get("sliding_window")
+            info["check_ring_vs_mask_max_abs"] = float((torch.stack(ring) - rows).abs().max())
+            del cache, ring
+        gi, gv, gl, gm, gg = topk_summary(torch, rows)
+        np.save(os.path.join(out_dir, f"{variant}_logits_top16_ids.npy"), gi)
+        np.save(os.path.join(out_dir, f"{variant}_logits_top16_vals.npy"), gv)
+        np.save(os.path.join(out_dir, f"{variant}_logits_lse.npy"), gl)
+        np.save(os.path.join(out_dir, f"{variant}_logits_rows.npy"), rows[GOLDEN_FULL_ROWS].numpy())
+        info.update({"gen_min_top2_margin": min(gm), "gen_rows_margin_gt_1e-2": int(sum(x > 1e-2 for x in gm)),
+                     "gen_min_neighbour_gap": min(gg)})
+        res["variants"][variant] = info
+    res["moe_min_gate_gap"] = watch.min_gap
+    watch.close()
+    with open(os.path.join(out_dir, "golden.json"), "w") as f:
+        json.dump(res, f, indent=1)
+        f.write("\n")
+    res["seconds"] = round(time.time() - t0, 1)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--upstream", required=True, help="folder with the five upstream .py files")
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "reference"))
-    ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"))
+    ap.add_argument("--shared", default=os.path.join(os.path.dirname(ROOT), "shared"),
+                    help="folder with golden/tiny-a (only the base_tiny_a_uocr case reads it)")
     ap.add_argument("--work", default="/tmp/uocr-reference", help="cache folder (package copy, scratch)")
-    ap.add_argument("--cases", default="", help="comma-separated subset of case names")
+    ap.add_argument("--cases", default="", help="comma-separated subset of case names ('golden': the golden set)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
@@ -538,7 +641,7 @@ def main():
 
     os.makedirs(args.work, exist_ok=True)
     mu, mv, de, hashes = import_upstream(os.path.abspath(args.upstream), os.path.abspath(args.work))
-    tokenizer = AutoTokenizer.from_pretrained(os.path.join(args.shared, "unlimited-ocr"))
+    tokenizer = AutoTokenizer.from_pretrained(PUBLISHED)
 
     out = os.path.abspath(args.out)
     img_dir = os.path.join(out, "images")
@@ -552,9 +655,10 @@ def main():
     models_info = {}
     for mname, spec in MODELS.items():
         cases = [c for c in CASES if c["model"] == mname and (not wanted or c["name"] in wanted)]
-        if not cases:
+        golden = mname == GOLDEN_MODEL and (not wanted or "golden" in wanted)
+        if not cases and not golden:
             continue
-        cfg = make_config(args.shared, spec, mname)
+        cfg = make_config(spec, mname)
         mdir = os.path.join(out, mname)
         os.makedirs(mdir, exist_ok=True)
         with open(os.path.join(mdir, "config.json"), "w") as f:
@@ -579,6 +683,14 @@ def main():
             manifest["cases"][case["name"]] = {k: res[k] for k in ("model", "mode", "images", "prompt_len",
                                                                   "visual_tokens", "gen")}
             print(json.dumps(res), flush=True)
+        if golden:
+            gdir = os.path.join(out, "golden")
+            shutil.rmtree(gdir, ignore_errors=True)
+            os.makedirs(gdir)
+            name, w, h, seed = GOLDEN_PAGE
+            render_page(w, h, seed).save(os.path.join(gdir, name), optimize=True)
+            print(json.dumps(run_golden(torch, mu, model, cfg, tokenizer, gdir, os.path.join(args.work, "infer_out"))),
+                  flush=True)
         del model
     manifest.setdefault("models", {}).update(models_info)
     manifest["upstream_sha256"] = hashes

@@ -231,8 +231,7 @@ def record(tok, ids, text=None):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    shared = os.path.join(ROOT, "..", "shared")
-    ap.add_argument("--tokenizer", default=os.path.join(shared, "unlimited-ocr", "tokenizer.json"))
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "tests", "data", "unlimited-ocr", "tokenizer.json"))
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "tokenizer_fixture.jsonl"))
     args = ap.parse_args()
     tok = Tokenizer.from_file(args.tokenizer)

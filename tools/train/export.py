@@ -30,7 +30,7 @@ from model import UnlimitedOCR, check_tensor_set  # noqa: E402
 import st_io  # noqa: E402
 from st_io import SHARD  # noqa: E402
 
-REAL = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "unlimited-ocr"))
+REAL = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "unlimited-ocr"))
 
 
 def processor_config(image_size):

@@ -33,7 +33,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REAL_CONFIG = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "unlimited-ocr", "config.json"))
+REAL_CONFIG = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "unlimited-ocr", "config.json"))
 
 # Demo dimensions (the shipped model). Changing them changes the checkpoint.
 DEMO_DIMS = dict(

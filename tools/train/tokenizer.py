@@ -4,7 +4,7 @@
 A small byte-level BPE learnt on the training text (tools/train/data.py) with the SAME
 pipeline as the real Unlimited-OCR tokenizer, so uocr's C++ tokenizer reads it unchanged:
 normalizer = empty Sequence, pre_tokenizer = the DeepSeek-V3 Sequence copied verbatim from
-shared/unlimited-ocr/tokenizer.json (digits 1-3, CJK/kana, the word regex, ByteLevel without
+tests/data/unlimited-ocr/tokenizer.json (digits 1-3, CJK/kana, the word regex, ByteLevel without
 prefix space), ByteLevel post-processor and decoder, BPE without byte fallback or unk.
 
 Ids: 0 `<｜begin▁of▁sentence｜>` (BOS), 1 `<｜end▁of▁sentence｜>` (EOS), 2 `<｜▁pad▁｜>` (PAD), then the
@@ -21,7 +21,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REAL = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "unlimited-ocr"))
+REAL = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "unlimited-ocr"))
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 OCR_SPECIALS = ["<image>", "<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>", "<|grounding|>",
                 "<td>", "</td>", "<tr>", "</tr>", "<|User|>", "<|Assistant|>"]
@@ -30,7 +30,7 @@ PROMPT_SINGLE = "document parsing."
 PROMPT_MULTI = "Multi page parsing."
 PAGE_MARK = "<PAGE>"
 
-# The DeepSeek-V3 pre-tokenizer (identical to shared/unlimited-ocr/tokenizer.json's), used when
+# The DeepSeek-V3 pre-tokenizer (identical to tests/data/unlimited-ocr/tokenizer.json's), used when
 # that file is not available.
 DSV3_PRE = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},

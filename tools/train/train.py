@@ -438,7 +438,7 @@ def main():
         cfg = state["config"]
     else:
         src = init_source(a.init_from) if a.init_from else None
-        # the starting point's config.json (written where ../shared had the published one) unless
+        # the starting point's config.json (written where tests/data/unlimited-ocr has the published one) unless
         # --dims asks for other sizes
         cfg = src["config"] if src is not None and not json.loads(a.dims) else \
             make_config(json.loads(a.dims), vocab_size=tok.vocab_size)

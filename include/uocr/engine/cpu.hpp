@@ -1,5 +1,6 @@
 // The CPU engine: uocr::VisionEncoder and uocr::PageGroupDecoder over the model's mapped weights.
 #pragma once
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,22 @@ class CpuVisionEngine final : public VisionEngine {
   vision::Workspace ws_;  // activations, reused page after page
 };
 
+// The processor's model name as the OS reports it (Linux: /proc/cpuinfo), else "cpu".
+inline const std::string& cpu_model_name() {
+  static const std::string name = [] {
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; std::getline(f, line);) {
+      const size_t colon = line.find(':');
+      if (line.rfind("model name", 0) == 0 && colon != std::string::npos) {
+        const size_t start = line.find_first_not_of(" \t", colon + 1);
+        if (start != std::string::npos) return line.substr(start);
+      }
+    }
+    return std::string("cpu");
+  }();
+  return name;
+}
+
 // With batching.max_batch > 1 every document's decode steps go through one StepBatcher per
 // model and BatchParams (Model::backend_state "cpu:batch:..."), shared by all such engines.
 class CpuEngine final : public Engine {
@@ -44,8 +61,7 @@ class CpuEngine final : public Engine {
                                                          batching, kMaxExtrapolatedPosition);
           });
   }
-  Backend backend() const override { return Backend::cpu; }
-  std::string device() const override { return "CPU"; }
+  EngineInfo info() const override { return {Backend::cpu, 0, cpu_model_name(), ""}; }
   std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
     const ModelConfig& cfg = model_->config();

@@ -202,13 +202,27 @@ class PageGroupEngine final : public DecoderEngine {
   std::vector<float> logits_;                        // this document's row of the last batch
 };
 
+// What an engine runs on, for reports such as `uocr run --stats json`.
+struct EngineInfo {
+  Backend backend = Backend::cpu;
+  int device_index = 0;
+  std::string device;  // the device's own name: the CPU model, the GPU's name
+  std::string driver;  // the driver's version; "" where there is no driver (CPU)
+};
+
 // A backend opened for one model on one device (see uocr/engine/open.hpp).
 class Engine {
  public:
   virtual ~Engine() = default;
-  virtual Backend backend() const = 0;
-  // The device in words ("CPU", the Vulkan device's name and index).
-  virtual std::string device() const = 0;
+  virtual EngineInfo info() const = 0;
+  Backend backend() const { return info().backend; }
+  // The device in words ("CPU: <model>", "Vulkan device 0: <name>", "CUDA device 0: <name>").
+  std::string device() const {
+    const EngineInfo i = info();
+    if (i.backend == Backend::cpu) return "CPU: " + i.device;
+    return std::string(i.backend == Backend::vulkan ? "Vulkan" : "CUDA") + " device " + std::to_string(i.device_index) +
+           ": " + i.device;
+  }
   virtual std::unique_ptr<VisionEngine> vision() = 0;
   // A decoder for one document: R-SWA window (0: full attention) and page-group parameters.
   virtual std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) = 0;

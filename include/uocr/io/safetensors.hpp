@@ -1,7 +1,9 @@
 // safetensors reader over a memory map: header validated completely before any tensor is used,
 // so a truncated or corrupt file is an error naming the file and tensor, never a crash.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -118,5 +120,36 @@ class SafetensorsFile {
   MappedFile map_;
   std::map<std::string, TensorView> tensors_;
 };
+
+// The size file `path` must have by its header alone: 8 + the header's length + the end of the
+// last tensor's data. Reads just the header, so a truncated download is told apart from a corrupt
+// file without mapping it; a file cut inside its header is an error saying so.
+inline uint64_t safetensors_expected_size(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  require(bool(f), Status::io, [&] { return "cannot open " + path; });
+  f.seekg(0, std::ios::end);
+  const uint64_t size = uint64_t(f.tellg());
+  f.seekg(0);
+  uint8_t len[8] = {};
+  f.read(reinterpret_cast<char*>(len), 8);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len[i];
+  require(f && size - 8 >= header_len, Status::invalid_model, [&] {
+    return path + ": truncated inside its header (" + std::to_string(size) + " bytes" +
+           (f ? ", the header alone needs " + std::to_string(8 + header_len) : std::string()) + ")";
+  });
+  std::string text(header_len, '\0');
+  f.read(text.data(), std::streamsize(header_len));
+  const nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
+  require(header.is_object(), Status::invalid_model, [&] { return path + ": header is not a JSON object"; });
+  uint64_t data_end = 0;
+  for (const auto& entry : header) {
+    if (!entry.is_object() || !entry.contains("data_offsets")) continue;  // __metadata__
+    const auto& offsets = entry["data_offsets"];
+    if (offsets.is_array() && offsets.size() == 2 && offsets[1].is_number_unsigned())
+      data_end = std::max(data_end, offsets[1].get<uint64_t>());
+  }
+  return 8 + header_len + data_end;
+}
 
 }  // namespace uocr

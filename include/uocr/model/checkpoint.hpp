@@ -15,33 +15,44 @@
 
 namespace uocr {
 
+// The files a model folder's weights are in: the shards model.safetensors.index.json lists, in
+// first-listed order, with the shard of every tensor; or the single model.safetensors.
+struct ShardIndex {
+  std::vector<std::string> shards;                // plain file names
+  std::map<std::string, std::string> weight_map;  // tensor -> shard; empty for a single file
+};
+
+inline ShardIndex read_shard_index(const std::string& dir) {
+  ShardIndex out;
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  if (file_exists(index_path)) {
+    const nlohmann::json index = read_model_json(index_path);
+    require(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+            Status::invalid_model, [&] { return index_path + ": missing object 'weight_map'"; });
+    std::set<std::string> unique;
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      require(it.value().is_string(), Status::invalid_model,
+              [&] { return index_path + ": weight_map entry " + it.key() + " is not a file name"; });
+      const std::string shard = it.value().get<std::string>();
+      require(shard.find('/') == std::string::npos && shard != ".." && !shard.empty(), Status::invalid_model,
+              [&] { return index_path + ": shard name '" + shard + "' must be a plain file name"; });
+      out.weight_map[it.key()] = shard;
+      if (unique.insert(shard).second) out.shards.push_back(shard);
+    }
+  } else if (file_exists(dir + "/model.safetensors")) {
+    out.shards.push_back("model.safetensors");
+  } else {
+    throw Error(Status::invalid_model, dir + ": no model.safetensors.index.json or model.safetensors found");
+  }
+  return out;
+}
+
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& dir) {
     Checkpoint c;
     c.dir_ = dir;
-    const std::string index_path = dir + "/model.safetensors.index.json";
-    std::vector<std::string> shards;
-    std::map<std::string, std::string> weight_map;
-    if (file_exists(index_path)) {
-      const nlohmann::json index = read_model_json(index_path);
-      require(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-              Status::invalid_model, [&] { return index_path + ": missing object 'weight_map'"; });
-      std::set<std::string> unique;
-      for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-        require(it.value().is_string(), Status::invalid_model,
-                [&] { return index_path + ": weight_map entry " + it.key() + " is not a file name"; });
-        const std::string shard = it.value().get<std::string>();
-        require(shard.find('/') == std::string::npos && shard != ".." && !shard.empty(), Status::invalid_model,
-                [&] { return index_path + ": shard name '" + shard + "' must be a plain file name"; });
-        weight_map[it.key()] = shard;
-        if (unique.insert(shard).second) shards.push_back(shard);
-      }
-    } else if (file_exists(dir + "/model.safetensors")) {
-      shards.push_back("model.safetensors");
-    } else {
-      throw Error(Status::invalid_model, dir + ": no model.safetensors.index.json or model.safetensors found");
-    }
+    const auto [shards, weight_map] = read_shard_index(dir);
     for (const std::string& shard : shards) {
       c.files_.push_back(std::make_unique<SafetensorsFile>(dir + "/" + shard));
       for (const auto& kv : c.files_.back()->tensors()) {

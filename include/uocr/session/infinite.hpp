@@ -220,6 +220,8 @@ class InfiniteSession {
   }
 
   const Model& model() const { return *model_; }
+  // The backend and device that run this session.
+  EngineInfo engine_info() const { return backend_->info(); }
   const InfiniteStats& stats() const { return stats_; }
   int effective_window() const { return uocr::effective_window(*model_, params_); }
   // Memory (KV and scratch) of the run in progress as of the last token fed back (at the k-th token event,

@@ -32,6 +32,7 @@ struct DeviceInfo {
   int major = 0, minor = 0;  // compute capability
   int multiprocessors = 0;
   size_t total_bytes = 0;
+  std::string driver;  // the CUDA version the installed driver supports, e.g. "12.4"
 };
 
 // Every CUDA device of this machine. Throws Status::unsupported ("no CUDA device: ...") when

@@ -100,10 +100,9 @@ class CudaEngine final : public Engine {
     }
   }
 
-  Backend backend() const override { return Backend::cuda; }
-  std::string device() const override {
+  EngineInfo info() const override {
     const DeviceInfo& d = dev_->ctx.info();
-    return "CUDA device " + std::to_string(d.index) + ": " + d.name;
+    return {Backend::cuda, d.index, d.name, d.driver};
   }
   std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CudaVisionEngine>(model_, dev_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {

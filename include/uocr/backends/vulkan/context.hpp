@@ -331,6 +331,18 @@ class Context {
   const VkPhysicalDeviceProperties& properties() const { return props_; }
   const VkPhysicalDeviceLimits& limits() const { return props_.limits; }
   std::string device_name() const { return props_.deviceName; }
+  // The driver's version as its vendor encodes it (NVIDIA: 10.8.8.6 bits; others, Mesa included:
+  // Vulkan's major.minor.patch), then the Vulkan version the device supports.
+  std::string driver_version() const {
+    auto dotted = [](uint32_t major, uint32_t minor, uint32_t patch) {
+      return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+    };
+    const uint32_t d = props_.driverVersion, a = props_.apiVersion;
+    const std::string driver = props_.vendorID == 0x10DE
+                                   ? dotted(d >> 22, (d >> 14) & 0xff, (d >> 6) & 0xff)
+                                   : dotted(VK_API_VERSION_MAJOR(d), VK_API_VERSION_MINOR(d), VK_API_VERSION_PATCH(d));
+    return driver + " (Vulkan " + dotted(VK_API_VERSION_MAJOR(a), VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a)) + ")";
+  }
   int device_index() const { return device_index_; }
   // Device-local memory is host-visible too: buffers are mapped, no staging copies.
   bool unified_memory() const { return unified_; }

@@ -62,9 +62,8 @@ class VulkanEngine final : public Engine {
   VulkanEngine(std::shared_ptr<const Model> model, int device_index)
       : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)) {}
 
-  Backend backend() const override { return Backend::vulkan; }
-  std::string device() const override {
-    return "Vulkan device " + std::to_string(dev_->ctx.device_index()) + ": " + dev_->ctx.device_name();
+  EngineInfo info() const override {
+    return {Backend::vulkan, dev_->ctx.device_index(), dev_->ctx.device_name(), dev_->ctx.driver_version()};
   }
   std::unique_ptr<VisionEngine> vision() override { return std::make_unique<VulkanVisionEngine>(model_, dev_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
