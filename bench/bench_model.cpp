@@ -21,7 +21,7 @@
 // shared machine; see docs/PERFORMANCE.md), and ratios of like to like.
 //
 // Environment: UOCR_BENCH_MODEL (model folder, default /tmp/uocr-real), UOCR_BENCH_IMAGE (page
-// image, default <shared>/golden/tiny-a/page.png), UOCR_BENCH_ENCODER_ITERS (3),
+// image, default tests/data/reference/golden/page.png), UOCR_BENCH_ENCODER_ITERS (3),
 // UOCR_BENCH_PREFILL_ITERS (3), UOCR_BENCH_DECODE_STEPS (32), UOCR_BENCH_VISUAL=random (N(0,1)
 // visual tokens instead of running the encoder, for quick decoder runs). Without the model
 // folder the model cases are skipped with a message; the two ceilings still run.
@@ -51,8 +51,8 @@
 #include "uocr/vision/encoder.hpp"
 #include "uocr/vision/sam.hpp"
 
-#ifndef UOCR_BENCH_SHARED_DIR
-#define UOCR_BENCH_SHARED_DIR "../shared"
+#ifndef UOCR_BENCH_SOURCE_DIR
+#define UOCR_BENCH_SOURCE_DIR "."
 #endif
 
 namespace {
@@ -149,7 +149,7 @@ Fixture load_fixture() {
   try {
     f.model = std::make_unique<const LoadedModel>(dir);
     f.view_size = f.model->config().sam.image_size;
-    f.image = env_or("UOCR_BENCH_IMAGE", std::string(UOCR_BENCH_SHARED_DIR) + "/golden/tiny-a/page.png");
+    f.image = env_or("UOCR_BENCH_IMAGE", std::string(UOCR_BENCH_SOURCE_DIR) + "/tests/data/reference/golden/page.png");
     uocr::ImageU8 img;
     if (file_exists(f.image)) {
       img = uocr::load_image(f.image);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -471,4 +472,66 @@ TEST_CASE("inspect model --verify checks a model folder: shards, checksums, tens
   }
   fs::remove_all(dir);
   fs::remove(sums);
+}
+
+TEST_CASE("uocr run: a transcript that cannot be written is an error, not a normal stop") {
+  const std::string run = "run --model '" + uocr_test::source_dir() + "/models/uocr-demo' --max-tokens 2 --quiet ";
+  const std::string page = " '" + uocr_test::source_dir() + "/samples/data/demo-page1.png'";
+  const Run full = run_cli(run + "-o /dev/full" + page);
+  INFO(full.output);
+  CHECK(full.status == 1);
+  CHECK(full.output.find("cannot write /dev/full: No space left on device") != std::string::npos);
+  // Closed stdout (run_cli's own 2>&1 would need it open): stderr to a file.
+  const std::string err = tmp("closed_stdout.err");
+  const int st = std::system(("'" + uocr_test::cli_path() + "' " + run + page + " >&- 2>'" + err + "'").c_str());
+  const std::string message = uocr_test::read_file(err);
+  INFO(message);
+  CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 1));
+  CHECK(message.find("cannot write stdout: Bad file descriptor") != std::string::npos);
+  fs::remove(err);
+}
+
+TEST_CASE("uocr run refuses an output or checkpoint that is an input page or a model file, however spelled") {
+  const fs::path dir = tmp("same_file");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "sub");
+  const fs::path model = dir / "model";
+  fs::copy(uocr_test::source_dir() + "/models/uocr-demo", model);
+  const std::string source = uocr_test::source_dir() + "/samples/data/demo-page1.png";
+  const std::string page = (dir / "page.png").string();
+  fs::create_symlink(page, dir / "link.png");
+  const std::string bytes = uocr_test::read_file(source);
+  const std::string run = "run --model '" + model.string() + "' --max-tokens 2 --quiet ";
+  const auto refused = [&](const std::string& option, const std::string& target, const std::string& named) {
+    fs::copy_file(source, page, fs::copy_options::overwrite_existing);  // each case on its own
+    const Run r = run_cli(run + option + " '" + target + "' '" + page + "'");
+    INFO(option << " " << target << ": " << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(option + " " + target + " and " + named + " are the same file") != std::string::npos);
+    CHECK(uocr_test::read_file(page) == bytes);
+  };
+  for (const std::string& spelling : {page, (dir / "sub" / ".." / "page.png").string(), (dir / "link.png").string()}) {
+    refused("-o", spelling, "the input " + page);
+    refused("--checkpoint", spelling, "the input " + page);
+  }
+  const std::string config = uocr_test::read_file((model / "config.json").string());
+  refused("-o", (model / "config.json").string(), "the model file " + (model / "config.json").string());
+  refused("--checkpoint", (model / "tokenizer.json").string(), "the model file " + (model / "tokenizer.json").string());
+  CHECK(uocr_test::read_file((model / "config.json").string()) == config);
+  // -o and --checkpoint on one new path would overwrite each other.
+  const std::string both = (dir / "out.md").string();
+  const Run same = run_cli(run + "-o '" + both + "' --checkpoint '" + (dir / "sub" / ".." / "out.md").string() + "' '" + page + "'");
+  INFO(same.output);
+  CHECK(same.status == 2);
+  CHECK(same.output.find("are the same file") != std::string::npos);
+  CHECK_FALSE(fs::exists(both));
+  // inspect writes its .npy over no input either.
+  for (const std::string& command : {std::string("inspect vision"), "inspect logits --input-ids '" + page + "'"}) {
+    const Run r = run_cli(command + " --model '" + model.string() + "' --image '" + page + "' -o '" + page + "'");
+    INFO(command << ": " << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find("-o " + page + " and the input " + page + " are the same file") != std::string::npos);
+    CHECK(uocr_test::read_file(page) == bytes);
+  }
+  fs::remove_all(dir);
 }

@@ -153,6 +153,14 @@ TEST_CASE("top-p sampling is reproducible from the seed and respects the nucleus
   CHECK_THROWS_AS(uocr::Sampler({1.f, 0.f, 0}), uocr::Error);
 }
 
+TEST_CASE("sampling takes the first +inf logit, as greedy does") {
+  // Overflowing weights or a forged checkpoint's logits: the softmax has no finite mass to sample.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> l = {1.f, -inf, inf, 3.f, inf};
+  uocr::Sampler sampled({1.f, 0.9f, 5});
+  for (int i = 0; i < 8; ++i) CHECK(sampled.pick(l.data(), 5) == 2);
+}
+
 TEST_CASE("loop guard: varying box coordinates still count as a loop, real text does not") {
   uocr::LoopGuard guard;
   bool stopped = false;

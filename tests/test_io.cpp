@@ -190,6 +190,47 @@ TEST_CASE("damaged model folders give errors that name the file and tensor") {
   }
 }
 
+TEST_CASE("config values that would divide by zero, overflow or index past the vocabulary are refused, naming the key") {
+  // The golden config with `from` replaced by `to`: loading it must fail with invalid_model
+  // (not SIGFPE, not an allocation of absurd size) and name every word of `key`.
+  auto refused = [](const std::string& from, const std::string& to, std::vector<std::string> key) {
+    CAPTURE(to);
+    ModelCopy m("cfgval");
+    std::string cfg = m.read("config.json");
+    replace_all(cfg, from, to);
+    m.write("config.json", cfg);
+    const std::string msg = error_of([&] { uocr::ModelConfig::load(m.path("config.json")); }, Status::invalid_model);
+    for (const std::string& k : key) CHECK_MESSAGE(msg.find(k) != std::string::npos, msg);
+  };
+  const std::string sam_heads = "\"heads\": 3,\n        \"layers\": 3,";  // the clip block's "heads" is followed by "image_size"
+  const std::string clip_heads = "\"heads\": 3,\n        \"image_size\": 224,";
+  SUBCASE("SAM heads 0") { refused(sam_heads, "\"heads\": 0,\n        \"layers\": 3,", {"sam_vit_b", "heads"}); }
+  SUBCASE("SAM width not divisible by its heads") { refused(sam_heads, "\"heads\": 5,\n        \"layers\": 3,", {"sam_vit_b", "heads"}); }
+  SUBCASE("SAM window 0") { refused("\"window_size\": 14", "\"window_size\": 0", {"sam_vit_b", "window_size"}); }
+  SUBCASE("CLIP heads 0") { refused(clip_heads, "\"heads\": 0,\n        \"image_size\": 224,", {"clip-l-14-224", "heads"}); }
+  SUBCASE("CLIP patch size 0") { refused("\"patch_size\": 14", "\"patch_size\": 0", {"clip-l-14-224", "patch_size"}); }
+  SUBCASE("CLIP patch size not dividing its image size") {
+    refused("\"patch_size\": 14", "\"patch_size\": 15", {"clip-l-14-224", "patch_size"});
+  }
+  SUBCASE("huge page size") { refused("\"image_size\": 1024,", "\"image_size\": 1073741824,", {"vision_config.image_size"}); }
+  SUBCASE("huge CLIP image size") {
+    refused("\"image_size\": 224,", "\"image_size\": 1073741816,", {"clip-l-14-224", "image_size"});  // 14 x 76695844
+  }
+  SUBCASE("zero or negative eps") {
+    for (const char* eps : {"0", "-1e-06"})
+      refused("\"vocab_size\": 129280,", std::string("\"vocab_size\": 129280, \"rms_norm_eps\": ") + eps + ",", {"rms_norm_eps"});
+  }
+  SUBCASE("RoPE theta zero or beyond float") {
+    for (const char* theta : {"0", "1e39"})
+      refused("\"vocab_size\": 129280,", std::string("\"vocab_size\": 129280, \"rope_theta\": ") + theta + ",", {"rope_theta"});
+  }
+  SUBCASE("special token ids outside the vocabulary") {
+    refused("\"eos_token_id\": 1,", "\"eos_token_id\": 129280,", {"eos_token_id", "129280"});
+    refused("\"bos_token_id\": 0,", "\"bos_token_id\": -1,", {"bos_token_id"});
+    refused("\"vocab_size\": 129280,", "\"vocab_size\": 129280, \"pad_token_id\": 200000,", {"pad_token_id"});
+  }
+}
+
 TEST_CASE("npy round trip and golden arrays") {
   const std::string p = (fs::temp_directory_path() / "uocr_npy_roundtrip.npy").string();
   std::vector<float> v = {1.5f, -2.f, 3.25f, 0.f, 7.f, 8.f};

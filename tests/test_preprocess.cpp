@@ -18,6 +18,7 @@
 #include "uocr/image/exif.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/interpolate.hpp"
+#include "uocr/image/png_palette.hpp"
 #include "uocr/image/preprocess.hpp"
 #include "uocr/image/resample.hpp"
 #include "uocr/io/npy.hpp"
@@ -110,21 +111,17 @@ int max_abs_diff(const ImageU8& a, const ImageU8& b, int columns) {
   return m;
 }
 
-// A PNG signature and IHDR chunk claiming w x h RGB, no image data.
-std::vector<uint8_t> png_header(uint32_t w, uint32_t h) {
-  std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+// A PNG signature and IHDR chunk claiming w x h, 8 bits per sample, RGB (colour type 2) unless
+// told; no image data.
+std::vector<uint8_t> png_header(uint32_t w, uint32_t h, uint8_t colour_type = 2) {
+  std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  std::vector<uint8_t> ihdr;
   for (uint32_t v : {w, h}) {
-    for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(v >> s));
+    for (int s = 24; s >= 0; s -= 8) ihdr.push_back(uint8_t(v >> s));
   }
-  for (uint8_t v : {8, 2, 0, 0, 0}) b.push_back(v);
-  // CRC over "IHDR" + data (stb does not check it, but keep the file well-formed).
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 12; i < b.size(); ++i) {
-    crc ^= b[i];
-    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-  }
-  crc ^= 0xFFFFFFFFu;
-  for (int s = 24; s >= 0; s -= 8) b.push_back(uint8_t(crc >> s));
+  for (uint8_t v : {uint8_t(8), colour_type, uint8_t(0), uint8_t(0), uint8_t(0)}) ihdr.push_back(v);
+  const std::vector<uint8_t> chunk = uocr::detail::png_chunk("IHDR", ihdr);
+  b.insert(b.end(), chunk.begin(), chunk.end());
   return b;
 }
 
@@ -462,4 +459,49 @@ TEST_CASE("raw RGB buffers and argument errors") {
   const float f[4] = {0, 1, 2, 3};
   CHECK(status_of([&] { uocr::interpolate_linear(f, 1, 4, 0); }) == Status::invalid_argument);
   CHECK(status_of([&] { uocr::interpolate_bicubic_aa(f, 1, 2, 2, 0, 1); }) == Status::invalid_argument);
+}
+
+namespace {
+
+// A w x h 8-bit palette PNG of the given PLTE entries and pixel indices (rows unfiltered, stored
+// in an uncompressed deflate block).
+std::vector<uint8_t> palette_png(uint32_t w, uint32_t h, const std::vector<uint8_t>& plte, const std::vector<uint8_t>& indices) {
+  std::vector<uint8_t> rows;
+  for (uint32_t y = 0; y < h; ++y) {
+    rows.push_back(0);  // filter: none
+    rows.insert(rows.end(), indices.begin() + y * w, indices.begin() + (y + 1) * w);
+  }
+  REQUIRE(rows.size() < 65536);
+  const uint16_t len = uint16_t(rows.size());
+  std::vector<uint8_t> zlib = {0x78, 0x01, 0x01, uint8_t(len), uint8_t(len >> 8), uint8_t(~len), uint8_t(~len >> 8)};
+  zlib.insert(zlib.end(), rows.begin(), rows.end());
+  uint32_t a = 1, b = 0;  // Adler-32
+  for (uint8_t v : rows) a = (a + v) % 65521, b = (b + a) % 65521;
+  for (int s = 24; s >= 0; s -= 8) zlib.push_back(uint8_t(((b << 16) | a) >> s));
+  std::vector<uint8_t> png = png_header(w, h, 3);
+  for (const auto& chunk : {uocr::detail::png_chunk("PLTE", plte), uocr::detail::png_chunk("IDAT", zlib),
+                            uocr::detail::png_chunk("IEND", {})})
+    png.insert(png.end(), chunk.begin(), chunk.end());
+  return png;
+}
+
+}  // namespace
+
+TEST_CASE("a palette index past the PLTE entries is black, as in Pillow, whatever was decoded before") {
+  std::vector<uint8_t> indices(256);
+  for (int i = 0; i < 256; ++i) indices[size_t(i)] = uint8_t(i);
+  // First a file whose 256 entries are all white: without the padding, what its palette left in
+  // stb's memory showed through the short palette below.
+  const std::vector<uint8_t> white = palette_png(16, 16, std::vector<uint8_t>(256 * 3, 255), indices);
+  CHECK(uocr::decode_image(white.data(), white.size()).rgb == std::vector<uint8_t>(256 * 3, 255));
+  const std::vector<uint8_t> png = palette_png(16, 16, {10, 20, 30, 40, 50, 60}, indices);
+  // Pillow 13: open(...).convert("RGB") gives the two entries, then (0, 0, 0) for indices 2..255.
+  std::vector<uint8_t> want(256 * 3, 0);
+  for (size_t i = 0; i < 6; ++i) want[i] = uint8_t(10 * (i + 1));
+  for (int run = 0; run < 2; ++run) {
+    const ImageU8 got = uocr::decode_image(png.data(), png.size());
+    REQUIRE(got.width == 16);
+    REQUIRE(got.height == 16);
+    CHECK(got.rgb == want);
+  }
 }

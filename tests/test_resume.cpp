@@ -2,8 +2,9 @@
 //  - in process: a sampled 3-page run with sliding page groups is cancelled mid-document, resumed
 //    from its last checkpoint, and the tokens after the checkpoint are those of an uninterrupted
 //    run (KV, positions, page clock, n-gram history, sampler RNG, parser and UTF-8 state restored);
-//  - damaged checkpoints (flipped byte, truncated, not a checkpoint, missing) and mismatched ones
-//    (other parameters, other pages) are refused with a clear error;
+//  - damaged checkpoints (flipped byte, truncated, not a checkpoint, missing), mismatched ones
+//    (other parameters, other pages) and forged ones (right checksum, token ids outside the
+//    vocabulary; in process and through `uocr run --resume`) are refused with a clear error;
 //  - for real: `uocr run --checkpoint` is SIGKILLed mid-document, `--resume` finishes it, and the
 //    output file is byte-identical to an uninterrupted run's.
 #include <doctest/doctest.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -28,6 +30,7 @@
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/page_source.hpp"
+#include "uocr/session/prompt.hpp"
 
 using uocr_test::recorder;
 using uocr_test::Recorded;
@@ -56,6 +59,32 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), std::streamsize(bytes.size()));
 }
+
+// The prompt ids of the 3-page document (its n-gram history at the prefill: shorter than the
+// 1024-token window of several pages).
+std::vector<int32_t> document_prompt(int64_t visual_tokens) {
+  return uocr::build_prompt(*tiny_model(), uocr::kMultiPagePrompt, visual_tokens).ids;
+}
+
+// Checkpoint file `file` of the document's prefill with every entry of its n-gram history
+// (`prompt`, after its u64 count) set to `id`, and the checksum made right again: forged, not
+// damaged. The rule then bans `id` at the next step.
+std::string with_ngram_history(std::string file, const std::vector<int32_t>& prompt, int32_t id) {
+  const std::string ids(reinterpret_cast<const char*>(prompt.data()), prompt.size() * sizeof(int32_t));
+  const size_t at = file.find(ids);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(file.find(ids, at + 1) == std::string::npos);
+  uint64_t count = 0;
+  std::memcpy(&count, file.data() + at - sizeof count, sizeof count);
+  REQUIRE(count == prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i) std::memcpy(&file[at + i * sizeof id], &id, sizeof id);
+  const uint64_t sum = uocr::Fnv64().add(file.data() + 32, file.size() - 32).value();  // header: magic, version, size, sum
+  std::memcpy(&file[24], &sum, sizeof sum);
+  return file;
+}
+
+// Token ids a forged checkpoint may hold: one past the vocabulary, far past it, negative.
+std::vector<int32_t> forged_ids() { return {int32_t(tiny_model()->config().decoder.vocab), 2147483000, -7}; }
 
 }  // namespace
 
@@ -161,6 +190,28 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     o.resume = true;
     CHECK(uocr_test::message_of([&] { s.run(p, {}, o); }).find("cannot open checkpoint") != std::string::npos);
   }
+}
+
+TEST_CASE("a checkpoint with a right checksum and token ids outside the vocabulary is refused, naming the field") {
+  const std::string ck = tmp("forged.ckpt");
+  fs::remove(ck);
+  // Cancelled at its first token: the last checkpoint is the prefill's.
+  const uocr_test::ResumeRun first = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck, 1);
+  REQUIRE(first.summary.stop == uocr::StopReason::cancelled);
+  const std::string good = uocr_test::read_file(ck);
+  const std::vector<int32_t> prompt = document_prompt(first.summary.visual_tokens);
+  for (const int32_t id : forged_ids()) {
+    CAPTURE(id);
+    write_file(ck, with_ngram_history(good, prompt, id));
+    std::string message;
+    CHECK(uocr_test::status_of([&] { uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck); }, &message) ==
+          uocr::Status::io);
+    CHECK(message.find("n-gram history") != std::string::npos);
+    CHECK(message.find(std::to_string(id)) != std::string::npos);
+  }
+  write_file(ck, good);
+  CHECK(uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), ck).resumed_at == 0);
+  fs::remove(ck);
 }
 
 TEST_CASE("with group positions (the window restarting at every slide) a cancelled run resumes exactly") {
@@ -285,4 +336,39 @@ TEST_CASE("uocr run --resume after SIGKILL mid-document writes byte-identical ou
   CHECK(uocr_test::read_file(out) == expected);
   CHECK_FALSE(fs::exists(ck));  // a finished run removes its checkpoint
   for (const std::string& f : {ref_out, out, tmp("killed.log"), tmp("cli.log")}) fs::remove(f);
+}
+
+TEST_CASE("uocr run --resume refuses a forged checkpoint (right checksum, token ids out of range): exit 1, the field named") {
+  const std::string out = tmp("forged.md"), ck = tmp("forged_cli.ckpt"), forged = tmp("forged_copy.ckpt"), log = tmp("forged.log");
+  for (const std::string& f : {out, ck, forged}) fs::remove(f);
+  // No boundary (no fallback; random weights write no <PAGE>) and no token interval: the only
+  // checkpoint is the prefill's, kept when SIGINT cancels the run.
+  std::vector<std::string> args = {"run", "--model", uocr_test::golden_model_dir(), "--max-tokens", "20000", "--loop-guard", "off",
+                                   "--pages-per-group", "2", "--overlap", "1", "--page-fallback-tokens", "0", "--quiet", "-o", out};
+  const std::vector<std::string> pages = page_files();
+  args.insert(args.end(), pages.begin(), pages.end());
+  std::vector<std::string> first = args;
+  first.insert(first.end(), {"--checkpoint", ck});
+  const pid_t pid = uocr_test::spawn_cli(first, log);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!fs::exists(ck) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(fs::exists(ck));
+  ::kill(pid, SIGINT);
+  REQUIRE(uocr_test::wait_exit(pid) == 130);  // cancelled
+  const std::string good = uocr_test::read_file(ck);
+  const std::vector<int32_t> prompt =
+      document_prompt(int64_t(pages.size() * uocr::visual_token_count(tiny_model()->config().sam.image_size, 0, 0, 0)));
+  std::vector<std::string> resume = args;
+  resume.insert(resume.end(), {"--checkpoint", forged, "--resume"});
+  for (const int32_t id : forged_ids()) {
+    CAPTURE(id);
+    write_file(forged, with_ngram_history(good, prompt, id));
+    std::string output;
+    CHECK(run_cli(resume, &output) == 1);
+    INFO(output);
+    CHECK(output.find("n-gram history") != std::string::npos);
+    CHECK(output.find(std::to_string(id)) != std::string::npos);
+  }
+  for (const std::string& f : {out, ck, forged, log, tmp("cli.log")}) fs::remove(f);
 }

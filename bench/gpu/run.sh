@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU run of the CUDA backend, in one go, on a machine with an NVIDIA GPU and this repository
-# (with ../shared beside it): builds the backend (meson + ninja, -Dcuda=enabled), runs its tests on
-# the GPU (op conformance, golden tiny-a parity, batching, page groups, SR-SWA, the vision
+# The GPU run of the CUDA backend, in one go, on a machine with an NVIDIA GPU and this repository:
+# builds the backend (meson + ninja, -Dcuda=enabled), runs its tests on
+# the GPU (op conformance, golden parity (tests/data/reference), batching, page groups, SR-SWA, the vision
 # encoder, checkpoints / resume), writes a random-weight checkpoint at the REAL dimensions (tools/checkpoint/make_random.py:
 # python3 + numpy), times the encoder and the decoder (bench/gpu/cuda_bench.cpp) and prints a
 # table last. Budget: 8 minutes.
@@ -10,7 +10,7 @@
 #     --build-dir DIR   build directory (default: build-gpu)
 #     --model-dir DIR   where the random checkpoint goes; reused when its config matches
 #                       (default: $TMPDIR/uocr-random-<config name>)
-#     --config FILE     model config (default: ../shared/unlimited-ocr/config.json, the real one)
+#     --config FILE     model config (default: tests/data/unlimited-ocr/config.json, the real one)
 #     --device N        CUDA device index (default 0)
 #     --jobs N          build jobs (default: all cores)
 #     --quick           shorter timings (smoke run)
@@ -27,10 +27,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-shared="${UOCR_SHARED_DIR:-$repo/../shared}"
 build="build-gpu"
 model_dir=""
-config="$shared/unlimited-ocr/config.json"
+config="$repo/tests/data/unlimited-ocr/config.json"
 device=0
 jobs="$(nproc 2>/dev/null || echo 4)"
 quick=0
@@ -55,8 +54,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "$device" =~ ^[0-9]+$ ]] || die "--device must be a number, got '$device'"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive number, got '$jobs'"
-[[ -f "$config" ]] || die "no model config at $config (set UOCR_SHARED_DIR or pass --config)"
-[[ -d "$shared/golden/tiny-a" ]] || die "no golden models at $shared/golden (set UOCR_SHARED_DIR)"
+[[ -f "$config" ]] || die "no model config at $config (pass --config)"
 cd "$repo"
 [[ "$build" = /* ]] || build="$repo/$build"
 out="${OUT:-$build/gpu-results}"
@@ -104,9 +102,9 @@ fi
 if [[ $skip_build -eq 0 ]]; then
   command -v meson > /dev/null && command -v ninja > /dev/null || die "needs meson and ninja"
   if [[ -f "$build/build.ninja" ]]; then
-    run_step 60 "configure (existing build dir)" meson configure "$build" -Dcuda=enabled -Dshared_dir="$shared" || die "configure failed (see $log)"
+    run_step 60 "configure (existing build dir)" meson configure "$build" -Dcuda=enabled || die "configure failed (see $log)"
   else
-    run_step 120 "configure" meson setup "$build" -Dcuda=enabled -Dvulkan=disabled -Dbuildtype=release -Dshared_dir="$shared" \
+    run_step 120 "configure" meson setup "$build" -Dcuda=enabled -Dvulkan=disabled -Dbuildtype=release \
       || die "meson setup failed: is the CUDA toolkit (nvcc, cuBLAS) installed? (see $log)"
   fi
   build_start=$(date +%s)
@@ -125,7 +123,7 @@ failed=()
 run_tests() {
   say "tests: $1"
   local rc=0
-  UOCR_SHARED_DIR="$shared" UOCR_SOURCE_DIR="$repo" timeout "$4" "$2" > "$3" 2>&1 || rc=$?
+  UOCR_SOURCE_DIR="$repo" timeout "$4" "$2" > "$3" 2>&1 || rc=$?
   tail -n 4 "$3" | tee -a "$log"
   if [[ $rc -eq 77 ]]; then
     say "no usable GPU: $(grep -m1 'GPU cases skipped' "$3" || true)"

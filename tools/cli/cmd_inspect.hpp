@@ -9,6 +9,7 @@
 
 #include "args.hpp"
 #include "model_dir.hpp"
+#include "same_file.hpp"
 #include "verify_model.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -80,8 +81,9 @@ inline int cmd_inspect_model(const Args& args) {
 }
 
 inline int cmd_inspect_vision(const Args& args) {
-  const auto model = uocr::Model::load(model_dir(args));
-  const std::string out = args.required("-o");
+  const std::string model_path = model_dir(args), out = args.required("-o");
+  refuse_outputs_over_inputs({{"-o", out}}, args.all("--image"), model_path);
+  const auto model = uocr::Model::load(model_path);
   const std::vector<float> v = visual_embeddings(*model, args);
   const int64_t hidden = model->config().decoder.hidden;
   uocr::write_npy_f32(out, {int64_t(v.size()) / hidden, hidden}, v.data());
@@ -91,8 +93,12 @@ inline int cmd_inspect_vision(const Args& args) {
 // One logits row for the last prompt position, then one per teacher-forced generated token
 // (fed at positions P, P+1, ... through the KV cache: R-SWA ring or full attention).
 inline int cmd_inspect_logits(const Args& args) {
-  const auto model = uocr::Model::load(model_dir(args));
-  const std::string out = args.required("-o");
+  const std::string model_path = model_dir(args), out = args.required("-o");
+  std::vector<std::string> inputs = args.all("--image");
+  for (const char* ids : {"--input-ids", "--generated"})
+    if (args.has(ids)) inputs.push_back(args.get(ids, ""));
+  refuse_outputs_over_inputs({{"-o", out}}, inputs, model_path);
+  const auto model = uocr::Model::load(model_path);
   const uocr::DecoderConfig& dc = model->config().decoder;
   auto to_ids = [&](const std::string& path) {
     std::vector<int32_t> ids;

@@ -19,14 +19,17 @@
 // output, 130 interrupted (Ctrl-C; the text so far is kept).
 #pragma once
 #include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +37,7 @@
 #include "args.hpp"
 #include "model_dir.hpp"
 #include "pdf.hpp"
+#include "same_file.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/markdown.hpp"
@@ -191,7 +195,8 @@ inline void add_page_run(uocr::RunSummary& all, const uocr::RunSummary& page) {
     all.memory.*field = std::max(all.memory.*field, page.memory.*field);
 }
 
-// Where the text goes, and how much of it has been written (for checkpoints).
+// Where the text goes, and how much of it has been written (for checkpoints). Every write, flush
+// and close is checked: text that did not arrive is an error, not a normal stop.
 struct Output {
   std::string path;  // "" = stdout
   FILE* file = nullptr;
@@ -199,15 +204,29 @@ struct Output {
   uocr::MarkdownFilter filter;
   bool raw = false;
 
+  // Before any file is opened: a closed stdout's descriptor would go to the next file opened,
+  // which would then receive the text.
+  void check_stdout_open() const {
+    if (path.empty()) check(::fcntl(STDOUT_FILENO, F_GETFD) != -1);
+  }
+  void open() {
+    file = path.empty() ? stdout : std::fopen(path.c_str(), "wb");
+    check(file != nullptr);
+  }
   void write(const std::string& text) {
-    const std::string out = raw ? text : filter.feed(text);
-    std::fwrite(out.data(), 1, out.size(), file);
-    std::fflush(file);
-    written += out.size();
+    put(raw ? text : filter.feed(text));
+    check(std::fflush(file) == 0);
+  }
+  // The end of the text: what the filter holds back and a newline, then the file closed.
+  void finish() {
+    put((raw ? std::string() : filter.flush()) + "\n");
+    const int closed = std::fclose(file);
+    file = nullptr;
+    check(closed == 0);
   }
   // What a checkpoint records: bytes written and text the filter holds back, on disk first.
   std::string state() {
-    std::fflush(file);
+    check(std::fflush(file) == 0);
     if (file != stdout) uocr::require(::fsync(::fileno(file)) == 0, uocr::Status::io, [&] { return "cannot sync " + path; });
     uocr::StateWriter w;
     w.put(written);
@@ -230,7 +249,19 @@ struct Output {
     });
     std::filesystem::resize_file(path, written);
     file = std::fopen(path.c_str(), "ab");
-    uocr::require(file != nullptr, uocr::Status::io, [&] { return "cannot write " + path; });
+    check(file != nullptr);
+  }
+
+ private:
+  void put(const std::string& text) {
+    check(std::fwrite(text.data(), 1, text.size(), file) == text.size());
+    written += text.size();
+  }
+  // Throws Error(io) naming the output and the reason errno gives, unless `ok`.
+  void check(bool ok) const {
+    const int err = errno;
+    uocr::require(ok, uocr::Status::io,
+                  [&] { return "cannot write " + (path.empty() ? std::string("stdout") : path) + ": " + std::strerror(err); });
   }
 };
 
@@ -299,18 +330,19 @@ inline int cmd_run(const Args& args) {
   uocr::require(!separate || ck.path.empty(), uocr::Status::invalid_argument,
                 "--separate-pages runs each page on its own; it takes no --checkpoint");
 
-  const auto model = uocr::Model::load(model_dir(args));
+  Output out;
+  out.path = args.get("-o", "");
+  out.raw = format == "raw";
+  out.check_stdout_open();
+  const std::string model_path = model_dir(args);
+  refuse_outputs_over_inputs({{"-o", out.path}, {"--checkpoint", ck.path}}, inputs, model_path);
+
+  const auto model = uocr::Model::load(model_path);
   groups.apply(model->decode_defaults(), inf.groups);
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
   const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300));
 
-  Output out;
-  out.path = args.get("-o", "");
-  out.raw = format == "raw";
-  if (!ck.resume || out.path.empty()) {
-    out.file = out.path.empty() ? stdout : std::fopen(out.path.c_str(), "wb");
-    uocr::require(out.file != nullptr, uocr::Status::io, [&] { return "cannot write " + out.path; });
-  }
+  if (!ck.resume || out.path.empty()) out.open();
   ck.save_caller_state = [&] { return out.state(); };
   ck.restore_caller_state = [&](const std::string& s) { out.restore(s, ck.path); };
 
@@ -348,12 +380,7 @@ inline int cmd_run(const Args& args) {
     sum = session.run(*pages, on_event, ck);
     run_stats = session.stats();
   }
-  if (!out.raw) {
-    const std::string rest = out.filter.flush();
-    std::fwrite(rest.data(), 1, rest.size(), out.file);
-  }
-  std::fputc('\n', out.file);
-  if (out.file != stdout) std::fclose(out.file);
+  out.finish();
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
   if (stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window(), session.engine_info());

@@ -278,19 +278,46 @@ class BasicPageGroupDecoder {
 
   // Continues a document from a saved State instead of start(): `pages` must already be past
   // the state's loaded pages; `fill_kv` receives visit_kv()'s arrays to write the saved rows.
+  // Every field is checked against the layout, the parameters and the model (a state that
+  // start() and the calls after it cannot reach is refused, naming the field).
   void resume(const DocumentLayout& layout, PageEmbeddingSource& pages, const State& st,
               const std::function<void(float* data, size_t floats)>& fill_kv) {
+    require(layout.pages >= 1 && layout.page_tokens >= 1 && layout.page_tokens <= dec_.position_limit() && !layout.head.empty(),
+            Status::invalid_argument, "a document needs a head (BOS), at least one page and page_tokens in [1, position limit]");
     g_ = std::min<int64_t>(p_.group_pages, layout.pages);
-    require(layout.pages >= 1 && layout.page_tokens >= 1 && !layout.head.empty() && int64_t(st.slot_pages.size()) == g_ &&
-                st.loaded >= g_ && st.loaded <= layout.pages && st.first >= 0 && st.first + g_ <= layout.pages &&
-                st.current >= st.first && st.current < layout.pages && st.generated >= 0 &&
-                int64_t(st.text_starts.size()) == st.current - st.first + 1 && st.position_base >= 0 &&
-                st.position_base <= st.generated && st.ring_tokens >= 0 && st.ring_tokens <= st.generated &&
-                (p_.recompute_on_slide || st.window_ids.empty()),
-            Status::invalid_argument, "page group state does not fit the document or the group size");
+    auto check = [](bool ok, const std::string& field, int64_t value, const std::string& should) {
+      require(ok, Status::invalid_argument,
+              [&] { return "page group state: " + field + " = " + std::to_string(value) + ", it should be " + should; });
+    };
+    check(int64_t(st.slot_pages.size()) == g_, "the size of slot_pages", int64_t(st.slot_pages.size()),
+          "the group size " + std::to_string(g_));
+    check(st.first >= 0 && st.first <= layout.pages - g_, "first", st.first, "in [0, pages - group size]");
+    check(st.loaded == st.first + g_, "loaded", st.loaded, "first + group size (" + std::to_string(st.first + g_) + ")");
+    check(st.current >= st.first && st.current < st.first + g_, "current", st.current, "a page of the group");
+    for (size_t s = 0; s < st.slot_pages.size(); ++s)
+      check(st.slot_pages[s] >= st.first && st.slot_pages[s] < st.first + g_ &&
+                std::count(st.slot_pages.begin(), st.slot_pages.end(), st.slot_pages[s]) == 1,
+            "slot_pages[" + std::to_string(s) + "]", st.slot_pages[s], "a page of the group held in no other slot");
+    check(st.generated >= 0, "generated", st.generated, ">= 0");
+    check(st.slides >= 0, "slides", st.slides, ">= 0");
+    check(st.extra_boundaries >= 0, "extra_boundaries", st.extra_boundaries, ">= 0");
+    check(st.position_base >= 0 && st.position_base <= st.generated && (p_.group_positions || st.position_base == 0), "position_base",
+          st.position_base, p_.group_positions ? "in [0, generated]" : "0 (no group positions)");
+    check(int64_t(st.text_starts.size()) == st.current - st.first + 1, "the size of text_starts", int64_t(st.text_starts.size()),
+          "current - first + 1");
+    for (size_t i = 0; i < st.text_starts.size(); ++i)
+      check(st.text_starts[i] >= (i ? st.text_starts[i - 1] : st.position_base) && st.text_starts[i] <= st.generated,
+            "text_starts[" + std::to_string(i) + "]", st.text_starts[i], "in [position_base, generated], not below the one before");
+    check(st.ring_tokens >= 0 && st.ring_tokens <= st.generated - st.position_base, "ring_tokens", st.ring_tokens,
+          "in [0, generated - position_base]");
     layout_ = layout;
-    require(prompt_positions() + st.generated - st.position_base <= dec_.position_limit(), Status::invalid_argument,
-            "page group state is past the position limit");
+    check(st.generated - st.position_base <= dec_.position_limit() - prompt_positions(), "generated", st.generated,
+          "within the position limit " + std::to_string(dec_.position_limit()));
+    check(p_.recompute_on_slide || st.window_ids.empty(), "the size of window_ids", int64_t(st.window_ids.size()),
+          "0 (no recompute_on_slide)");
+    for (size_t i = 0; i < st.window_ids.size(); ++i)
+      check(st.window_ids[i] >= 0 && st.window_ids[i] < dec_.config().vocab, "window_ids[" + std::to_string(i) + "]", st.window_ids[i],
+            "a token id (vocabulary " + std::to_string(dec_.config().vocab) + ")");
     src_ = &pages;
     head_rows_ = int64_t(layout.head.size());
     tail_rows_ = int64_t(layout.tail.size());
@@ -313,8 +340,8 @@ class BasicPageGroupDecoder {
     // The cache keeps its ring index and full-mode growth to itself: claiming the slots again
     // replays that bookkeeping exactly (same slot order, same allocation).
     for (int64_t i = 0; i < st.ring_tokens; ++i) cache_.claim_slot();
-    require(!p_.recompute_on_slide || int64_t(window_ids_.size()) == cache_.generated_rows(), Status::invalid_argument,
-            "page group state: the window's token ids do not match its rows");
+    check(!p_.recompute_on_slide || int64_t(window_ids_.size()) == cache_.generated_rows(), "the size of window_ids",
+          int64_t(window_ids_.size()), "the window's rows " + std::to_string(cache_.generated_rows()));
     visit_kv(fill_kv);
     attach_sparse();
   }

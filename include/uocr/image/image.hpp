@@ -9,8 +9,9 @@
 //   uocr::ImageU8 view = uocr::image_from_rgb(ptr, w, h, stride);  // caller-owned pixels
 //
 // Conversion to RGB follows Pillow: gray is replicated, alpha is dropped without compositing,
-// palettes are expanded, 16-bit samples keep their high byte, except 16-bit grayscale, which
-// Pillow opens as mode "I;16"/"I" and clamps to 255 on convert("RGB").
+// palettes are expanded (a PNG pixel index past the palette is black: png_palette.hpp), 16-bit
+// samples keep their high byte, except 16-bit grayscale, which Pillow opens as mode "I;16"/"I"
+// and clamps to 255 on convert("RGB").
 // Known differences from Pillow (pixels, not geometry): without libjpeg, JPEG uses stb's
 // IDCT/upsampling (typically off by a few levels) and stb's CMYK formula; transparent GIF pixels
 // come out black instead of their palette colour; PNM with maxval other than 255/65535 is not
@@ -31,6 +32,7 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/image/exif.hpp"
+#include "uocr/image/png_palette.hpp"
 #ifdef UOCR_HAVE_LIBJPEG
 #include "uocr/image/jpeg.hpp"
 #endif
@@ -157,6 +159,11 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
     return apply_exif_orientation(im, exif_orientation(data, size));
   }
 #endif
+  const std::vector<uint8_t> padded = detail::png_with_full_palettes(data, size);
+  if (!padded.empty()) {
+    data = padded.data();
+    size = padded.size();
+  }
   require(size <= size_t(INT_MAX), Status::invalid_image, [&] {
     return "cannot decode image: " + std::to_string(size) + " bytes is more than stb_image accepts";
   });

@@ -6,7 +6,8 @@
 // machine that wrote them; a foreign byte order fails the magic check). Written to PATH.tmp,
 // fsync'ed, renamed over PATH and the folder fsync'ed: a crash leaves either the old or the new
 // checkpoint, never a torn one. Anything else (truncated, flipped bits, another format version)
-// is rejected with Status::io and a message saying what is wrong.
+// is rejected with Status::io and a message saying what is wrong. The checksum does not stop a
+// forged file: the reader checks every value it restores (uocr/session/infinite.hpp).
 #pragma once
 #include <algorithm>
 #include <cerrno>
@@ -145,7 +146,7 @@ class StateReader {
     at_ += n * sizeof(T);
   }
   bool at_end() const { return at_ == bytes_.size(); }
-  // A value that cannot be right: the file is damaged (or not written by this code).
+  // A value that cannot be right: the file is damaged or forged (or not written by this code).
   [[noreturn]] void corrupt(const std::string& what) const {
     throw Error(Status::io, "checkpoint " + file_ + " is corrupt: " + what);
   }

@@ -33,7 +33,8 @@
 // output parser and UTF-8 stream state, the bytes of token text emitted, the caller's own state
 // (e.g. how much output it has written), and an identity of the model (config, tokenizer, weight
 // fingerprints), of the parameters and of the input pages. run() with `resume` reads it, refuses
-// a mismatch or a damaged file with a clear uocr::Error, skips the pages already encoded and
+// a mismatch (Status::invalid_argument) or a damaged or forged file (Status::io: a value no run
+// can write, the field named) with a clear uocr::Error, skips the pages already encoded and
 // goes on: the tokens and events after the checkpoint are exactly those of an uninterrupted run.
 // After a resume, RunSummary::text and the timings cover only the part generated since the
 // checkpoint; generated_tokens and memory cover the whole document (scratch_bytes: what the
@@ -261,8 +262,10 @@ class InfiniteSession {
 
     const int ngram_window = params_.ngram_window >= 0 ? params_.ngram_window : multi ? 1024 : 128;
     Loop L(params_, ngram_window, inf_.page_fallback_tokens);
+    const Tokenizer& tok = model_->tokenizer();
+    const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
     if (checkpoint.resume) {
-      load(checkpoint, id, layout, visual, engine, L);
+      load(checkpoint, id, marker_ids, layout, visual, engine, L);
     } else {
       layout.page_tokens = visual.first_page_tokens();
       L.logits = engine.start(layout, visual);
@@ -273,8 +276,6 @@ class InfiniteSession {
     sum.visual_tokens = n_pages * layout.page_tokens;
     sum.prompt_tokens = layout.prompt_length();
 
-    const Tokenizer& tok = model_->tokenizer();
-    const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
     const MarkerCompletion* completion = nullptr;
     if (inf_.complete_page_markers && engine.pages_pending()) {
       if (!completion_) completion_ = std::make_unique<const MarkerCompletion>(tok);  // vocabulary x marker prefixes: once per session
@@ -316,7 +317,13 @@ class InfiniteSession {
     const auto t_decode = std::chrono::steady_clock::now();
     const int32_t eos = int32_t(cfg.decoder.eos_id);
     const int64_t vocab = cfg.decoder.vocab;
-    constexpr float kBanned = -std::numeric_limits<float>::infinity();
+    // Ids are checked where they are read (config, checkpoint); this check keeps a missed one
+    // from ever writing outside the logits.
+    auto ban = [&](int32_t token) {
+      require(token >= 0 && size_t(token) < L.logits.size(), Status::internal,
+              [&] { return "token id " + std::to_string(token) + " to ban is outside the logits"; });
+      L.logits[size_t(token)] = -std::numeric_limits<float>::infinity();
+    };
     int64_t boundaries = 0;  // passed since the last step: the group slides before the next one
     std::string text;
     for (;;) {
@@ -325,14 +332,14 @@ class InfiniteSession {
         token = L.forced.front();
         L.forced.pop_front();
       } else {
-        if (L.generated < params_.min_new_tokens) L.logits[size_t(eos)] = kBanned;
+        if (L.generated < params_.min_new_tokens) ban(eos);
         const std::vector<int32_t> banned = L.ngram.banned();
         const size_t marker = L.clock.marker_prefix();
         if (completion && L.clock.page() + 1 < n_pages && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
           if (!completion->continues(marker, most_likely(L.logits, banned))) ++L.markers_completed;
           completion->restrict(marker, L.logits);
         } else {
-          for (int32_t b : banned) L.logits[size_t(b)] = kBanned;
+          for (int32_t b : banned) ban(b);
         }
         token = L.sampler.pick(L.logits.data(), vocab);
         if (token < 0) { sum.stop = StopReason::no_token; break; }
@@ -529,8 +536,12 @@ class InfiniteSession {
     ++stats_.checkpoints_written;
   }
 
-  void load(const CheckpointOptions& ck, const Identity& id, DocumentLayout& layout, EncodedPages& visual,
-            DecoderEngine& engine, Loop& L) {
+  // Reads checkpoint `ck.path` into the layout, the engine and the loop. Every value is checked
+  // against the model, the layout and the parameters before it is used: the checksum guards
+  // against damage, not forgery, so a value that no run can reach refuses the file (Status::io,
+  // the field named), never an access outside the arrays it indexes.
+  void load(const CheckpointOptions& ck, const Identity& id, const std::vector<int32_t>& marker_ids, DocumentLayout& layout,
+            EncodedPages& visual, DecoderEngine& engine, Loop& L) {
     const std::string payload = read_checkpoint(ck.path);
     StateReader r(payload, ck.path);
     Identity saved;
@@ -553,11 +564,26 @@ class InfiniteSession {
     r.get(head);
     r.get(tail);
     if (head != layout.head || tail != layout.tail) mismatch("another prompt", "");
-    if (layout.page_tokens < 1) r.corrupt("page tokens < 1");
+
+    auto bad = [&](const std::string& field, int64_t value, const std::string& should) {
+      r.corrupt(field + " = " + std::to_string(value) + ", it should be " + should);
+    };
+    const int64_t vocab = model_->config().decoder.vocab;
+    // The layout and the parameters match by now: a state a component's restore refuses is the file's.
+    auto restoring = [&](const std::function<void()>& restore) {
+      try {
+        restore();
+      } catch (const Error& e) {
+        if (e.status() != Status::invalid_argument) throw;
+        r.corrupt(e.what());
+      }
+    };
+    const std::pair<int64_t, int64_t> page_tokens = visual.page_token_range();
+    if (layout.page_tokens < page_tokens.first || layout.page_tokens > page_tokens.second)
+      bad("page_tokens", layout.page_tokens,
+          "a page's visual tokens, " + std::to_string(page_tokens.first) + " to " + std::to_string(page_tokens.second));
     std::vector<int32_t> flat;
     r.get(flat);
-    std::vector<std::pair<int, int>> sizes;
-    for (size_t i = 0; i + 1 < flat.size(); i += 2) sizes.emplace_back(flat[i], flat[i + 1]);
     PageGroupState g;
     r.get(g.slot_pages);
     for (int64_t* v : {&g.first, &g.current, &g.loaded, &g.generated, &g.slides, &g.extra_boundaries}) r.get(*v);
@@ -568,48 +594,85 @@ class InfiniteSession {
     r.get(g.window_ids);
     memory_.peak_scratch_bytes = size_t(r.get<uint64_t>());
     memory_.peak_bytes = size_t(r.get<uint64_t>());
-    if (int64_t(sizes.size()) != g.loaded) r.corrupt("page sizes do not match the pages loaded");
+    if (flat.size() % 2 != 0 || int64_t(flat.size() / 2) != g.loaded)
+      bad("the size of page_sizes", int64_t(flat.size()), "2 x the pages loaded (" + std::to_string(g.loaded) + ")");
+    std::vector<std::pair<int, int>> sizes;
+    for (size_t i = 0; i < flat.size(); i += 2) {
+      for (size_t k : {i, i + 1})
+        if (flat[k] <= 0) bad("page_sizes[" + std::to_string(k) + "]", flat[k], "a pixel size > 0");
+      sizes.emplace_back(flat[i], flat[i + 1]);
+    }
     visual.skip_encoded(std::move(sizes));
-    engine.resume(layout, visual, g, [&](float* data, size_t n) {
-      if (r.get<uint64_t>() != n) r.corrupt("KV rows do not match the page group");
-      r.get_array(data, n);
+    restoring([&] {
+      engine.resume(layout, visual, g, [&](float* data, size_t n) {
+        if (r.get<uint64_t>() != n) r.corrupt("KV rows do not match the page group");
+        r.get_array(data, n);
+      });
     });
     r.get(L.logits);
-    if (int64_t(L.logits.size()) != model_->config().decoder.vocab) r.corrupt("logits do not match the vocabulary");
+    if (int64_t(L.logits.size()) != vocab) bad("the size of logits", int64_t(L.logits.size()), "the vocabulary " + std::to_string(vocab));
     NoRepeatNgram::State ng;
     r.get(ng.tail);
     r.get(ng.length);
-    L.ngram.restore(ng);
+    for (size_t i = 0; i < ng.tail.size(); ++i)  // the vocabulary holds the tokenizer's ids (checked by Model)
+      if (ng.tail[i] < 0 || ng.tail[i] >= vocab)
+        bad("n-gram history[" + std::to_string(i) + "]", ng.tail[i], "a token id of the vocabulary [0, " + std::to_string(vocab) + ")");
+    if (ng.length != layout.prompt_length() + g.generated)
+      bad("n-gram length", ng.length,
+          "the prompt's and the generated tokens (" + std::to_string(layout.prompt_length() + g.generated) + ")");
+    restoring([&] { L.ngram.restore(ng); });
     L.sampler.restore_rng_state(r.get<uint64_t>());
     LoopGuard::State lg;
     r.get(lg.tail);
     lg.pending = size_t(r.get<uint64_t>());
     lg.in_box = r.get<uint8_t>() != 0;
     L.guard.restore(lg);
-    OutputParser::State op;
-    r.get(op.pending);
-    op.pages = int(r.get<int64_t>());
-    L.parser.restore(op);
+    std::string parser_pending, clock_parser_pending;
+    r.get(parser_pending);
+    const int64_t parser_pages = r.get<int64_t>();
     PageClock::State pc;
-    r.get(pc.parser.pending);
-    pc.parser.pages = int(r.get<int64_t>());
+    r.get(clock_parser_pending);
+    const int64_t clock_parser_pages = r.get<int64_t>();
     for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced, &pc.fed, &pc.hold_start}) r.get(*v);
-    L.clock.restore(pc);
     std::string stream_pending;
     r.get(stream_pending);
     if (!L.stream.feed(stream_pending).empty()) r.corrupt("the UTF-8 stream state is not an incomplete character");
     std::vector<int32_t> forced;
     r.get(forced);
-    L.forced.assign(forced.begin(), forced.end());
     r.get(L.generated);
     r.get(L.early_eos_replaced);
     r.get(L.markers_completed);
     r.get(L.emitted_bytes);
     L.visible = r.get<uint8_t>() != 0;
-    if (L.generated != g.generated) r.corrupt("token counts disagree");
     std::string caller;
     r.get(caller);
     if (!r.at_end()) r.corrupt("unexpected bytes after the state");
+
+    // The counts agree with each other: one token stream fed the page groups, both parsers
+    // (one text) and the page clock, whose page is the boundaries the page groups took.
+    if (L.generated != g.generated) bad("generated", L.generated, "the page groups' " + std::to_string(g.generated));
+    if (parser_pages < 0 || parser_pages > std::numeric_limits<int>::max() ||
+        uint64_t(parser_pages) > L.emitted_bytes / kPageMarker.size())
+      bad("the parser's pages", parser_pages, "the markers in the " + std::to_string(L.emitted_bytes) + " bytes of text");
+    if (clock_parser_pages != parser_pages || clock_parser_pending != parser_pending)
+      bad("the page clock's parser pages", clock_parser_pages, "the parser's, which reads the same text");
+    if (pc.markers < 0 || pc.forced < 0 || pc.page != pc.markers + pc.forced || pc.page != g.current + g.extra_boundaries)
+      bad("the page clock's page", pc.page, "its marker and forced boundaries, the page groups' current and extra boundaries");
+    if (pc.fed != L.generated) bad("the page clock's tokens", pc.fed, "the generated tokens");
+    if (pc.since_marker < 0 || pc.since_marker > pc.fed) bad("the page clock's tokens since a marker", pc.since_marker, "in [0, tokens]");
+    if (pc.hold_start < 0 || pc.hold_start > pc.fed) bad("the page clock's held text start", pc.hold_start, "in [0, tokens]");
+    if (L.early_eos_replaced < 0 || L.early_eos_replaced > pc.forced)
+      bad("early_eos_replaced", L.early_eos_replaced, "in [0, the forced boundaries]");
+    if (L.markers_completed < 0 || L.markers_completed > L.generated)
+      bad("markers_completed", L.markers_completed, "in [0, generated]");
+    // An early EOS writes the marker's tokens: what remains of them is a part of its end.
+    if (!forced.empty() && (forced.size() >= marker_ids.size() ||
+                            !std::equal(forced.begin(), forced.end(), marker_ids.end() - std::ptrdiff_t(forced.size()))))
+      bad("the size of the forced tokens", int64_t(forced.size()), "those left of a page marker's tokens");
+    pc.parser = {clock_parser_pending, int(clock_parser_pages)};
+    L.parser.restore({parser_pending, int(parser_pages)});
+    L.clock.restore(pc);
+    L.forced.assign(forced.begin(), forced.end());
     stats_.resumed_at_token = L.generated;
     if (ck.restore_caller_state) ck.restore_caller_state(caller);
   }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "uocr/core/error.hpp"
@@ -64,9 +65,13 @@ class NoRepeatNgram {
     int64_t length = 0;
   };
   State state() const { return {std::vector<int32_t>(tail_.begin(), tail_.end()), length_}; }
+  // banned() indexes the tail by sequence position: it must hold exactly what push() keeps.
   void restore(const State& s) {
-    require(s.length >= int64_t(s.tail.size()) && int64_t(s.tail.size()) <= std::max(window_, n_), Status::invalid_argument,
-            "n-gram state does not fit this rule's window");
+    require(s.length >= 0 && int64_t(s.tail.size()) == std::min<int64_t>(s.length, std::max(window_, n_)), Status::invalid_argument,
+            [&] {
+              return "n-gram state: a history of " + std::to_string(s.tail.size()) + " tokens for a sequence of " +
+                     std::to_string(s.length) + " does not fit this rule's window";
+            });
     tail_.assign(s.tail.begin(), s.tail.end());
     length_ = s.length;
   }

@@ -234,6 +234,13 @@ class EncodedPages final : public PageEmbeddingSource {
     sizes_ = std::move(sizes);
   }
 
+  // The fewest and most visual tokens a page can have with these views: one view's without
+  // tiles; with tiles (crop mode) up to the tallest grid's, 1 x kGundamMaxTiles.
+  std::pair<int64_t, int64_t> page_token_range() const {
+    const int64_t fewest = int64_t(visual_token_count(views_.crop_mode ? views_.base_size : views_.image_size, 0, 0, 0));
+    return {fewest, views_.crop_mode ? int64_t(visual_token_count(views_.base_size, kGundamTileSize, 1, kGundamMaxTiles)) : fewest};
+  }
+
   int64_t encoded() const { return int64_t(sizes_.size()); }
   const std::vector<std::pair<int, int>>& sizes() const { return sizes_; }
   // Pixel size of page i (encoded pages only).

@@ -30,11 +30,12 @@ class Sampler {
     require(p.top_p > 0.f && p.top_p <= 1.f, Status::invalid_argument, "top_p must be in (0, 1]");
   }
 
-  // `logits` may hold -inf for banned tokens; returns -1 when every token is banned.
+  // `logits` may hold -inf for banned tokens; returns -1 when every token is banned. A +inf
+  // (overflowing weights, a forged checkpoint) leaves no finite mass to sample: the first one wins.
   int32_t pick(const float* logits, int64_t n) {
     if (params_.temperature == 0.f) return argmax(logits, n);
     const int32_t best = argmax(logits, n);
-    if (best < 0) return -1;
+    if (best < 0 || std::isinf(logits[best])) return best;
     const float mx = logits[best];
     probs_.resize(size_t(n));
     double total = 0;
