@@ -421,6 +421,19 @@ class GateWatch:
 
 # ---------------------------------------------------------------------------------------------
 
+def ring_decode(torch, model, cache, gen_ids, p):
+    """Logits rows of `gen_ids` fed one at a time after a prompt of p positions through upstream's
+    own ring-buffer cache (what generate() does after the first token)."""
+    rows = []
+    with torch.no_grad():
+        for g, token in enumerate(gen_ids):
+            o = model(input_ids=torch.tensor([[int(token)]]), past_key_values=cache, use_cache=True,
+                      position_ids=torch.tensor([[p + g]]), return_dict=True)
+            cache = o.past_key_values
+            rows.append(o.logits[0, -1].clone())
+    return rows
+
+
 def run_case(torch, mu, model, cfg, tokenizer, case, img_dir, out_dir, tmp):
     from transformers.cache_utils import DynamicCache
     t0 = time.time()
@@ -457,16 +470,9 @@ def run_case(torch, mu, model, cfg, tokenizer, case, img_dir, out_dir, tmp):
     prefill_row = out.logits[0, -1].clone()
     # 2) Decode the teacher-forced ids one by one through upstream's ring buffer (what generate()
     #    does after the first token), to cross-check the 4-D mask forward below.
-    ring_rows = []
-    cache = out.past_key_values
-    with torch.no_grad():
-        for g in range(gen):
-            o = model(input_ids=torch.tensor([[int(gen_ids[g])]]), past_key_values=cache, use_cache=True,
-                      position_ids=torch.tensor([[p + g]]), return_dict=True)
-            cache = o.past_key_values
-            ring_rows.append(o.logits[0, -1].clone())
+    ring_rows = ring_decode(torch, model, out.past_key_values, gen_ids, p)
     model.config.sliding_window = cfg.get("sliding_window")
-    del out, cache
+    del out
 
     res = dict(name=case["name"], model=case["model"], mode=case["mode"], images=case["images"],
                prompt=MULTI_PROMPT if case["mode"] == "multi" else SINGLE_PROMPT,
@@ -592,15 +598,10 @@ def run_golden(torch, mu, model, cfg, tokenizer, out_dir, tmp):
                 o = model(input_ids=ids, images=images, images_seq_mask=seq_mask, images_spatial_crop=spatial,
                           past_key_values=DynamicCache(), use_cache=True, position_ids=torch.arange(p)[None],
                           return_dict=True)
-                cache, ring = o.past_key_values, []
-                for g in range(GOLDEN_GEN):
-                    o = model(input_ids=torch.tensor([[int(gen_ids[g])]]), past_key_values=cache, use_cache=True,
-                              position_ids=torch.tensor([[p + g]]), return_dict=True)
-                    cache = o.past_key_values
-                    ring.append(o.logits[0, -1].clone())
+            ring = ring_decode(torch, model, o.past_key_values, gen_ids, p)
             model.config.sliding_window = cfg.get("sliding_window")
             info["check_ring_vs_mask_max_abs"] = float((torch.stack(ring) - rows).abs().max())
-            del cache, ring
+            del o, ring
         gi, gv, gl, gm, gg = topk_summary(torch, rows)
         np.save(os.path.join(out_dir, f"{variant}_logits_top16_ids.npy"), gi)
         np.save(os.path.join(out_dir, f"{variant}_logits_top16_vals.npy"), gv)
