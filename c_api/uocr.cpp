@@ -68,7 +68,9 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, reference_gate
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, cuda_graphs) == 136, "cuda_graphs moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, model_defaults) == 140, "model_defaults moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, slide_kv) == 144, "slide_kv moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 152, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_image_bytes) == 152, "max_image_bytes moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_jpeg_scans) == 160, "max_jpeg_scans moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 168, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -527,11 +529,9 @@ uocr::ImageU8 rgb_image(const uint8_t* rgb, int32_t width, int32_t height, size_
   if (rgb == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "RGB pixel pointer is NULL");
   if (width <= 0 || height <= 0)
     fail(UOCR_E_INVALID_ARGUMENT,
-         "image size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
-  if (uint64_t(width) * uint64_t(height) > limits.max_pixels)
-    fail(UOCR_E_INVALID_IMAGE, "image is " + std::to_string(width) + "x" + std::to_string(height) +
-                                   " pixels, above the limit of " + std::to_string(limits.max_pixels));
-  return uocr::image_from_rgb(rgb, width, height, stride ? stride : size_t(width) * 3);
+         "width and height must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
+  uocr::check_decode_budget({width, height, 3, 1}, limits);
+  return uocr::image_from_rgb(rgb, width, height, stride ? stride : size_t(width) * 3);  // checks the stride
 }
 
 // Body of the uocr_page_set_* functions: `make` builds the image; failures are returned and
@@ -824,6 +824,10 @@ UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_ses
     s->model = model->model;
     s->params = to_core(p);
     if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
+    if (p.max_image_bytes != 0) s->limits.max_bytes = p.max_image_bytes;
+    if (p.max_jpeg_scans < 0)
+      fail(UOCR_E_INVALID_ARGUMENT, "max_jpeg_scans must be 0 (default) or positive, got " + std::to_string(p.max_jpeg_scans));
+    if (p.max_jpeg_scans != 0) s->limits.max_jpeg_scans = p.max_jpeg_scans;
     s->checkpoint = to_checkpoint(p);
     s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p, s->model->decode_defaults()));  // validates the rest
     register_handle(s.get(), kSessionMagic);
@@ -912,7 +916,9 @@ UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_
   return session_call(session, [&] {
     if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
     if (pages == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "page callback is NULL");
-    if (page_count < 1) fail(UOCR_E_INVALID_ARGUMENT, "page_count must be >= 1, got " + std::to_string(page_count));
+    // The events' page numbers are int32_t; within that, the per-page token counts cannot overflow.
+    if (page_count < 1 || page_count > INT32_MAX)
+      fail(UOCR_E_INVALID_ARGUMENT, "page_count must be in [1, " + std::to_string(INT32_MAX) + "], got " + std::to_string(page_count));
     const uocr::DecodeLimits limits = session->limits;
     uocr::CallbackPages source(page_count, [&](int64_t index, uocr::ImageU8& out) {
       uocr_page page;

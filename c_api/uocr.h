@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 8
+#define UOCR_API_VERSION 9
 
 #ifdef __cplusplus
 extern "C" {
@@ -212,7 +212,7 @@ typedef struct uocr_session_params {
     /* ---- UOCR_SESSION_PARAMS_MIN_SIZE ends here: every caller provides the fields above ----
      * Fields below are optional: a caller with a shorter struct gets their defaults. Each one
      * uses 0 for "default", so a newer caller that leaves them zeroed works with this library. */
-    uint64_t max_image_pixels; /* decode limit per page; 0: 178956970 (Pillow's bomb limit) */
+    uint64_t max_image_pixels; /* decode limit per page (width x height); 0: 100000000. See max_image_bytes */
     int32_t backend;           /* UOCR_BACKEND_*; 0: CPU (default). uocr_build_info() lists those built in */
     int32_t device_index;      /* the backend's device; 0: the first (Vulkan: the loader's device order) */
     /* Documents of any length (page groups and SR-SWA, see README.md). A document of at most
@@ -249,6 +249,12 @@ typedef struct uocr_session_params {
     /* API 8: what a slide of the page group does with the KV it keeps (README.md): reuse it
      * (upstream's infinite decoding) or compute the group again as a fresh G-page document. */
     int32_t slide_kv;          /* UOCR_SLIDE_KV_*; 0: the model folder's (model_defaults), else REUSE */
+    /* API 9: the rest of a page's decode budget. With max_image_pixels it is checked from the
+     * image's header before any pixel is decoded (INVALID_IMAGE naming the limit); the defaults
+     * fit an A3 page scanned at 600 dpi in any sample format. */
+    uint64_t max_image_bytes;  /* width x height x channels x bytes per sample as the file stores them
+                                * (16-bit: 2, HDR: 4), also the largest image file read; 0: 2^30 (1 GiB) */
+    int32_t max_jpeg_scans;    /* scans of one JPEG (a progressive scan is a pass over the image); 0: 100 */
     /* append-only below this line */
 } uocr_session_params;
 
@@ -301,8 +307,10 @@ UOCR_API const char * uocr_session_last_error(const uocr_session * session);
 
 /* Adding pages. Each call decodes the image now (so an undecodable image is reported by the call
  * that adds it) and appends one page; on failure the session's pages are unchanged.
- * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT, IO (file), INVALID_IMAGE (cannot decode, or
- * more than max_image_pixels), OUT_OF_MEMORY. Thread-safe on distinct sessions. */
+ * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (NULL pointers, sizes, a stride larger than
+ * any buffer), IO (a file that cannot be read: missing, or not a regular file, e.g. a directory,
+ * FIFO or device), INVALID_IMAGE (cannot decode, or over max_image_pixels, max_image_bytes, which
+ * also caps the file, or max_jpeg_scans), OUT_OF_MEMORY. Thread-safe on distinct sessions. */
 
 /* A PNG/JPEG/BMP/GIF/TGA/PNM/PSD file; EXIF orientation is applied as upstream's PIL loader. */
 UOCR_API uocr_status uocr_session_add_image_file(uocr_session * session, const char * path);
@@ -437,12 +445,13 @@ UOCR_API uocr_status uocr_page_set_encoded(uocr_page * page, const void * data, 
 UOCR_API uocr_status uocr_page_set_rgb(uocr_page * page, const uint8_t * rgb, int32_t width, int32_t height,
                                        size_t stride);
 
-/* Transcribes a document of `page_count` pages (>= 1) that `pages` hands over one at a time,
- * never all at once: with page groups only pages_per_group pages are held, so a book of any
- * length runs in constant memory. The pages added with uocr_session_add_image_* are not used
- * (nor changed). Otherwise exactly uocr_session_run: events, summary, text, checkpoints, errors
- * (plus those of the page callback above; INVALID_ARGUMENT for a NULL `pages` or a count < 1).
- * Thread-safe on distinct sessions. */
+/* Transcribes a document of `page_count` pages (1 to INT32_MAX: events number pages in int32_t)
+ * that `pages` hands over one at a time, never all at once: with page groups only pages_per_group
+ * pages are held, so a book of any length runs in constant memory. The pages added with
+ * uocr_session_add_image_* are not used (nor changed). Otherwise exactly uocr_session_run: events,
+ * summary, text, checkpoints, errors (plus those of the page callback above; INVALID_ARGUMENT for
+ * a NULL `pages`, a count out of range, or, before the first token, more pages than the
+ * positions allow). Thread-safe on distinct sessions. */
 UOCR_API uocr_status uocr_session_run_pages(uocr_session * session, int64_t page_count, uocr_page_callback pages,
                                             void * pages_user_data, uocr_event_callback callback, void * user_data,
                                             uocr_run_summary * summary);

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "uocr.h"
 
@@ -979,5 +984,144 @@ TEST_CASE("c_api: pages handed over one at a time by a callback") {
   CHECK(std::string(uocr_session_last_error(s)).find("page 0") != std::string::npos);
   feed.kinds = "f";
   CHECK(uocr_session_run_pages(s, 1, feed_page, &feed, nullptr, nullptr, nullptr) == UOCR_OK);  // still usable
+  uocr_session_free(s);
+}
+
+namespace {
+
+// A page callback that sets every page from `path` (as a file), or from `rgb` rows of `stride`
+// when `path` is empty; records how often it was asked.
+struct OnePage {
+  std::string path;
+  std::vector<uint8_t> rgb = std::vector<uint8_t>(3 * 4 * 4, 0);
+  size_t stride = 0;
+  int64_t asked = 0;
+};
+
+int32_t one_page(int64_t, uocr_page* page, void* user) {
+  OnePage& p = *static_cast<OnePage*>(user);
+  ++p.asked;
+  if (p.path.empty())
+    uocr_page_set_rgb(page, p.rgb.data(), 4, 4, p.stride);
+  else
+    uocr_page_set_file(page, p.path.c_str());
+  return 0;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("c_api: image paths that are no regular file fail at once with UOCR_E_IO naming them") {
+  uocr_session* s = new_session(2);
+  const std::string dir = "/tmp/uocr_c_api_files_" + std::to_string(::getpid());
+  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+
+  CHECK(uocr_session_add_image_file(s, dir.c_str()) == UOCR_E_IO);
+  CHECK(std::string(uocr_session_last_error(s)) == "cannot read image file " + dir + ": it is a directory");
+  CHECK(uocr_session_add_image_file(s, "/dev/zero") == UOCR_E_IO);
+  CHECK(contains(uocr_session_last_error(s), "/dev/zero: it is a character device"));
+
+  // A FIFO without a writer. Guard: if the call has not returned after 10 s, open the write end
+  // (which lets it return) and fail.
+  const std::string fifo = dir + "/pipe.png";
+  REQUIRE(std::system(("mkfifo '" + fifo + "'").c_str()) == 0);
+  std::atomic<bool> done{false};
+  uocr_status fifo_status = UOCR_OK;
+  std::thread adder([&] {
+    fifo_status = uocr_session_add_image_file(s, fifo.c_str());
+    done = true;
+  });
+  for (int i = 0; i < 1000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!done) {
+    FAIL_CHECK("uocr_session_add_image_file blocked on a FIFO");
+    std::FILE* w = std::fopen(fifo.c_str(), "w");
+    if (w) std::fclose(w);
+  }
+  adder.join();
+  CHECK(fifo_status == UOCR_E_IO);
+  CHECK(std::string(uocr_session_last_error(s)) == "cannot read image file " + fifo + ": it is a FIFO");
+  CHECK(page_count(s) == 0);
+
+  // The same through a page callback: the run fails with the page's error.
+  OnePage feed;
+  feed.path = dir;
+  CHECK(uocr_session_run_pages(s, 1, one_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_IO);
+  CHECK(contains(uocr_session_last_error(s), "it is a directory"));
+  uocr_session_free(s);
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST_CASE("c_api: the decode budget (API 9): max_image_bytes and max_jpeg_scans") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.max_image_bytes == 0);
+  CHECK(sp.max_jpeg_scans == 0);
+  uocr_session* s = nullptr;
+
+  sp.max_jpeg_scans = -1;
+  CHECK(uocr_session_create(shared_model(), &sp, &s) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_last_error(), "max_jpeg_scans"));
+
+  // Raw pages count 3 bytes a pixel; encoded ones their samples; files also their size.
+  sp.max_jpeg_scans = 0;
+  sp.max_image_bytes = 3 * 100 * 100 - 1;
+  REQUIRE(uocr_session_create(shared_model(), &sp, &s) == UOCR_OK);
+  const std::vector<uint8_t> rgb(3 * 100 * 100, 0x40);
+  CHECK(uocr_session_add_image_rgb(s, rgb.data(), 100, 100, 0) == UOCR_E_INVALID_IMAGE);
+  CHECK(contains(uocr_session_last_error(s), "max_image_bytes"));
+  CHECK(uocr_session_add_image_rgb(s, rgb.data(), 99, 100, 0) == UOCR_OK);
+  const std::vector<uint8_t> png = read_file(page_path());
+  CHECK(uocr_session_add_image_encoded(s, png.data(), png.size()) == UOCR_E_INVALID_IMAGE);
+  CHECK(contains(uocr_session_last_error(s), "above the limit of 29999 bytes decoded"));
+  uocr_session_free(s);
+  sp.max_image_bytes = png.size() - 1;
+  REQUIRE(uocr_session_create(shared_model(), &sp, &s) == UOCR_OK);
+  CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_E_INVALID_IMAGE);
+  CHECK(contains(uocr_session_last_error(s), "more than the limit of " + std::to_string(png.size() - 1) + " bytes"));
+  uocr_session_free(s);
+
+  // An API-8 caller's struct ends before the new fields: they take their defaults, whatever follows.
+  std::vector<unsigned char> older(offsetof(uocr_session_params, max_image_bytes) + 16, 0xFF);
+  uocr_session_params_init(&sp);
+  std::memcpy(older.data(), &sp, offsetof(uocr_session_params, max_image_bytes));
+  const uint32_t size = uint32_t(offsetof(uocr_session_params, max_image_bytes));
+  std::memcpy(older.data(), &size, sizeof size);
+  REQUIRE(uocr_session_create(shared_model(), reinterpret_cast<const uocr_session_params*>(older.data()), &s) == UOCR_OK);
+  CHECK(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+  uocr_session_free(s);
+}
+
+TEST_CASE("c_api: sizes and counts the caller passes are checked without overflow") {
+  uocr_session* s = new_session(2);
+  // A stride whose rows would reach past the end of memory: refused, never read.
+  const uint8_t px[3 * 2 * 2] = {};
+  for (size_t stride : {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 3}) {
+    CAPTURE(stride);
+    CHECK(uocr_session_add_image_rgb(s, px, 2, 3, stride) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(contains(uocr_session_last_error(s), "stride"));
+  }
+  CHECK(uocr_session_add_image_rgb(s, px, INT32_MAX, INT32_MAX, 0) == UOCR_E_INVALID_IMAGE);  // the budget, before any read
+  CHECK(page_count(s) == 0);
+  OnePage rows;
+  rows.stride = SIZE_MAX / 2;
+  CHECK(uocr_session_run_pages(s, 1, one_page, &rows, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_session_last_error(s), "stride"));
+
+  // A page count no document can have: refused before any page is asked for, instead of looping
+  // over it or overflowing its token count.
+  OnePage feed;
+  feed.path = page_path();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t count : {int64_t(INT64_MAX), int64_t(INT64_MAX) / 2, int64_t(INT32_MAX) + 1}) {
+    CAPTURE(count);
+    CHECK(uocr_session_run_pages(s, count, one_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(contains(uocr_session_last_error(s), "page_count"));
+  }
+  CHECK(feed.asked == 0);
+  // Within int32_t, a count past the model's positions is refused before the first token.
+  CHECK(uocr_session_run_pages(s, INT32_MAX, one_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_session_last_error(s), "positions"));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 60);
   uocr_session_free(s);
 }

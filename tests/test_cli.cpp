@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "cli_process.hpp"
 #include "test_support.hpp"
@@ -533,5 +534,58 @@ TEST_CASE("uocr run refuses an output or checkpoint that is an input page or a m
     CHECK(r.output.find("-o " + page + " and the input " + page + " are the same file") != std::string::npos);
     CHECK(uocr_test::read_file(page) == bytes);
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("uocr: a bad number names the option and the value") {
+  const std::string run = "run --model '" + tiny() + "' --quiet ";
+  const std::string page = " '" + uocr_test::golden("page.png") + "'";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--temperature abc", "option --temperature needs a number, got 'abc'"},
+      {"--top-p 1e999", "option --top-p needs a number, got '1e999'"},
+      {"--top-p nan", "option --top-p needs a number, got 'nan'"},
+      {"--max-tokens 99999999999", "option --max-tokens needs an integer from -2147483648 to 2147483647, got '99999999999'"},
+      {"--window 12x", "option --window needs an integer from -2147483648 to 2147483647, got '12x'"},
+      {"--max-image-bytes -1", "option --max-image-bytes needs an integer from 0 to 18446744073709551615, got '-1'"},
+      {"--max-image-pixels 0", "--max-image-pixels, --max-image-bytes and --max-jpeg-scans must be positive"},
+  };
+  for (const auto& [option, message] : cases) {
+    const Run r = run_cli(run + option + page);
+    INFO(option << ": " << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(message) != std::string::npos);
+  }
+}
+
+TEST_CASE("uocr: page paths that are no regular file fail at once, naming them; the decode budget options") {
+  const fs::path dir = tmp("not_files");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string page = uocr_test::golden("page.png");
+  const Run on_dir = run_cli("run --model '" + tiny() + "' '" + dir.string() + "'");
+  INFO(on_dir.output);
+  CHECK((on_dir.status == 1 || on_dir.status == 2));
+  CHECK(on_dir.output.find("cannot read image file " + dir.string() + ": it is a directory") != std::string::npos);
+
+  // A FIFO would block the read forever; `timeout` keeps the test from hanging if it does.
+  const std::string fifo = (dir / "pipe.png").string();
+  REQUIRE(std::system(("mkfifo '" + fifo + "'").c_str()) == 0);
+  for (const std::string& command : {"run --model '" + tiny() + "' '" + fifo + "'",
+                                     "inspect vision --model '" + tiny() + "' --image '" + fifo + "' -o '" + (dir / "v.npy").string() + "'"}) {
+    const Run r = run_cli(command, "timeout 60 ");
+    INFO(command << ": " << r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find(fifo + ": it is a FIFO") != std::string::npos);
+  }
+
+  const Run pixels = run_cli("run --model '" + tiny() + "' --max-image-pixels 100 '" + page + "'");
+  INFO(pixels.output);
+  CHECK(pixels.status == 1);
+  CHECK(pixels.output.find("pixels, above the limit of 100 pixels") != std::string::npos);
+  const Run bytes =
+      run_cli("inspect vision --model '" + tiny() + "' --max-image-bytes 1000 --image '" + page + "' -o '" + (dir / "v.npy").string() + "'");
+  INFO(bytes.output);
+  CHECK(bytes.status == 1);
+  CHECK(bytes.output.find("more than the limit of 1000 bytes") != std::string::npos);
   fs::remove_all(dir);
 }

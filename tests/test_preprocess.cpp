@@ -3,11 +3,18 @@
 // the golden page (checksum of the tensor captured from upstream infer(), tests/data/reference/golden).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -113,13 +120,13 @@ int max_abs_diff(const ImageU8& a, const ImageU8& b, int columns) {
 
 // A PNG signature and IHDR chunk claiming w x h, 8 bits per sample, RGB (colour type 2) unless
 // told; no image data.
-std::vector<uint8_t> png_header(uint32_t w, uint32_t h, uint8_t colour_type = 2) {
+std::vector<uint8_t> png_header(uint32_t w, uint32_t h, uint8_t colour_type = 2, uint8_t depth = 8) {
   std::vector<uint8_t> b = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   std::vector<uint8_t> ihdr;
   for (uint32_t v : {w, h}) {
     for (int s = 24; s >= 0; s -= 8) ihdr.push_back(uint8_t(v >> s));
   }
-  for (uint8_t v : {uint8_t(8), colour_type, uint8_t(0), uint8_t(0), uint8_t(0)}) ihdr.push_back(v);
+  for (uint8_t v : {depth, colour_type, uint8_t(0), uint8_t(0), uint8_t(0)}) ihdr.push_back(v);
   const std::vector<uint8_t> chunk = uocr::detail::png_chunk("IHDR", ihdr);
   b.insert(b.end(), chunk.begin(), chunk.end());
   return b;
@@ -425,13 +432,12 @@ TEST_CASE("decode errors carry the right status") {
   CHECK(truncated_msg.size() > std::string("cannot decode image: ").size());
 
   // Headers claiming huge sizes are refused from the header alone. 15000 x 15000 passes stb's
-  // own sanity check, so the message names our limit, which only the pre-decode check produces;
-  // 100000 x 100000 is already refused by stbi_info ("too large").
+  // own sanity check, so the message names our limit, which only the pre-decode check produces.
   const std::vector<uint8_t> big = png_header(15000, 15000);
   CHECK(status_of([&] { uocr::decode_image(big.data(), big.size()); }) == Status::invalid_image);
   const std::string msg = message_of([&] { uocr::decode_image(big.data(), big.size()); });
   CHECK(msg.find("15000x15000") != std::string::npos);
-  CHECK(msg.find("178956970") != std::string::npos);
+  CHECK(msg.find("100000000") != std::string::npos);
   const std::vector<uint8_t> huge = png_header(100000, 100000);
   CHECK(status_of([&] { uocr::decode_image(huge.data(), huge.size()); }) == Status::invalid_image);
   // The limit is configurable, and applies to real files too.
@@ -504,4 +510,226 @@ TEST_CASE("a palette index past the PLTE entries is black, as in Pillow, whateve
     REQUIRE(got.height == 16);
     CHECK(got.rgb == want);
   }
+}
+
+namespace {
+
+// A 35-byte GIF claiming w x h: a 2-colour global palette and one LZW code; stb_image decodes it
+// to a page of w x h pixels, all but the first background.
+std::vector<uint8_t> tiny_gif(uint16_t w, uint16_t h) {
+  std::vector<uint8_t> b = {'G', 'I', 'F', '8', '9', 'a', uint8_t(w), uint8_t(w >> 8), uint8_t(h), uint8_t(h >> 8), 0x80, 0, 0};
+  for (uint8_t v : {0, 0, 0, 255, 255, 255}) b.push_back(v);  // global palette
+  for (uint8_t v : {uint8_t(','), uint8_t(0), uint8_t(0), uint8_t(0), uint8_t(0), uint8_t(w), uint8_t(w >> 8), uint8_t(h),
+                    uint8_t(h >> 8), uint8_t(0), uint8_t(2), uint8_t(2), uint8_t(0x44), uint8_t(0x01), uint8_t(0), uint8_t(';')})
+    b.push_back(v);
+  return b;
+}
+
+// A 24-bit BMP of w x h pixels (RGB rows top to bottom), stored bottom-up (positive height) or
+// top-down (negative height).
+std::vector<uint8_t> bmp24(int w, int h, const std::vector<uint8_t>& rgb, bool top_down) {
+  const int row = (3 * w + 3) & ~3;
+  std::vector<uint8_t> b(54 + size_t(row) * size_t(h), 0);
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) b[at + size_t(i)] = uint8_t(v >> (8 * i));
+  };
+  b[0] = 'B';
+  b[1] = 'M';
+  put32(2, uint32_t(b.size()));
+  put32(10, 54);
+  put32(14, 40);
+  put32(18, uint32_t(w));
+  put32(22, uint32_t(top_down ? -h : h));
+  b[26] = 1;   // planes
+  b[28] = 24;  // bits per pixel
+  for (int y = 0; y < h; ++y) {
+    const size_t stored = size_t(top_down ? y : h - 1 - y);
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) b[54 + stored * size_t(row) + size_t(3 * x + c)] = rgb[size_t(3 * (y * w + x) + 2 - c)];  // BGR
+  }
+  return b;
+}
+
+// Seconds `f` takes.
+template <class F>
+double seconds_of(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("the decode budget: pixels and decoded bytes, from the header, before any decoding") {
+  // A 35-byte GIF declaring 60000 x 60000: refused at once, the message naming the limit and how
+  // to raise it.
+  const std::vector<uint8_t> gif = tiny_gif(60000, 60000);
+  REQUIRE(gif.size() == 35);
+  std::string msg;
+  CHECK(seconds_of([&] { msg = message_of([&] { uocr::decode_image(gif.data(), gif.size()); }); }) < 1.0);
+  CHECK(status_of([&] { uocr::decode_image(gif.data(), gif.size()); }) == Status::invalid_image);
+  CHECK(msg.find("60000x60000") != std::string::npos);
+  CHECK(msg.find("above the limit of 100000000 pixels") != std::string::npos);
+  CHECK(msg.find("--max-image-pixels") != std::string::npos);
+  CHECK(msg.find("max_image_pixels") != std::string::npos);
+  // 12000 x 12000 is under Pillow's limit, which stb_image would decode: above ours.
+  const std::vector<uint8_t> gif12k = tiny_gif(12000, 12000);
+  CHECK(seconds_of([&] { msg = message_of([&] { uocr::decode_image(gif12k.data(), gif12k.size()); }); }) < 1.0);
+  CHECK(msg.find("144000000 pixels, above the limit") != std::string::npos);
+  // Within the pixels, over the bytes: a GIF decodes to 4 channels.
+  uocr::DecodeLimits limits;
+  limits.max_bytes = 4 * 5000 * 5000 - 1;
+  const std::vector<uint8_t> gif5k = tiny_gif(5000, 5000);
+  msg = message_of([&] { uocr::decode_image(gif5k.data(), gif5k.size(), limits); });
+  CHECK(msg.find("5000x5000 pixels of 4 channel(s) of 1 byte(s), above the limit of 99999999 bytes decoded") != std::string::npos);
+  CHECK(msg.find("--max-image-bytes") != std::string::npos);
+  // The small GIF itself decodes, within the budget.
+  const std::vector<uint8_t> small = tiny_gif(7, 5);
+  CHECK(uocr::decode_image(small.data(), small.size()).width == 7);
+
+  // Bytes count the real sample size: 16-bit PNG samples are 2 bytes (a real file), HDR's 4.
+  const std::vector<uint8_t> g16 = read_bytes(data_dir() + "gray16_9x7.png");
+  limits.max_bytes = 9 * 7 * 2 - 1;
+  msg = message_of([&] { uocr::decode_image(g16.data(), g16.size(), limits); });
+  CHECK(msg.find("9x7 pixels of 1 channel(s) of 2 byte(s)") != std::string::npos);
+  limits.max_bytes = 9 * 7 * 2;
+  CHECK(uocr::decode_image(g16.data(), g16.size(), limits).width == 9);
+  const std::vector<uint8_t> rgba16 = png_header(20000, 20000, 6, 16);
+  msg = message_of([&] { uocr::decode_image(rgba16.data(), rgba16.size(), uocr::DecodeLimits{uint64_t(1) << 40}); });
+  CHECK(msg.find("20000x20000 pixels of 4 channel(s) of 2 byte(s), above the limit of 1073741824 bytes") != std::string::npos);
+  const std::string hdr_text = "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 200 +X 300\n";
+  const std::vector<uint8_t> hdr(hdr_text.begin(), hdr_text.end());
+  limits.max_bytes = 300 * 200 * 3 * 4 - 1;
+  msg = message_of([&] { uocr::decode_image(hdr.data(), hdr.size(), limits); });
+  CHECK(msg.find("300x200 pixels of 3 channel(s) of 4 byte(s)") != std::string::npos);
+  limits.max_bytes += 1;  // within the budget (stb_image reads the missing pixels as black)
+  CHECK(uocr::decode_image(hdr.data(), hdr.size(), limits).width == 300);
+}
+
+TEST_CASE("a PNG stb_image refuses as too large says so, not \"unknown image type\"") {
+  const std::vector<uint8_t> png = png_header(100000, 100000);
+  const std::string ours = message_of([&] { uocr::decode_image(png.data(), png.size()); });
+  CHECK(ours.find("100000x100000 = 10000000000 pixels, above the limit") != std::string::npos);
+  // Past our budget, stb's own limit (2^30 bytes of samples) is the reason given.
+  const uocr::DecodeLimits unlimited{UINT64_MAX, UINT64_MAX};
+  const std::string stb = message_of([&] { uocr::decode_image(png.data(), png.size(), unlimited); });
+  CHECK(stb.find("too large") != std::string::npos);
+  CHECK(stb.find("unknown image type") == std::string::npos);
+}
+
+TEST_CASE("a top-down BMP (negative height) decodes like the same pixels stored bottom-up") {
+  const ImageU8 want = procedural(5, 3, 11);
+  const std::vector<uint8_t> up = bmp24(5, 3, want.rgb, false), down = bmp24(5, 3, want.rgb, true);
+  const ImageU8 a = uocr::decode_image(up.data(), up.size());
+  CHECK(count_diff(a, want) == 0);
+  const ImageU8 b = uocr::decode_image(down.data(), down.size());
+  CHECK(count_diff(b, want) == 0);
+  // Its size counts against the limit as a positive height.
+  const std::string msg = message_of([&] { uocr::decode_image(down.data(), down.size(), uocr::DecodeLimits{14}); });
+  CHECK(msg.find("5x3 = 15 pixels, above the limit of 14 pixels") != std::string::npos);
+}
+
+TEST_CASE("raw RGB rows: a stride that reaches past the end of memory is refused, not read") {
+  const uint8_t px[12] = {};
+  CHECK(status_of([&] { uocr::image_from_rgb(px, 2, 2, SIZE_MAX / 2); }) == Status::invalid_argument);
+  CHECK(message_of([&] { uocr::image_from_rgb(px, 2, 2, SIZE_MAX / 2); }).find("stride") != std::string::npos);
+  CHECK(status_of([&] { uocr::image_from_rgb(px, 2, 3, SIZE_MAX / 3); }) == Status::invalid_argument);
+  CHECK(uocr::image_from_rgb(px, 2, 2, 6).width == 2);
+}
+
+#ifdef UOCR_HAVE_LIBJPEG
+namespace {
+
+// Segments of a JPEG as [start, end) byte ranges: each marker with its payload, a scan (SOS) with
+// its entropy-coded data.
+std::vector<std::pair<size_t, size_t>> jpeg_segments(const std::vector<uint8_t>& j) {
+  std::vector<std::pair<size_t, size_t>> out{{0, 2}};  // SOI
+  size_t at = 2;
+  while (at + 4 <= j.size() && j[at] == 0xFF && j[at + 1] != 0xD9) {
+    size_t end = at + 2 + (size_t(j[at + 2]) << 8 | j[at + 3]);
+    if (j[at + 1] == 0xDA)  // entropy data runs to the next marker other than a stuffed 0 or RSTn
+      while (end + 1 < j.size() && !(j[end] == 0xFF && j[end + 1] != 0 && (j[end + 1] < 0xD0 || j[end + 1] > 0xD7))) ++end;
+    out.emplace_back(at, end);
+    at = end;
+  }
+  out.emplace_back(at, j.size());  // EOI
+  return out;
+}
+
+// The JPEG with its last scan (and the tables just before it) repeated `copies` more times.
+std::vector<uint8_t> repeat_last_scan(const std::vector<uint8_t>& j, int copies) {
+  const auto seg = jpeg_segments(j);
+  size_t first = seg.size() - 2;  // the last SOS
+  while (first > 0 && j[seg[first - 1].first + 1] == 0xC4) --first;  // its DHT
+  const std::vector<uint8_t> scan(j.begin() + std::ptrdiff_t(seg[first].first), j.begin() + std::ptrdiff_t(seg[seg.size() - 2].second));
+  std::vector<uint8_t> out(j.begin(), j.begin() + std::ptrdiff_t(seg.back().first));
+  for (int i = 0; i < copies; ++i) out.insert(out.end(), scan.begin(), scan.end());
+  out.insert(out.end(), j.begin() + std::ptrdiff_t(seg.back().first), j.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("JPEG scans are limited: a progressive file repeating a scan fails fast, naming the limit") {
+  const std::vector<uint8_t> prog = read_bytes(data_dir() + "jprog_35x27.jpg");
+  int scans = 0;
+  for (const auto& s : jpeg_segments(prog)) scans += prog[s.first + 1] == 0xDA;
+  REQUIRE(scans > 2);
+  uocr::DecodeLimits limits;
+  limits.max_jpeg_scans = scans;
+  const ImageU8 want = uocr::decode_image(prog.data(), prog.size(), limits);
+  limits.max_jpeg_scans = scans - 1;
+  CHECK(status_of([&] { uocr::decode_image(prog.data(), prog.size(), limits); }) == Status::invalid_image);
+  const std::string low = message_of([&] { uocr::decode_image(prog.data(), prog.size(), limits); });
+  CHECK(low.find("more than " + std::to_string(scans - 1) + " scans") != std::string::npos);
+  CHECK(low.find("--max-jpeg-scans") != std::string::npos);
+
+  // 5000 more copies of the last scan: over the default limit, refused within a second.
+  const std::vector<uint8_t> bomb = repeat_last_scan(prog, 5000);
+  std::string msg;
+  CHECK(seconds_of([&] { msg = message_of([&] { uocr::decode_image(bomb.data(), bomb.size()); }); }) < 1.0);
+  CHECK(msg.find("more than 100 scans") != std::string::npos);
+  // A few copies stay within it (libjpeg warns about the repeated refinement and goes on).
+  const std::vector<uint8_t> few = repeat_last_scan(prog, 3);
+  CHECK(uocr::decode_image(few.data(), few.size()).width == want.width);
+}
+#endif
+
+TEST_CASE("image files: only a regular file of at most max_bytes is read; directories, FIFOs and devices fail at once") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("uocr_image_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  CHECK(status_of([&] { uocr::load_image(dir.string()); }) == Status::io);
+  CHECK(message_of([&] { uocr::load_image(dir.string()); }) ==
+        "cannot read image file " + dir.string() + ": it is a directory");
+  // /dev/zero would be read until memory runs out.
+  CHECK(status_of([] { uocr::load_image("/dev/zero"); }) == Status::io);
+  CHECK(message_of([] { uocr::load_image("/dev/zero"); }).find("/dev/zero: it is a character device") != std::string::npos);
+
+  // A FIFO without a writer would block the open forever. Guard: if the load has not returned
+  // after 10 s, open the write end, which lets it return, and fail.
+  const std::string fifo = (dir / "pipe.png").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto pending = std::async(std::launch::async, [&] { return message_of([&] { uocr::load_image(fifo); }); });
+  if (pending.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    FAIL_CHECK("load_image blocked on a FIFO");
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  CHECK(pending.get() == "cannot read image file " + fifo + ": it is a FIFO");
+
+  // Larger than the budget's bytes: refused before reading, naming the limit.
+  const std::vector<uint8_t> png = read_bytes(data_dir() + "noise_37x53.png");
+  uocr::DecodeLimits limits;
+  limits.max_bytes = png.size() - 1;
+  const std::string path = data_dir() + "noise_37x53.png";
+  CHECK(status_of([&] { uocr::load_image(path, limits); }) == Status::invalid_image);
+  CHECK(message_of([&] { uocr::load_image(path, limits); }) ==
+        "cannot read image file " + path + ": " + std::to_string(png.size()) + " bytes, more than the limit of " +
+            std::to_string(png.size() - 1) + " bytes");
+  limits.max_bytes = png.size();  // the file fits, and so do its 37 x 53 x 3 samples
+  CHECK(uocr::load_image(path, limits).width == 37);
+  fs::remove_all(dir);
 }

@@ -188,7 +188,13 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     uocr::CheckpointOptions o;
     o.path = ck;
     o.resume = true;
-    CHECK(uocr_test::message_of([&] { s.run(p, {}, o); }).find("cannot open checkpoint") != std::string::npos);
+    CHECK(uocr_test::message_of([&] { s.run(p, {}, o); }).find("cannot read checkpoint") != std::string::npos);
+    // Not a regular file: refused by what it is, without reading (a FIFO would block, /dev/zero never end).
+    fs::create_directories(ck);
+    CHECK(uocr_test::message_of([&] { s.run(p, {}, o); }).find("it is a directory") != std::string::npos);
+    fs::remove(ck);
+    o.path = "/dev/zero";
+    CHECK(uocr_test::message_of([&] { s.run(p, {}, o); }).find("it is a character device") != std::string::npos);
   }
 }
 

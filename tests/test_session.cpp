@@ -177,6 +177,20 @@ TEST_CASE("Session is exactly the one-shot decode: full attention, and a gundam 
   }
 }
 
+TEST_CASE("a window past the model's context is clamped to it: the ring is not allocated beyond it") {
+  uocr::SessionParams params;
+  params.max_new_tokens = 4;
+  params.window = 1000000;
+  uocr::Session s(tiny_model(), params);
+  const int context = tiny_model()->config().decoder.max_positions;
+  CHECK(s.effective_window() == context);
+  s.add_page(uocr::load_image(uocr_test::golden("page.png")));
+  const uocr::RunSummary r = s.run();
+  CHECK(r.generated_tokens == 4);
+  const size_t per_token = 2 * 2 * 4 * 4 * 3;  // K+V, 2 KV heads of 4, float32, 3 layers
+  CHECK(r.memory.kv_allocated_bytes <= size_t(r.prompt_tokens + context) * per_token);
+}
+
 TEST_CASE("cancellation from the callback stops the run and says so") {
   uocr::SessionParams params;
   params.max_new_tokens = 50;

@@ -2,8 +2,13 @@
 // checked against what the command declares it accepts, so that no option is silently ignored.
 #pragma once
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "uocr/core/error.hpp"
@@ -33,6 +38,26 @@ inline size_t edit_distance(const std::string& a, const std::string& b) {
     }
   }
   return row[b.size()];
+}
+
+// `text`, all of it, as a T: an integer type in its range, or a finite float / double (decimal
+// or exponent notation). Anything else throws Error(invalid_argument) naming `what` and the text.
+template <class T>
+T parse_number(const std::string& text, const std::string& what) {
+  T out{};
+  const char* end = text.data() + text.size();
+  const std::from_chars_result r = std::from_chars(text.data(), end, out);
+  bool ok = !text.empty() && r.ec == std::errc() && r.ptr == end;
+  std::string wanted;
+  if constexpr (std::is_floating_point_v<T>) {
+    ok = ok && std::isfinite(out);
+    wanted = "a number";
+  } else {
+    wanted = "an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+             std::to_string(std::numeric_limits<T>::max());
+  }
+  uocr::require(ok, uocr::Status::invalid_argument, [&] { return what + " needs " + wanted + ", got '" + text + "'"; });
+  return out;
 }
 
 class Args {
@@ -72,20 +97,14 @@ class Args {
     auto it = all_.find(declared(name));
     return it == all_.end() ? std::vector<std::string>{} : it->second;
   }
-  int integer(const std::string& name, int fallback) const {
-    if (!has(name)) return fallback;
-    const std::string v = get(name, "");
-    size_t used = 0;
-    int out = 0;
-    try {
-      out = std::stoi(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    uocr::require(used == v.size() && !v.empty(), uocr::Status::invalid_argument,
-                  [&] { return "option " + name + " needs an integer, got '" + v + "'"; });
-    return out;
+  // The option's value as a T (int, uint64_t, float, ...), `fallback` when it is not given; a
+  // value that is not one is a usage error naming the option (parse_number).
+  template <class T>
+  T number(const std::string& name, T fallback) const {
+    return has(name) ? parse_number<T>(get(name, ""), "option " + name) : fallback;
   }
+  int integer(const std::string& name, int fallback) const { return number<int>(name, fallback); }
+  float real(const std::string& name, float fallback) const { return number<float>(name, fallback); }
 
  private:
   bool is_flag(const std::string& a) const {

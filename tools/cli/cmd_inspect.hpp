@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "args.hpp"
+#include "decode_limits.hpp"
 #include "model_dir.hpp"
 #include "same_file.hpp"
 #include "verify_model.hpp"
@@ -29,14 +30,18 @@ inline std::map<std::string, std::string> cpu_only() {
   return {{"--backend", why}, {"--device", why}};
 }
 inline CommandOptions inspect_vision_options() {
-  return {"inspect vision", {"--model", "--image", "--mode", "-o"}, {}, false, cpu_only()};
+  CommandOptions o{"inspect vision", {"--model", "--image", "--mode", "-o"}, {}, false, cpu_only()};
+  for (const std::string& limit : decode_limit_options()) o.values.push_back(limit);
+  return o;
 }
 inline CommandOptions inspect_logits_options() {
-  return {"inspect logits",
-          {"--model", "--image", "--mode", "--input-ids", "--generated", "--attention", "--window", "-o"},
-          {},
-          false,
-          cpu_only()};
+  CommandOptions o{"inspect logits",
+                   {"--model", "--image", "--mode", "--input-ids", "--generated", "--attention", "--window", "-o"},
+                   {},
+                   false,
+                   cpu_only()};
+  for (const std::string& limit : decode_limit_options()) o.values.push_back(limit);
+  return o;
 }
 
 // Visual embeddings of one or more pages (--image per page), in prompt order.
@@ -50,10 +55,11 @@ inline std::vector<float> visual_embeddings(const uocr::Model& model, const Args
                 "gundam mode takes one image (several pages use base views, as upstream)");
   const int size = model.config().sam.image_size;
   const uocr::PreprocessConfig views = mode == "gundam" ? uocr::preset_gundam() : uocr::PreprocessConfig{size, size, false};
+  const uocr::DecodeLimits limits = decode_limits(args);
   uocr::VisionEncoder encoder(model.config(), model.weights());
   std::vector<float> out;
   for (const std::string& path : images) {
-    const uocr::PreparedImage p = uocr::prepare_image(uocr::load_image(path), views);
+    const uocr::PreparedImage p = uocr::prepare_image(uocr::load_image(path, limits), views);
     const std::vector<float> v = encoder.visual_tokens(p.global_chw, p.tiles_chw, p.tiles_x, p.tiles_y);
     out.insert(out.end(), v.begin(), v.end());
   }

@@ -35,9 +35,11 @@
 #include <nlohmann/json.hpp>
 
 #include "args.hpp"
+#include "decode_limits.hpp"
 #include "model_dir.hpp"
 #include "pdf.hpp"
 #include "same_file.hpp"
+#include "uocr/io/read_file.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/markdown.hpp"
@@ -47,14 +49,16 @@
 namespace uocr_cli {
 
 inline CommandOptions run_options() {
-  return {"run",
-          {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
-           "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--dpi",
-           "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
-           "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every"},
-          {"--quiet", "--resume", "--separate-pages"},
-          true,
-          {}};
+  CommandOptions o{"run",
+                   {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
+                    "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--dpi",
+                    "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
+                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every"},
+                   {"--quiet", "--resume", "--separate-pages"},
+                   true,
+                   {}};
+  for (const std::string& limit : decode_limit_options()) o.values.push_back(limit);
+  return o;
 }
 
 inline volatile std::sig_atomic_t g_interrupted = 0;
@@ -116,7 +120,7 @@ inline std::vector<int> parse_counts(const std::string& v, const char* option, c
     const std::string part = v.substr(at, comma - at);
     uocr::require(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && part.size() < 9,
                   uocr::Status::invalid_argument, bad);
-    n.push_back(std::stoi(part));
+    n.push_back(parse_number<int>(part, option));
     at = comma + 1;
   }
   uocr::require(n.size() >= 2 && n.size() <= most, uocr::Status::invalid_argument, bad);
@@ -144,19 +148,19 @@ inline void parse_reference_budget(const std::string& budget, const std::string&
 }
 
 // Every input, as one document, pulled page by page.
-inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::string>& inputs, int dpi) {
+inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::string>& inputs, int dpi, const uocr::DecodeLimits& limits) {
   std::vector<std::unique_ptr<uocr::PageSource>> parts;
   std::vector<std::string> images;
   auto flush_images = [&] {
-    if (!images.empty()) parts.push_back(std::make_unique<uocr::FilePages>(std::move(images)));
+    if (!images.empty()) parts.push_back(std::make_unique<uocr::FilePages>(std::move(images), limits));
     images.clear();
   };
   for (const std::string& in : inputs) {
     if (is_pdf(in)) {
       flush_images();
-      parts.push_back(std::make_unique<PdfPages>(in, dpi));
+      parts.push_back(std::make_unique<PdfPages>(in, dpi, limits));
     } else {
-      uocr::require(std::filesystem::is_regular_file(in), uocr::Status::io, [&] { return "cannot open " + in; });
+      uocr::require_regular_file(in, "image file");  // before the model loads
       images.push_back(in);
     }
   }
@@ -289,8 +293,8 @@ inline int cmd_run(const Args& args) {
   uocr::require(loop_guard == "on" || loop_guard == "off", uocr::Status::invalid_argument,
                 [&] { return "--loop-guard must be on or off, got '" + loop_guard + "'"; });
   params.loop_guard = loop_guard == "on";
-  if (args.has("--temperature")) params.sampling.temperature = std::stof(args.get("--temperature", "0"));
-  if (args.has("--top-p")) params.sampling.top_p = std::stof(args.get("--top-p", "1"));
+  params.sampling.temperature = args.real("--temperature", params.sampling.temperature);
+  params.sampling.top_p = args.real("--top-p", params.sampling.top_p);
   params.sampling.seed = uint64_t(args.integer("--seed", 0));
   params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
   params.device_index = args.integer("--device", 0);
@@ -340,7 +344,7 @@ inline int cmd_run(const Args& args) {
   const auto model = uocr::Model::load(model_path);
   groups.apply(model->decode_defaults(), inf.groups);
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
-  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300));
+  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300), decode_limits(args));
 
   if (!ck.resume || out.path.empty()) out.open();
   ck.save_caller_state = [&] { return out.state(); };

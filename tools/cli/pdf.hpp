@@ -14,6 +14,7 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
+#include "uocr/io/read_file.hpp"
 #include "uocr/session/page_source.hpp"
 
 namespace uocr_cli {
@@ -51,9 +52,9 @@ inline std::string run_poppler(const std::string& tool, const std::string& args,
 
 class PdfPages final : public uocr::PageSource {
  public:
-  PdfPages(std::string path, int dpi) : path_(std::move(path)), dpi_(dpi) {
+  PdfPages(std::string path, int dpi, uocr::DecodeLimits limits) : path_(std::move(path)), dpi_(dpi), limits_(limits) {
     namespace fs = std::filesystem;
-    uocr::require(fs::is_regular_file(path_), uocr::Status::io, [&] { return "cannot open " + path_; });
+    uocr::require_regular_file(path_, "PDF");
     uocr::require(dpi_ >= 36 && dpi_ <= 1200, uocr::Status::invalid_argument, "--dpi must be in 36..1200");
     const std::string info = run_poppler("pdfinfo", shell_quote(path_), path_);
     const size_t at = info.find("\nPages:");
@@ -79,7 +80,7 @@ class PdfPages final : public uocr::PageSource {
     run_poppler("pdftoppm", "-f " + n + " -l " + n + " -singlefile -r " + std::to_string(dpi_) + " -png " +
                                 shell_quote(path_) + " " + shell_quote(prefix),
                 path_);
-    page = uocr::load_image(prefix + ".png");
+    page = uocr::load_image(prefix + ".png", limits_);
     std::filesystem::remove(prefix + ".png");
     return true;
   }
@@ -93,6 +94,7 @@ class PdfPages final : public uocr::PageSource {
  private:
   std::string path_, dir_;
   int dpi_;
+  uocr::DecodeLimits limits_;  // of each rendered page
   int64_t count_ = 0, next_ = 0;
 };
 

@@ -21,11 +21,10 @@
 #pragma once
 #include <stb/stb_image.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +32,7 @@
 #include "uocr/core/error.hpp"
 #include "uocr/image/exif.hpp"
 #include "uocr/image/png_palette.hpp"
+#include "uocr/io/read_file.hpp"
 #ifdef UOCR_HAVE_LIBJPEG
 #include "uocr/image/jpeg.hpp"
 #endif
@@ -48,17 +48,32 @@ struct ImageU8 {
   const uint8_t* row(int y) const { return rgb.data() + size_t(y) * size_t(width) * 3; }
 };
 
-// Pillow raises DecompressionBombError above 2 * Image.MAX_IMAGE_PIXELS = 2 * 89478485 =
-// 178956970 pixels, after which upstream has no image at all; the same default limit here.
+// The decode budget of one image, checked from its header before any pixel memory is allocated
+// (a 35-byte GIF can declare 65535 x 65535 pixels). The defaults fit an A3 page scanned at 600 dpi
+// (7016 x 9921 = 69.6 Mpixel) in every sample format, float HDR RGB (835 MB) included, and bound
+// what one small file can cost; the model reads pages at about 1024 pixels a side, so larger
+// images add nothing. Pillow (upstream) refuses only from 178956970 pixels: images between the
+// two limits need max_pixels raised. The C ABI's max_image_pixels / max_image_bytes /
+// max_jpeg_scans and `uocr --max-image-pixels / --max-image-bytes / --max-jpeg-scans` set these.
 struct DecodeLimits {
-  uint64_t max_pixels = 178956970;
+  uint64_t max_pixels = 100000000;          // width x height
+  uint64_t max_bytes = uint64_t(1) << 30;   // width x height x channels x bytes per sample, as the file
+                                            // stores them (16-bit PNG: 2 bytes, HDR: 4); also the largest
+                                            // image file load_image reads
+  // Scans of one JPEG (libjpeg builds): a progressive scan passes over the whole image, and a file
+  // can repeat one for a few bytes a copy. libjpeg's progressive script writes 10 scans; the
+  // limit leaves ten times that.
+  int max_jpeg_scans = 100;
 };
 
-// A width x height image, all pixels zero. Throws invalid_argument on a
-// non-positive size.
+// A width x height image, all pixels zero. Throws invalid_argument on a non-positive size,
+// out_of_memory on one whose bytes do not fit in a size_t.
 inline ImageU8 make_image(int width, int height) {
   require(width > 0 && height > 0, Status::invalid_argument, [&] {
     return "image size must be positive, got " + std::to_string(width) + "x" + std::to_string(height);
+  });
+  require(uint64_t(width) * uint64_t(height) <= SIZE_MAX / 3, Status::out_of_memory, [&] {
+    return "a " + std::to_string(width) + "x" + std::to_string(height) + " RGB image does not fit in memory";
   });
   ImageU8 im;
   im.width = width;
@@ -68,7 +83,8 @@ inline ImageU8 make_image(int width, int height) {
 }
 
 // Copies caller-owned interleaved RGB rows (stride = bytes from one row to the next, at least
-// 3 * width). Throws invalid_argument on a null pointer, a non-positive size or a short stride.
+// 3 * width). Throws invalid_argument on a null pointer, a non-positive size, a short stride, or
+// rows that span more bytes than any buffer can hold (a stride no buffer can have).
 inline ImageU8 image_from_rgb(const uint8_t* pixels, int width, int height, size_t stride) {
   require(pixels != nullptr, Status::invalid_argument, "image_from_rgb: null pixel pointer");
   ImageU8 im = make_image(width, height);
@@ -76,6 +92,13 @@ inline ImageU8 image_from_rgb(const uint8_t* pixels, int width, int height, size
   require(stride >= row_bytes, Status::invalid_argument, [&] {
     return "image_from_rgb: stride " + std::to_string(stride) + " is smaller than 3 * width = " +
            std::to_string(row_bytes);
+  });
+  // The rows span (height - 1) * stride + row_bytes bytes from `pixels`: no buffer is larger than
+  // PTRDIFF_MAX bytes, and none wraps around the end of the address space.
+  const size_t most = std::min<size_t>(PTRDIFF_MAX, SIZE_MAX - reinterpret_cast<uintptr_t>(pixels));
+  require(row_bytes <= most && (height == 1 || stride <= (most - row_bytes) / size_t(height - 1)), Status::invalid_argument, [&] {
+    return "image_from_rgb: stride " + std::to_string(stride) + " x height " + std::to_string(height) +
+           " is larger than any buffer can be";
   });
   for (int y = 0; y < height; ++y) std::memcpy(im.row(y), pixels + size_t(y) * stride, row_bytes);
   return im;
@@ -107,6 +130,33 @@ inline ImageU8 apply_exif_orientation(const ImageU8& in, int orientation) {
   return out;
 }
 
+// What an encoded image's header says, before any pixel is decoded.
+struct ImageHeader {
+  int64_t width = 0, height = 0;
+  int channels = 0;      // samples per pixel as the file stores them (a palette: 3)
+  int sample_bytes = 1;  // bytes per sample: 1, 2 (16-bit) or 4 (float HDR)
+};
+
+// Throws Error(invalid_image) when an image of this header is over `limits`, naming the limit and
+// how to raise it. Decoding checks it before allocating pixels; callers holding raw pixels
+// (the C ABI's RGB pages) check theirs too.
+inline void check_decode_budget(const ImageHeader& h, const DecodeLimits& limits) {
+  const std::string size = std::to_string(h.width) + "x" + std::to_string(h.height);
+  require(h.width > 0 && h.height > 0 && h.channels > 0 && h.sample_bytes > 0, Status::invalid_image,
+          [&] { return "image size " + size + " (" + std::to_string(h.channels) + " channels) is not positive"; });
+  // Headers hold 32-bit sizes at most: the product does not overflow.
+  const uint64_t pixels = uint64_t(h.width) * uint64_t(h.height);
+  require(pixels <= limits.max_pixels, Status::invalid_image, [&] {
+    return "image is " + size + " = " + std::to_string(pixels) + " pixels, above the limit of " + std::to_string(limits.max_pixels) +
+           " pixels (raise it with DecodeLimits::max_pixels, the C ABI's max_image_pixels or uocr --max-image-pixels)";
+  });
+  const uint64_t sample = uint64_t(h.channels) * uint64_t(h.sample_bytes);
+  require(pixels <= limits.max_bytes / sample, Status::invalid_image, [&] {
+    return "image is " + size + " pixels of " + std::to_string(h.channels) + " channel(s) of " + std::to_string(h.sample_bytes) +
+           " byte(s), above the limit of " + std::to_string(limits.max_bytes) + " bytes decoded (raise it with DecodeLimits::max_bytes, the C ABI's max_image_bytes or uocr --max-image-bytes)";
+  });
+}
+
 namespace detail {
 
 struct StbFree {
@@ -133,29 +183,47 @@ inline void to_rgb(const uint8_t* src, int n, ImageU8& out) {
   }
 }
 
-// Pillow's DecompressionBombError check, from the header before pixel memory is allocated.
-inline void check_pixel_limit(int w, int h, const DecodeLimits& limits) {
-  const uint64_t pixels = uint64_t(w) * uint64_t(h);
-  require(pixels <= limits.max_pixels, Status::invalid_image, [&] {
-    return "image is " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(pixels) +
-           " pixels, above the limit of " + std::to_string(limits.max_pixels);
-  });
+// The size of a PNG from its IHDR chunk; false when the data is not a PNG with a valid IHDR.
+// stbi_info reports a PNG it refuses (more than 2^30 bytes of samples) as "unknown image type",
+// after trying every other format; this gives the budget check the real size.
+inline bool png_header(const uint8_t* d, size_t size, ImageHeader& out) {
+  static const uint8_t start[16] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+  if (size < 26 || std::memcmp(d, start, sizeof start) != 0) return false;
+  auto be32 = [&](size_t at) { return uint32_t(d[at]) << 24 | uint32_t(d[at + 1]) << 16 | uint32_t(d[at + 2]) << 8 | d[at + 3]; };
+  const int depth = d[24], colour = d[25];
+  static const int channels[7] = {1, 0, 3, 3, 2, 0, 4};  // by colour type: gray, -, RGB, palette (RGB), gray+alpha, -, RGBA
+  if (colour > 6 || channels[colour] == 0 || be32(16) == 0 || be32(20) == 0) return false;
+  out = {be32(16), be32(20), channels[colour], depth == 16 ? 2 : 1};
+  return true;
+}
+
+// The size of any other format stb_image reads, from stbi_info.
+inline ImageHeader stb_header(const uint8_t* data, int len) {
+  int w = 0, h = 0, comp = 0;
+  require(stbi_info_from_memory(data, len, &w, &h, &comp) != 0, Status::invalid_image,
+          [] { return "cannot decode image: " + stb_reason(); });
+  ImageHeader out;
+  out.width = w;
+  out.height = h < 0 ? -int64_t(h) : h;  // stbi_info gives a top-down BMP's height as stored: negative
+  out.channels = comp;
+  out.sample_bytes = stbi_is_hdr_from_memory(data, len) ? 4 : stbi_is_16_bit_from_memory(data, len) ? 2 : 1;
+  return out;
 }
 
 }  // namespace detail
 
 // Decodes an encoded image held in memory. Throws Error(invalid_image) for empty, truncated,
-// corrupt or unsupported data and for images above limits.max_pixels (checked from the header,
-// before any pixel memory is allocated).
+// corrupt or unsupported data and for images over `limits` (the size is checked from the header,
+// before any pixel memory is allocated; JPEG scans as they are read).
 inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits& limits = {}) {
   require(data != nullptr && size > 0, Status::invalid_image, "cannot decode image: no data");
 #ifdef UOCR_HAVE_LIBJPEG
   if (detail::is_jpeg(data, size)) {
     detail::JpegDecoder jpeg;
     jpeg.read_header(data, size);
-    detail::check_pixel_limit(jpeg.width(), jpeg.height(), limits);
+    check_decode_budget({jpeg.width(), jpeg.height(), jpeg.components(), 1}, limits);
     ImageU8 im = make_image(jpeg.width(), jpeg.height());
-    jpeg.read_rgb(im.rgb.data());
+    jpeg.read_rgb(im.rgb.data(), limits.max_jpeg_scans);
     return apply_exif_orientation(im, exif_orientation(data, size));
   }
 #endif
@@ -168,15 +236,14 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
     return "cannot decode image: " + std::to_string(size) + " bytes is more than stb_image accepts";
   });
   const int len = int(size);
-  int w = 0, h = 0, comp = 0;
-  require(stbi_info_from_memory(data, len, &w, &h, &comp) != 0, Status::invalid_image,
-          [] { return "cannot decode image: " + detail::stb_reason(); });
-  detail::check_pixel_limit(w, h, limits);
+  ImageHeader header;
+  if (!detail::png_header(data, size, header)) header = detail::stb_header(data, len);
+  check_decode_budget(header, limits);
 
   ImageU8 im;
-  if (comp == 1 && stbi_is_16_bit_from_memory(data, len)) {
+  int w = 0, h = 0, n = 0;
+  if (header.channels == 1 && header.sample_bytes == 2) {
     // 16-bit grayscale: Pillow clamps the 16-bit value to 255 instead of taking the high byte.
-    int n = 0;
     std::unique_ptr<uint16_t, detail::StbFree> px(stbi_load_16_from_memory(data, len, &w, &h, &n, 1));
     require(px != nullptr, Status::invalid_image, [] { return "cannot decode image: " + detail::stb_reason(); });
     im = make_image(w, h);
@@ -185,7 +252,6 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
       im.rgb[3 * i] = im.rgb[3 * i + 1] = im.rgb[3 * i + 2] = uint8_t(s[i] > 255 ? 255 : s[i]);
     }
   } else {
-    int n = 0;
     std::unique_ptr<uint8_t, detail::StbFree> px(stbi_load_from_memory(data, len, &w, &h, &n, 0));
     require(px != nullptr, Status::invalid_image, [] { return "cannot decode image: " + detail::stb_reason(); });
     require(n >= 1 && n <= 4, Status::invalid_image, "cannot decode image: unexpected channel count");
@@ -195,13 +261,11 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
   return apply_exif_orientation(im, exif_orientation(data, size));
 }
 
-// Reads and decodes an image file. Throws Error(io) when the file cannot be read, otherwise as
-// decode_image.
+// Reads and decodes an image file. Throws Error(io) when it cannot be read or is not a regular
+// file (io/read_file.hpp: a directory, FIFO or device fails at once), Error(invalid_image) when
+// it holds more than limits.max_bytes, otherwise as decode_image.
 inline ImageU8 load_image(const std::string& path, const DecodeLimits& limits = {}) {
-  std::ifstream f(path, std::ios::binary);
-  require(bool(f), Status::io, [&] { return "cannot open image file " + path; });
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  require(!f.bad(), Status::io, [&] { return "cannot read image file " + path; });
+  const std::vector<uint8_t> bytes = read_file_capped(path, limits.max_bytes, "image file", Status::invalid_image);
   try {
     return decode_image(bytes.data(), bytes.size(), limits);
   } catch (const Error& e) {

@@ -5,7 +5,8 @@
 //     inverts every four-component JPEG, Adobe convention), then Pillow's cmyk2rgb;
 //   * libjpeg warnings (corrupt data it can skip) are ignored as in Pillow, except running out of
 //     data before the last scanline, which Pillow reports as a truncated file; a missing EOI
-//     after the last scanline is accepted, as Pillow does.
+//     after the last scanline is accepted, as Pillow does;
+//   * unlike Pillow, a file of more scans than DecodeLimits::max_jpeg_scans fails (image.hpp).
 // Pillow's wheels bundle libjpeg-turbo 3.x; 2.1.5 (Debian 12) gives the same pixels on every
 // fixture, but cannot decode lossless JPEG (SOF3, new in 3.0), which then fails cleanly.
 // Used by decode_image (image.hpp) when the build defines UOCR_HAVE_LIBJPEG (meson option
@@ -14,7 +15,7 @@
 #include <csetjmp>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>  // jpeglib.h uses FILE and size_t without including their headers
+#include <cstdio>  // snprintf; jpeglib.h uses FILE and size_t without including their headers
 #include <string>
 #include <vector>
 
@@ -35,10 +36,12 @@ inline bool is_jpeg(const uint8_t* data, size_t size) {
 // error callbacks can get from cinfo->err to the job.
 struct JpegJob {
   jpeg_error_mgr err;
+  jpeg_progress_mgr progress;
   jpeg_decompress_struct cinfo;
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
   bool created;
+  int max_scans;
 };
 
 inline void jpeg_fail(j_common_ptr cinfo) {
@@ -53,6 +56,18 @@ inline void jpeg_message(j_common_ptr cinfo, int msg_level) {
   if (msg_level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_fail(cinfo);
 }
 
+// libjpeg calls this while it reads the data; a scan past the limit fails the decode (libjpeg has
+// no limit of its own: a progressive file can repeat a scan, each one a pass over the image).
+inline void jpeg_progress(j_common_ptr cinfo) {
+  JpegJob* job = reinterpret_cast<JpegJob*>(cinfo->err);
+  if (job->cinfo.input_scan_number <= job->max_scans) return;
+  std::snprintf(job->message, sizeof job->message,
+                "JPEG has more than %d scans, the limit (raise it with DecodeLimits::max_jpeg_scans, the C ABI's "
+                "max_jpeg_scans or uocr --max-jpeg-scans)",
+                job->max_scans);
+  std::longjmp(job->jump, 1);
+}
+
 inline bool jpeg_header_step(JpegJob* job, const uint8_t* data, size_t size) {
   if (setjmp(job->jump)) return false;
   job->cinfo.err = jpeg_std_error(&job->err);
@@ -65,9 +80,12 @@ inline bool jpeg_header_step(JpegJob* job, const uint8_t* data, size_t size) {
   return true;
 }
 
-inline bool jpeg_start_step(JpegJob* job, J_COLOR_SPACE out_space) {
+inline bool jpeg_start_step(JpegJob* job, J_COLOR_SPACE out_space, int max_scans) {
   if (setjmp(job->jump)) return false;
   job->cinfo.out_color_space = out_space;
+  job->max_scans = max_scans;
+  job->progress.progress_monitor = jpeg_progress;
+  job->cinfo.progress = &job->progress;
   jpeg_start_decompress(&job->cinfo);
   return true;
 }
@@ -121,11 +139,12 @@ class JpegDecoder {
 
   int width() const { return int(job_.cinfo.image_width); }
   int height() const { return int(job_.cinfo.image_height); }
+  int components() const { return job_.cinfo.num_components; }
 
-  // All pixels as RGB into `out` (width * height * 3 bytes).
-  void read_rgb(uint8_t* out) {
+  // All pixels as RGB into `out` (width * height * 3 bytes); more than `max_scans` scans fail.
+  void read_rgb(uint8_t* out, int max_scans) {
     const int n = job_.cinfo.num_components;
-    check(jpeg_start_step(&job_, n == 1 ? JCS_GRAYSCALE : n == 3 ? JCS_RGB : JCS_CMYK));
+    check(jpeg_start_step(&job_, n == 1 ? JCS_GRAYSCALE : n == 3 ? JCS_RGB : JCS_CMYK, max_scans));
     const size_t w = job_.cinfo.output_width;
     std::vector<uint8_t> line(w * size_t(job_.cinfo.output_components));
     for (size_t y = 0; y < job_.cinfo.output_height; ++y) {

@@ -20,7 +20,8 @@ class MappedFile {
  public:
   MappedFile() = default;
   explicit MappedFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO in a model folder must reach the regular-file check, not wait for a writer.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     require(fd >= 0, Status::io, [&] { return "cannot open " + path + ": " + std::strerror(errno); });
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

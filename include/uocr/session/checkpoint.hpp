@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "uocr/core/error.hpp"
+#include "uocr/io/read_file.hpp"
 
 namespace uocr {
 
@@ -61,6 +62,7 @@ class Fnv64 {
 // Fingerprint of a file: its size, its first MiB (a safetensors header lives there) and 32
 // 4-KiB samples spread over the rest. Cheap on multi-GB weights, and any retraining changes it.
 inline void fingerprint_file(Fnv64& h, const std::string& path) {
+  require_regular_file(path, "input");  // a FIFO or device would block or never end
   std::ifstream f(path, std::ios::binary);
   require(bool(f), Status::io, [&] { return "cannot read " + path; });
   f.seekg(0, std::ios::end);
@@ -203,9 +205,9 @@ inline void write_checkpoint(const std::string& path, const std::string& payload
 
 // Reads and verifies checkpoint `path`; returns its payload.
 inline std::string read_checkpoint(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  require(bool(f), Status::io, [&] { return "cannot open checkpoint " + path; });
-  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Any size a regular file has: the checksum below decides whether it is ours.
+  const std::vector<uint8_t> raw = read_file_capped(path, UINT64_MAX, "checkpoint");
+  const std::string bytes(raw.begin(), raw.end());
   auto fail = [&](const std::string& why) { throw Error(Status::io, "checkpoint " + path + " is unusable: " + why); };
   if (bytes.size() < 32 || std::memcmp(bytes.data(), detail::kCheckpointMagic, 8) != 0)
     fail("not a uocr checkpoint (wrong magic or too short)");

@@ -233,8 +233,10 @@ class InfiniteSession {
   RunSummary run(PageSource& pages, const std::function<bool(const Event&)>& on_event = {},
                  const CheckpointOptions& checkpoint = {}) {
     const int64_t n_pages = pages.count();
-    require(n_pages >= 1, Status::invalid_argument,
-            "an infinite session needs a page source with a known page count >= 1 (positions depend on it)");
+    require(n_pages >= 1 && n_pages <= std::numeric_limits<int32_t>::max(), Status::invalid_argument, [&] {
+      return "an infinite session needs a page source with a known page count in [1, 2^31 - 1] (positions depend on it; "
+             "events number pages in int), got " + std::to_string(n_pages);
+    });
     require(!checkpoint.resume || !checkpoint.path.empty(), Status::invalid_argument, "resuming needs a checkpoint path");
     require(checkpoint.every_tokens >= 0, Status::invalid_argument, "checkpoint every_tokens must be >= 0");
     const ModelConfig& cfg = model_->config();
@@ -270,7 +272,7 @@ class InfiniteSession {
       layout.page_tokens = visual.first_page_tokens();
       L.logits = engine.start(layout, visual);
       L.ngram.push(layout.head.begin(), layout.head.end());
-      for (int64_t i = 0; i < n_pages * layout.page_tokens; ++i) L.ngram.push(model_->image_token_id());  // keeps only its window
+      L.ngram.push_repeated(model_->image_token_id(), n_pages * layout.page_tokens);
       L.ngram.push(layout.tail.begin(), layout.tail.end());
     }
     sum.visual_tokens = n_pages * layout.page_tokens;

@@ -31,6 +31,13 @@ class NoRepeatNgram {
     ++length_;
     if (int64_t(tail_.size()) > std::max(window_, n_)) tail_.pop_front();
   }
+  // `count` copies of `token` (a prompt's image placeholders): only the last max(window, n) are
+  // kept, so the cost is bounded by the window, whatever the count.
+  void push_repeated(int32_t token, int64_t count) {
+    const int64_t kept = std::min<int64_t>(count, std::max(window_, n_));
+    for (int64_t i = 0; i < kept; ++i) push(token);
+    length_ += count - kept;
+  }
   template <class It>
   void push(It begin, It end) {
     for (; begin != end; ++begin) push(*begin);

@@ -2,6 +2,7 @@
 // and RunSummary out. Shared by uocr::Session (session.hpp) and uocr::InfiniteSession
 // (infinite.hpp), which run the same generation loop.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -66,10 +67,13 @@ inline void validate(const Model& model, const SessionParams& p) {
   (void)check;
 }
 
-// R-SWA window a run uses: the params' override, else the config's sliding window, else upstream's 128.
+// R-SWA window a run uses: the params' override, else the config's sliding window, else upstream's
+// 128; at most the model's context (max_position_embeddings), since the ring is allocated at its
+// full size up front and a window past the context has no keys the model was trained to reach.
 inline int effective_window(const Model& model, const SessionParams& p) {
-  if (p.window >= 0) return p.window;
-  return model.config().decoder.sliding_window > 0 ? model.config().decoder.sliding_window : 128;
+  const DecoderConfig& d = model.config().decoder;
+  const int window = p.window >= 0 ? p.window : d.sliding_window > 0 ? d.sliding_window : 128;
+  return std::min(window, d.max_positions);
 }
 
 struct Event {
