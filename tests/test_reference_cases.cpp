@@ -269,21 +269,10 @@ void run_case(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("reference model folder: tiny-b (GQA, 3 layers, 6 experts top-3) loads as unlimited-ocr") {
-  const uocr::ModelConfig& b = ref_model("tiny-b").model->config();
-  CHECK(b.model_type == "unlimited-ocr");
-  CHECK(b.decoder.hidden == 16);
-  CHECK(b.decoder.heads == 4);
-  CHECK(b.decoder.kv_heads == 2);
-  CHECK(b.decoder.head_dim == 4);
-  CHECK(b.decoder.layers == 3);
-  CHECK(b.decoder.n_routed_experts == 6);
-  CHECK(b.decoder.experts_per_token == 3);
-  CHECK(b.decoder.n_shared_experts == 2);
-  CHECK(b.decoder.sliding_window == 8);
-  CHECK(b.sam.width == 48);
-  CHECK(b.sam.global_layers == std::vector<int>{1});
-  CHECK(b.clip.width == 48);
+// tiny-b's dimensions are checked in tests/test_io.cpp (it is also the golden model); here, that
+// the folder the manifest describes loads as unlimited-ocr with every tensor bound.
+TEST_CASE("reference model folder: tiny-b as the manifest describes it loads as unlimited-ocr") {
+  CHECK(ref_model("tiny-b").model->config().model_type == "unlimited-ocr");
   CHECK(ref_model("tiny-b").model->checkpoint().unused().empty());
 }
 
