@@ -728,7 +728,8 @@ TEST_CASE("image files: only a regular file of at most max_bytes is read; direct
   CHECK(status_of([&] { uocr::load_image(path, limits); }) == Status::invalid_image);
   CHECK(message_of([&] { uocr::load_image(path, limits); }) ==
         "cannot read image file " + path + ": " + std::to_string(png.size()) + " bytes, more than the limit of " +
-            std::to_string(png.size() - 1) + " bytes");
+            std::to_string(png.size() - 1) +
+            " bytes (raise it with DecodeLimits::max_bytes, the C ABI's max_image_bytes or uocr --max-image-bytes)");
   limits.max_bytes = png.size();  // the file fits, and so do its 37 x 53 x 3 samples
   CHECK(uocr::load_image(path, limits).width == 37);
   fs::remove_all(dir);

@@ -54,6 +54,11 @@ with uocr.Model(model_dir) as model:
     with model.session(max_new_tokens=4, slide_kv=uocr.SLIDE_KV_RECOMPUTE) as s:
         s.add_image_file(image)
         check(s.run().generated_tokens > 0, "slide_kv recompute runs")
+    # API 9: the decode budget reaches the library (a page over max_image_bytes is refused, naming it).
+    expect_error(lambda: model.session(max_jpeg_scans=-1), uocr.E_INVALID_ARGUMENT, "bad max_jpeg_scans")
+    with model.session(max_new_tokens=4, max_image_bytes=1000) as s:
+        e = expect_error(lambda: s.add_image_file(image), uocr.E_INVALID_IMAGE, "page over max_image_bytes")
+        check(e is not None and "max_image_bytes" in e.message, "max_image_bytes message")
     with model.session(max_new_tokens=8) as s:
         e = expect_error(lambda: s.add_image_bytes(b"not an image"), uocr.E_INVALID_IMAGE, "undecodable bytes")
         check(e is not None and "cannot decode" in e.message, "decode message")

@@ -140,6 +140,11 @@ struct ImageHeader {
 // Throws Error(invalid_image) when an image of this header is over `limits`, naming the limit and
 // how to raise it. Decoding checks it before allocating pixels; callers holding raw pixels
 // (the C ABI's RGB pages) check theirs too.
+namespace detail {
+inline const char* const kRaiseMaxBytes =
+    " (raise it with DecodeLimits::max_bytes, the C ABI's max_image_bytes or uocr --max-image-bytes)";
+}  // namespace detail
+
 inline void check_decode_budget(const ImageHeader& h, const DecodeLimits& limits) {
   const std::string size = std::to_string(h.width) + "x" + std::to_string(h.height);
   require(h.width > 0 && h.height > 0 && h.channels > 0 && h.sample_bytes > 0, Status::invalid_image,
@@ -153,7 +158,7 @@ inline void check_decode_budget(const ImageHeader& h, const DecodeLimits& limits
   const uint64_t sample = uint64_t(h.channels) * uint64_t(h.sample_bytes);
   require(pixels <= limits.max_bytes / sample, Status::invalid_image, [&] {
     return "image is " + size + " pixels of " + std::to_string(h.channels) + " channel(s) of " + std::to_string(h.sample_bytes) +
-           " byte(s), above the limit of " + std::to_string(limits.max_bytes) + " bytes decoded (raise it with DecodeLimits::max_bytes, the C ABI's max_image_bytes or uocr --max-image-bytes)";
+           " byte(s), above the limit of " + std::to_string(limits.max_bytes) + " bytes decoded" + detail::kRaiseMaxBytes;
   });
 }
 
@@ -265,7 +270,13 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
 // file (io/read_file.hpp: a directory, FIFO or device fails at once), Error(invalid_image) when
 // it holds more than limits.max_bytes, otherwise as decode_image.
 inline ImageU8 load_image(const std::string& path, const DecodeLimits& limits = {}) {
-  const std::vector<uint8_t> bytes = read_file_capped(path, limits.max_bytes, "image file", Status::invalid_image);
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = read_file_capped(path, limits.max_bytes, "image file", Status::invalid_image);
+  } catch (const Error& e) {
+    if (e.status() != Status::invalid_image) throw;
+    throw Error(e.status(), e.what() + std::string(detail::kRaiseMaxBytes));
+  }
   try {
     return decode_image(bytes.data(), bytes.size(), limits);
   } catch (const Error& e) {
