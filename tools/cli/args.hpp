@@ -103,6 +103,15 @@ class Args {
   T number(const std::string& name, T fallback) const {
     return has(name) ? parse_number<T>(get(name, ""), "option " + name) : fallback;
   }
+  // The value of an option that takes one of a few words (`fallback` when absent); anything else
+  // is a usage error listing them.
+  std::string choice(const std::string& name, const std::vector<std::string>& words, const std::string& fallback) const {
+    const std::string v = get(name, fallback);
+    if (std::find(words.begin(), words.end(), v) != words.end()) return v;
+    std::string list;
+    for (size_t i = 0; i < words.size(); ++i) list += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+    throw uocr::Error(uocr::Status::invalid_argument, name + " must be " + list + ", got '" + v + "'");
+  }
   int integer(const std::string& name, int fallback) const { return number<int>(name, fallback); }
   float real(const std::string& name, float fallback) const { return number<float>(name, fallback); }
 

@@ -48,9 +48,7 @@ inline CommandOptions inspect_logits_options() {
 inline std::vector<float> visual_embeddings(const uocr::Model& model, const Args& args) {
   const std::vector<std::string> images = args.all("--image");
   uocr::require(!images.empty(), uocr::Status::invalid_argument, "missing required option --image");
-  const std::string mode = args.get("--mode", "base");
-  uocr::require(mode == "base" || mode == "gundam", uocr::Status::invalid_argument,
-                [&] { return "--mode must be base or gundam, got '" + mode + "'"; });
+  const std::string mode = args.choice("--mode", {"base", "gundam"}, "base");
   uocr::require(mode == "base" || images.size() == 1, uocr::Status::invalid_argument,
                 "gundam mode takes one image (several pages use base views, as upstream)");
   const int size = model.config().sam.image_size;
@@ -117,9 +115,7 @@ inline int cmd_inspect_logits(const Args& args) {
   };
   const std::vector<int32_t> ids = to_ids(args.required("--input-ids"));
   const std::vector<int32_t> generated = args.has("--generated") ? to_ids(args.get("--generated", "")) : std::vector<int32_t>{};
-  const std::string attention = args.get("--attention", "rswa");
-  uocr::require(attention == "rswa" || attention == "full", uocr::Status::invalid_argument,
-                [&] { return "--attention must be full or rswa, got '" + attention + "'"; });
+  const std::string attention = args.choice("--attention", {"rswa", "full"}, "rswa");
   const int window = attention == "full" ? 0 : args.integer("--window", dc.sliding_window > 0 ? dc.sliding_window : 128);
   uocr::require(window >= 0 && (attention == "full" || window > 0), uocr::Status::invalid_argument, "--window must be positive");
 

@@ -272,36 +272,26 @@ struct Output {
 inline int cmd_run(const Args& args) {
   const std::vector<std::string>& inputs = args.positional();
   uocr::require(!inputs.empty(), uocr::Status::invalid_argument, "uocr run needs at least one image or PDF");
-  const std::string format = args.get("--format", "markdown");
-  uocr::require(format == "markdown" || format == "raw", uocr::Status::invalid_argument, "--format must be markdown or raw");
+  const std::string format = args.choice("--format", {"markdown", "raw"}, "markdown");
   const std::string stats = args.get("--stats", "");
   uocr::require(stats.empty() || stats == "json", uocr::Status::invalid_argument, "--stats takes 'json'");
 
   uocr::SessionParams params;
-  const std::string mode = args.get("--mode", "base");
-  uocr::require(mode == "base" || mode == "gundam", uocr::Status::invalid_argument, "--mode must be base or gundam");
+  const std::string mode = args.choice("--mode", {"base", "gundam"}, "base");
   params.mode = mode == "gundam" ? uocr::ImageMode::gundam : uocr::ImageMode::base;
   params.prompt = args.get("--prompt", "");
   params.max_new_tokens = args.integer("--max-tokens", 0);
-  const std::string attention = args.get("--attention", "rswa");
-  uocr::require(attention == "rswa" || attention == "full", uocr::Status::invalid_argument,
-                [&] { return "--attention must be rswa or full, got '" + attention + "'"; });
+  const std::string attention = args.choice("--attention", {"rswa", "full"}, "rswa");
   params.window = attention == "full" ? 0 : args.integer("--window", -1);
   params.ngram_size = args.integer("--ngram", 35);
   params.ngram_window = args.integer("--ngram-window", -1);
-  const std::string loop_guard = args.get("--loop-guard", "on");
-  uocr::require(loop_guard == "on" || loop_guard == "off", uocr::Status::invalid_argument,
-                [&] { return "--loop-guard must be on or off, got '" + loop_guard + "'"; });
-  params.loop_guard = loop_guard == "on";
+  params.loop_guard = args.choice("--loop-guard", {"on", "off"}, "on") == "on";
   params.sampling.temperature = args.real("--temperature", params.sampling.temperature);
   params.sampling.top_p = args.real("--top-p", params.sampling.top_p);
   params.sampling.seed = uint64_t(args.integer("--seed", 0));
   params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
   params.device_index = args.integer("--device", 0);
-  const std::string graphs = args.get("--cuda-graphs", "on");
-  uocr::require(graphs == "on" || graphs == "off", uocr::Status::invalid_argument,
-                [&] { return "--cuda-graphs must be on or off, got '" + graphs + "'"; });
-  params.cuda_graphs = graphs == "on";
+  params.cuda_graphs = args.choice("--cuda-graphs", {"on", "off"}, "on") == "on";
 
   // Page groups: options given here, else the model folder's uocr_decode.json, else upstream's.
   uocr::PageGroupChoice groups;
