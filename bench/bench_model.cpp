@@ -381,7 +381,7 @@ void BM_DecodeStep(benchmark::State& st) {
 }
 
 // The decoder proposal in numbers: a MoE layer's decode FFN (6 routed experts + the shared
-// expert, m = 1) as the 21 separate linear() calls moe_forward makes now, against the same
+// expert, m = 1) as the 21 separate linear() calls moe_forward makes, against the same
 // products in two linear_batch() calls (all gate+up, then all down). Same bytes, same results.
 // Successive iterations walk through the MoE layers so the weights come from DRAM (11 x 55 MB
 // exceeds the L3), as in a real decode step.

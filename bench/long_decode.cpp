@@ -22,7 +22,7 @@
 // passes a power of two) and then `--steps` timed steps back to back, as a session would; the
 // greedy token of each step feeds the next. The modes are not interleaved step by step: a
 // full-attention step at 16k streams ~0.7 GB of KV through the caches and the R-SWA step after
-// it would pay for that (measured: +20% CPU time), which is not R-SWA's cost. Reported per point
+// it would pay for that (docs/PERFORMANCE.md), which is not R-SWA's cost. Reported per point
 // and mode: the KV bytes (the cache's own accounting) and the median wall and calling-thread CPU
 // milliseconds of a step (see docs/PERFORMANCE.md for why both).
 //

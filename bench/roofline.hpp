@@ -86,10 +86,10 @@ inline Rate measure_gemm_gflops(int n = 2048, int reps = 4) {
   return best;
 }
 
-// Best-of-`reps` GB/s reading a buffer much larger than the caches (1 GiB; the VM reports a
-// 260 MiB L3), all OpenMP threads: AVX-512 loads into 4 accumulators with software prefetch
-// 4 KB ahead (the best read loop found here: 14.7 GB/s on one core against 11.3 for a plain
-// scalar sum), so the decode roofline is not flattered by a weak ceiling.
+// Best-of-`reps` GB/s reading a buffer much larger than the caches (1 GiB; several times the L3
+// of the machine in docs/PERFORMANCE.md), all OpenMP threads: AVX-512 loads into 4 accumulators
+// with software prefetch 4 KB ahead (the fastest read loop tried, well ahead of a plain scalar
+// sum: docs/PERFORMANCE.md), so the decode roofline is not flattered by a weak ceiling.
 inline Rate measure_read_bandwidth_gbs(size_t bytes = size_t(1) << 30, int reps = 6) {
   const int64_t n = int64_t(bytes / sizeof(float)) / 64 * 64;
   std::vector<float> buf(size_t(n), 1.0f);

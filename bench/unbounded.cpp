@@ -428,7 +428,7 @@ struct CallTime {
 // Streams a buffer of twice the last-level cache before each timed call (untimed): in a real
 // decode step the layer's weights (hundreds of MB at the real width) pass through the caches
 // between two layers' attention, so a layer's K/V and summaries are never cache-hot. Without it
-// a small reference would stay partly in this machine's 260 MB L3 and a large one would not.
+// a small reference would stay partly in a large L3 and a large one would not.
 class CacheEvictor {
  public:
   explicit CacheEvictor(bool on) {
@@ -449,8 +449,8 @@ class CacheEvictor {
 
 // Medians over `rounds` of the time per call (wall and process CPU), each round at least `min_s`
 // of timed calls and `min_calls` calls (every layer held at least once); the evictor runs
-// between calls, outside the timed spans, and then a round stops at 50 calls (the eviction costs
-// ~50 ms a call: tiny-a's 0.1 ms calls would take minutes).
+// between calls, outside the timed spans, and then a round stops at 50 calls (an eviction takes
+// far longer than a tiny-a call, whose rounds would otherwise take minutes).
 CallTime time_calls(const std::function<void(int64_t)>& call, CacheEvictor& evict, int64_t min_calls, double min_s, int rounds) {
   call(0);
   std::vector<double> wall, cpu;

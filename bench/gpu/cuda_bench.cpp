@@ -13,7 +13,7 @@
 //    graphs on (the default: the step replays a captured graph) and off (kernels launched one by
 //    one), on fresh caches in the same run, and the ratio of the step times;
 //  - batched decode of B sequences per step (decode_batch_greedy), total tokens/s, and 16
-//    concurrent sessions the way the engine runs them now (a thread and a stream each, no batching);
+//    concurrent sessions the way the engine runs them without batching (a thread and a stream each);
 //  - full attention vs R-SWA: mean step time over the first and the last 128 of --long steps;
 //  - SR-SWA vs dense R-SWA over one reference of 15 pages (BOS + 15 x 273 tokens, the longest
 //    prompt timed above): decode_step with the selection attached (default budgets; page gate

@@ -32,11 +32,10 @@
 // page_budget = 8): 13 gate bounds at 10 pages, 66 at 100, 116 at 1,000, 147 at 3,600 (+ 72
 // blocks of the 4 gated pages), where dense reads the K+V of every row. The summaries a step
 // reads are cold in a real step (the layer's weights pass through the caches in between), so they
-// are prefetched together. Measured at the real width, caches cold (bench/unbounded.cpp,
-// docs/PERFORMANCE.md "Unbounded documents"): 18-20x faster than dense at 100 pages; the step at
-// 1,000 pages / at 10 pages 1.09 in wall time, 1.26 in CPU time (medians of 5; it was 1.7 with
-// every page scored), and no growth from 100 to 3,600 pages. What remains is memory: from 100
-// pages on, the heads' gated pages no longer overlap and every summary read is a cold miss.
+// are prefetched together. The tree keeps the gate's work logarithmic in the page count; what
+// still grows with it is memory traffic: from ~100 pages on, the heads' gated pages stop
+// overlapping and every summary read is a cold miss. Timings against dense and across page
+// counts: bench/unbounded.cpp, docs/PERFORMANCE.md "Unbounded documents".
 // Not bounded: memory. The summaries take 2·d floats per block and per gate node (pages + ~1/3
 // more), per KV head and layer (1/block_tokens of the keys' size, times 2); the keys and values
 // stay in the KvCache: SR-SWA saves time, not memory (page groups bound memory). The per-head

@@ -111,8 +111,8 @@ inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const St
 // Global attention over the g x g grid; qkv [g*g, 3C] rows ordered [q heads | k | v].
 // q/k/v are first copied head-major ([part][head][token][hd], contiguous), so the GEMMs pack
 // dense rows instead of rows 3C floats apart; then query rows go in blocks of 128 (scores
-// 128 x 4096 floats = 2 MB at the 1024 view: measured best of 64/128/256, +23% over strided
-// 256-row blocks).
+// 128 x 4096 floats = 2 MB at the 1024 view: the fastest of the block sizes tried,
+// docs/PERFORMANCE.md).
 inline void sam_global_attention(const float* qkv, int g, int heads, int64_t c, const std::vector<float>& th,
                                  const std::vector<float>& tw, float* out, Workspace& ws) {
   const int64_t n_tok = int64_t(g) * g, hd = c / heads, block = 128;

@@ -85,8 +85,8 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
   const int64_t kv = k / 16 * 16;
   const __mmask16 tail = __mmask16((1u << (k - kv)) - 1u);
   // The weight stream is read once: software prefetch of the same columns of the next block of
-  // 4 rows (4·k elements ahead, ~10 KB for bf16 at k = 1280) keeps enough lines in flight:
-  // +15-20% single-thread bandwidth over the hardware prefetcher alone. (A distance inside the
+  // 4 rows (4·k elements ahead, ~10 KB for bf16 at k = 1280) keeps more lines in flight than the
+  // hardware prefetcher alone (the gain: docs/PERFORMANCE.md). (A distance inside the
   // current block only re-requests lines the neighbouring row's stream is already loading.)
   const int64_t pf_bytes = 4 * k * int64_t(sizeof(T));
   int64_t j = j0;
@@ -220,7 +220,8 @@ inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, 
 // Small-m GEMM (MoE experts in a prefill see a few dozen rows each): blocks of 4 weight rows
 // are widened once into an L1-resident float32 buffer, then every group of 4 input rows is
 // multiplied against them with the 4x4 dot kernel. No packing of x and no O(N·K) f32 panel
-// written to memory: for m 5..64 this beats widening panels for Eigen by 1.3-3.6x (one thread).
+// written to memory, which is why it beats widening panels for Eigen at small m
+// (docs/PERFORMANCE.md).
 // small_m_rows: weight rows [j0, j1) of that product; wb is scratch of 4·k floats.
 inline void small_m_rows(const uint16_t* w, const float* x, int64_t m, int64_t n, int64_t k, int64_t j0, int64_t j1,
                          float* y, float* wb) {
@@ -261,7 +262,7 @@ using TileMap = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ for large m (vision, prefill): W widened to float32 a panel
 // at a time, then independent output tiles of 512 x 256, each one single-threaded Eigen GEMM
-// (Eigen runs serially inside a parallel region), handed out dynamically. Tiles lose ~5-10%
+// (Eigen runs serially inside a parallel region), handed out dynamically. Tiles lose some
 // single-thread efficiency against one big GEMM but need no inter-thread synchronisation:
 // Eigen's own parallel GEMM busy-waits on its partner's packed blocks, which on a shared,
 // oversubscribed machine costs whole scheduler slices.
@@ -300,8 +301,8 @@ inline void gemm_tiles(const float* x, int64_t m, const TensorView& w, float* y,
 
 }  // namespace detail
 
-// Below this many input rows the small-m kernel beats panel widening + Eigen (measured on
-// AVX-512: 1.3-3x at m 5..64, even at 128, Eigen ahead from ~200).
+// Below this many input rows the small-m kernel beats panel widening + Eigen on AVX-512 (the
+// measured crossover lies above 128 rows: docs/PERFORMANCE.md).
 inline constexpr int64_t kSmallGemmRows = 128;
 
 // Input rows up to which linear() gives each row exactly the bits it gets alone (m = 1): the
