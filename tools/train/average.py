@@ -2,7 +2,7 @@
 """Averages the weights of model folders fine-tuned from one starting point ("model soup").
 
 Runs that start from the same model and see different pages end in one basin of the loss; their
-mean can read better than each of them (docs/TRAINING.md §7: the shipped yuzv = y + u + z + v).
+mean can read better than each of them (docs/TRAINING.md §7: yuzv = y + u + z + v; the shipped kl = k + l).
 Every folder must hold the same tensors (names, shapes); the output is a model folder in the
 published layout: the first folder's files with the averaged BF16 weights, the index, and
 training.json naming the sources.
