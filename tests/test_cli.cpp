@@ -2,15 +2,25 @@
 // reference, and clear errors with a non-zero exit for bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli_process.hpp"
 #include "test_support.hpp"
@@ -588,4 +598,200 @@ TEST_CASE("uocr: page paths that are no regular file fail at once, naming them; 
   CHECK(bytes.status == 1);
   CHECK(bytes.output.find("more than the limit of 1000 bytes") != std::string::npos);
   fs::remove_all(dir);
+}
+
+namespace {
+
+// The hostile PDFs of tests/data/cli/make_pdfs.py.
+std::string hostile_pdf(const std::string& name) { return uocr_test::source_dir() + "/tests/data/cli/" + name + ".pdf"; }
+
+// Pids of the processes whose command line holds every one of `needles`.
+std::vector<pid_t> processes_with(const std::vector<std::string>& needles) {
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = uocr_test::read_file((it->path() / "cmdline").string());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    bool all = !cmd.empty();
+    for (const std::string& n : needles) all = all && cmd.find(n) != std::string::npos;
+    if (all) found.push_back(pid_t(std::stol(name)));
+  }
+  return found;
+}
+
+// Starts the CLI in a process group of its own (as a shell job: Ctrl-C signals the group) with
+// TMPDIR set, stdout and stderr to `log`.
+pid_t spawn_cli_job(std::vector<std::string> args, const std::string& tmpdir, const std::string& log) {
+  args.insert(args.begin(), uocr_test::cli_path());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env{"TMPDIR=" + tmpdir};
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "TMPDIR=", 7) != 0) env.emplace_back(*e);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  REQUIRE(rc == 0);
+  return pid;
+}
+
+// The exit status (128 + signal when one ended it) if the process ends within `seconds`, else -1
+// after its group has been killed.
+int exit_within(pid_t pid, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int st = 0;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(20000);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
+}
+
+// Waits (at most 30 s) for a process whose command line holds every one of `needles` while
+// process `pid` runs; false (and `pid` ended) when none came.
+bool appears_while(pid_t pid, const std::vector<std::string>& needles) {
+  for (int i = 0; i < 1500; ++i, usleep(20000)) {
+    if (!processes_with(needles).empty()) return true;
+    if (waitpid(pid, nullptr, WNOHANG) == pid) return false;
+  }
+  exit_within(pid, 0);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("uocr run: a PDF that cannot be read as pages says why (hostile input, issue 34 item 9)") {
+  const std::string run = "run --model '" + tiny() + "' --max-tokens 1 ";
+  const auto refused = [&](const std::string& options, const std::string& pdf, const std::string& message) {
+    const Run r = run_cli(run + options + " '" + hostile_pdf(pdf) + "'", "timeout 60 ");
+    INFO(pdf << " " << options << ": " << r.output);
+    CHECK(r.status == 1);
+    CHECK(r.output.find(message) != std::string::npos);
+  };
+  // pdftoppm renders a page it cannot allocate as a blank 1 x 1 image: refused before rendering
+  // when over the decode budget, and by the size check when the budget is raised.
+  refused("", "huge_mediabox", "page 1 is 300000 x 300000 pt (its MediaBox), 1250000 x 1250000 pixels at 300 dpi, above the limit "
+                               "of 100000000 pixels; lower --dpi");
+  refused("--dpi 72 --max-image-pixels 100000000000", "huge_mediabox",
+          "page 1 rendered as 1 x 1 pixels, but it is 300000 x 300000 pt (its MediaBox), 300000 x 300000 pixels at 72 dpi "
+          "(pdftoppm: Bogus memory allocation size)");
+  refused("", "encrypted", hostile_pdf("encrypted") + " is encrypted (password-protected): uocr cannot read it");
+  refused("", "zero_pages", hostile_pdf("zero_pages") + " has no pages");
+  // Not a PDF: poppler's own words.
+  const std::string json = tmp("config.json.pdf");
+  fs::copy_file(tiny() + "/config.json", json, fs::copy_options::overwrite_existing);
+  const Run bad = run_cli(run + "'" + json + "'");
+  fs::remove(json);
+  INFO(bad.output);
+  CHECK(bad.status == 1);
+  CHECK(bad.output.find(json + ": pdfinfo failed reading its page count: Syntax Error: Couldn't read xref table") != std::string::npos);
+  // Readable: only an owner password (poppler opens it); a crop box smaller than the rendered
+  // media box, turned a quarter.
+  for (const std::string pdf : {"owner_password", "cropped_rotated"}) {
+    const Run r = run_cli(run + "--dpi 100 '" + hostile_pdf(pdf) + "'");
+    INFO(pdf << ": " << r.output);
+    CHECK(r.status == 3);
+  }
+}
+
+TEST_CASE("uocr run --page-timeout stops a page that renders too long, naming the page and the limit") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = run_cli("run --model '" + tiny() + "' --page-timeout 1 '" + hostile_pdf("slow_page") + "'", "timeout 60 ");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  CHECK(r.status == 1);
+  CHECK(r.output.find(hostile_pdf("slow_page") + ": rendering page 1 at 300 dpi took longer than --page-timeout 1 s and was "
+                                                 "stopped; raise --page-timeout (0: no limit) or lower --dpi") != std::string::npos);
+  CHECK(seconds < 10);
+  for (const std::string bad : {"-1", "86401", "1.5"}) {
+    const Run b = run_cli("run --model '" + tiny() + "' --page-timeout " + bad + " '" + hostile_pdf("slow_page") + "'");
+    INFO(bad << ": " << b.output);
+    CHECK(b.status == 2);
+    CHECK(b.output.find("--page-timeout") != std::string::npos);
+  }
+}
+
+TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temporary folder") {
+  const fs::path dir = tmp("pdf_signal");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "tmp");
+  const std::string tmpdir = (dir / "tmp").string(), log = (dir / "log").string();
+  const std::string slow = hostile_pdf("slow_page");
+  const auto renderer = [&] { return std::vector<std::string>{"pdftoppm", tmpdir, slow}; };
+  const auto leftovers = [&] {
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(tmpdir)) left.push_back(e.path().filename().string());
+    return left;
+  };
+  // Also when a check fails: no renderer or folder left by this test.
+  struct Clean {
+    std::function<void()> run;
+    ~Clean() { run(); }
+  } clean{[&] {
+    for (pid_t p : processes_with(renderer())) kill(p, SIGKILL);
+    fs::remove_all(dir);
+  }};
+  const std::vector<std::string> base{"run", "--model", tiny()};  // the default --page-timeout, far longer than the test
+
+  SUBCASE("SIGTERM: 143") {
+    std::vector<std::string> args = base;
+    args.push_back(slow);
+    const pid_t pid = spawn_cli_job(args, tmpdir, log);
+    REQUIRE(appears_while(pid, renderer()));
+    kill(pid, SIGTERM);
+    CHECK(exit_within(pid, 20) == 143);
+    CHECK(processes_with(renderer()).empty());
+    CHECK(leftovers().empty());
+  }
+  SUBCASE("Ctrl-C (SIGINT to the job) while a slide renders the next page: 130, text and checkpoint kept") {
+    // Pages 1-2 render at the start, page 3 when the group slides after 3 tokens.
+    const std::string ck = (dir / "run.ckpt").string(), out = (dir / "out.md").string();
+    std::vector<std::string> args = base;
+    for (const std::string a : {"--dpi", "72", "--pages-per-group", "2", "--page-fallback-tokens", "3", "--max-tokens", "50",
+                                "--checkpoint", ck.c_str(), "-o", out.c_str()})
+      args.push_back(a);
+    args.push_back(hostile_pdf("two_pages"));
+    args.push_back(slow);
+    const pid_t pid = spawn_cli_job(args, tmpdir, log);
+    REQUIRE(appears_while(pid, renderer()));
+    kill(-pid, SIGINT);
+    CHECK(exit_within(pid, 20) == 130);
+    const std::string said = uocr_test::read_file(log);
+    INFO(said);
+    CHECK(said.find(slow + ": interrupted (signal 2) while pdftoppm ran, after 3 tokens") != std::string::npos);
+    CHECK(fs::exists(ck));
+    CHECK(uocr_test::read_file(out).size() > 1);
+    CHECK(processes_with(renderer()).empty());
+    CHECK(leftovers().empty());
+  }
+  SUBCASE("SIGKILL: the renderer dies with it") {
+    std::vector<std::string> args = base;
+    args.push_back(slow);
+    const pid_t pid = spawn_cli_job(args, tmpdir, log);
+    REQUIRE(appears_while(pid, renderer()));
+    kill(pid, SIGKILL);
+    CHECK(exit_within(pid, 20) == 137);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i, usleep(20000)) gone = processes_with(renderer()).empty();
+    CHECK(gone);
+  }
 }

@@ -53,7 +53,7 @@ inline CommandOptions run_options() {
                    {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
                     "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--dpi",
                     "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
-                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every"},
+                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout"},
                    {"--quiet", "--resume", "--separate-pages"},
                    true,
                    {}};
@@ -148,7 +148,8 @@ inline void parse_reference_budget(const std::string& budget, const std::string&
 }
 
 // Every input, as one document, pulled page by page.
-inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::string>& inputs, int dpi, const uocr::DecodeLimits& limits) {
+inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::string>& inputs, int dpi, const uocr::DecodeLimits& limits,
+                                                     int page_timeout_s) {
   std::vector<std::unique_ptr<uocr::PageSource>> parts;
   std::vector<std::string> images;
   auto flush_images = [&] {
@@ -158,7 +159,7 @@ inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::stri
   for (const std::string& in : inputs) {
     if (is_pdf(in)) {
       flush_images();
-      parts.push_back(std::make_unique<PdfPages>(in, dpi, limits));
+      parts.push_back(std::make_unique<PdfPages>(in, dpi, limits, page_timeout_s));
     } else {
       uocr::require_regular_file(in, "image file");  // before the model loads
       images.push_back(in);
@@ -323,6 +324,10 @@ inline int cmd_run(const Args& args) {
   const bool separate = args.has("--separate-pages");
   uocr::require(!separate || ck.path.empty(), uocr::Status::invalid_argument,
                 "--separate-pages runs each page on its own; it takes no --checkpoint");
+  // Seconds each PDF page may take to render (pdf.hpp); 0: no limit.
+  const int page_timeout = args.integer("--page-timeout", 120);
+  uocr::require(page_timeout >= 0 && page_timeout <= 86400, uocr::Status::invalid_argument,
+                [&] { return "--page-timeout must be in 0..86400 seconds (0: no limit), got " + std::to_string(page_timeout); });
 
   Output out;
   out.path = args.get("-o", "");
@@ -334,7 +339,7 @@ inline int cmd_run(const Args& args) {
   const auto model = uocr::Model::load(model_path);
   groups.apply(model->decode_defaults(), inf.groups);
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
-  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300), decode_limits(args));
+  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300), decode_limits(args), page_timeout);
 
   if (!ck.resume || out.path.empty()) out.open();
   ck.save_caller_state = [&] { return out.state(); };
@@ -361,18 +366,26 @@ inline int cmd_run(const Args& args) {
   };
   uocr::RunSummary sum;
   uocr::InfiniteStats run_stats;
-  if (separate) {
-    // Each page opens with the marker a multi-page transcript has, so both read the same downstream.
-    for (int64_t i = 0; i < pages->count() && sum.stop != uocr::StopReason::cancelled; ++i) {
-      page = int(i);
-      if (pages->count() > 1) out.write(std::string(uocr::kPageMarker));
-      NextPageOf one(*pages, i);
-      add_page_run(sum, session.run(one, on_event));
-      run_stats.pages_encoded += session.stats().pages_encoded;
+  try {
+    if (separate) {
+      // Each page opens with the marker a multi-page transcript has, so both read the same downstream.
+      for (int64_t i = 0; i < pages->count() && sum.stop != uocr::StopReason::cancelled; ++i) {
+        page = int(i);
+        if (pages->count() > 1) out.write(std::string(uocr::kPageMarker));
+        NextPageOf one(*pages, i);
+        add_page_run(sum, session.run(one, on_event));
+        run_stats.pages_encoded += session.stats().pages_encoded;
+      }
+    } else {
+      sum = session.run(*pages, on_event, ck);
+      run_stats = session.stats();
     }
-  } else {
-    sum = session.run(*pages, on_event, ck);
-    run_stats = session.stats();
+  } catch (const Interrupted& e) {
+    // Ctrl-C while a PDF page rendered (pdf.hpp; SIGTERM ends the process there): stopped as
+    // between two tokens, the text so far and the checkpoint kept, but no session summary.
+    out.finish();
+    std::fprintf(stderr, "%suocr: %s, after %lld tokens\n", progress ? "\r\033[K" : "", e.what(), (long long)tokens);
+    return 130;
   }
   out.finish();
   std::signal(SIGINT, SIG_DFL);
