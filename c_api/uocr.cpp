@@ -229,8 +229,9 @@ struct CError {
 
 [[noreturn]] void fail(uocr_status status, std::string message) { throw CError{status, std::move(message)}; }
 
-// Converts the exception in flight into a status and message. Never throws.
-uocr_status current_exception_status(std::string& message) noexcept {
+// Converts the exception in flight into a status and message. Never throws. `what` is the call's
+// work, for a bare std::bad_alloc ("out of memory while <what>"); what the core knows it names.
+uocr_status current_exception_status(std::string& message, const char* what) noexcept {
   try {
     try {
       throw;
@@ -241,7 +242,7 @@ uocr_status current_exception_status(std::string& message) noexcept {
       message = e.what();
       return static_cast<uocr_status>(e.status());
     } catch (const std::bad_alloc&) {
-      message = "out of memory";
+      message = std::string("out of memory while ") + what;
       return UOCR_E_OUT_OF_MEMORY;
     } catch (const std::exception& e) {
       message = std::string("internal error: ") + e.what();
@@ -269,9 +270,9 @@ uocr_status record(uocr_status status, const char* message, const uocr_session* 
 }
 
 // Records the exception in flight (see current_exception_status) and returns its status.
-uocr_status record_exception(const uocr_session* s) noexcept {
+uocr_status record_exception(const uocr_session* s, const char* what) noexcept {
   std::string msg;
-  const uocr_status st = current_exception_status(msg);
+  const uocr_status st = current_exception_status(msg, what);
   return record(st, msg.c_str(), s);
 }
 
@@ -537,7 +538,7 @@ uocr::ImageU8 rgb_image(const uint8_t* rgb, int32_t width, int32_t height, size_
 // Body of the uocr_page_set_* functions: `make` builds the image; failures are returned and
 // remembered by the page (the run reports them if the callback sets no page after all).
 template <class Make>
-uocr_status set_page(uocr_page* page, Make&& make) noexcept {
+uocr_status set_page(uocr_page* page, const char* what, Make&& make) noexcept {
   try {
     if (page == nullptr) fail(UOCR_E_INVALID_HANDLE, "page handle is NULL");
     if (!is_live(page, kPageMagic))
@@ -547,12 +548,12 @@ uocr_status set_page(uocr_page* page, Make&& make) noexcept {
       page->set = true;
     } catch (...) {
       page->set = false;
-      page->error = current_exception_status(page->message);
+      page->error = current_exception_status(page->message, what);
       return record(page->error, page->message.c_str(), nullptr);
     }
     return record(UOCR_OK, "", nullptr);
   } catch (...) {
-    return record_exception(nullptr);
+    return record_exception(nullptr, what);
   }
 }
 
@@ -609,28 +610,28 @@ void run_document(uocr_session* session, uocr::PageSource& pages, uocr_event_cal
 }
 
 // Every status-returning entry point runs its body through c_call or session_call: a failure
-// becomes the returned status and the thread's message. session_call first holds the session
-// (validated and not busy) and sets `held`; from then on the outcome also lands in that
-// session's error slot.
+// becomes the returned status and the thread's message (`what`: the call's work, named when an
+// allocation fails). session_call first holds the session (validated and not busy) and sets
+// `held`; from then on the outcome also lands in that session's error slot.
 template <class Body>
-uocr_status sealed_call(Body&& body) noexcept {
+uocr_status sealed_call(const char* what, Body&& body) noexcept {
   const uocr_session* held = nullptr;
   try {
     body(held);
     return record(UOCR_OK, "", held);
   } catch (...) {
-    return record_exception(held);
+    return record_exception(held, what);
   }
 }
 
 template <class Body>
-uocr_status c_call(Body&& body) noexcept {
-  return sealed_call([&](const uocr_session*&) { body(); });
+uocr_status c_call(const char* what, Body&& body) noexcept {
+  return sealed_call(what, [&](const uocr_session*&) { body(); });
 }
 
 template <class Session, class Body>
-uocr_status session_call(Session* session, Body&& body) noexcept {
-  return sealed_call([&](const uocr_session*& held) {
+uocr_status session_call(Session* session, const char* what, Body&& body) noexcept {
+  return sealed_call(what, [&](const uocr_session*& held) {
     check_session(session);
     BusyGuard busy(session);
     held = session;
@@ -649,7 +650,7 @@ void free_handle(Handle* h, Check&& check) noexcept {
     h->magic = kDeadMagic;
     delete h;
   } catch (...) {
-    record_exception(nullptr);
+    record_exception(nullptr, "freeing a handle");
   }
 }
 
@@ -744,7 +745,7 @@ UOCR_API void uocr_model_params_init_sized(uocr_model_params* p, uint32_t struct
 UOCR_API void(uocr_model_params_init)(uocr_model_params* p) { uocr_model_params_init_sized(p, kApi2Size.model_params); }
 
 UOCR_API uocr_status uocr_model_load(const char* dir, const uocr_model_params* params, uocr_model** out_model) {
-  return c_call([&] {
+  return c_call("loading the model", [&] {
     if (out_model == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_model is NULL");
     *out_model = nullptr;
     if (dir == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "model directory is NULL");
@@ -777,7 +778,7 @@ UOCR_API void uocr_model_info_init_sized(uocr_model_info* info, uint32_t struct_
 UOCR_API void(uocr_model_info_init)(uocr_model_info* info) { uocr_model_info_init_sized(info, kApi2Size.model_info); }
 
 UOCR_API uocr_status uocr_model_get_info(const uocr_model* model, uocr_model_info* info) {
-  return c_call([&] {
+  return c_call("reading the model info", [&] {
     check_model(model);
     check_output(info, UOCR_MODEL_INFO_MIN_SIZE, "info");
     const uocr::ModelConfig& c = model->model->config();
@@ -814,7 +815,7 @@ UOCR_API void(uocr_session_params_init)(uocr_session_params* p) {
 
 UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_session_params* params,
                                          uocr_session** out_session) {
-  return c_call([&] {
+  return c_call("creating the session", [&] {
     if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
     *out_session = nullptr;
     check_model(model);
@@ -855,24 +856,26 @@ UOCR_API const char* uocr_session_last_error(const uocr_session* session) {
 }
 
 UOCR_API uocr_status uocr_session_add_image_file(uocr_session* session, const char* path) {
-  return session_call(session, [&] { add_page(session, file_image(path, session->limits)); });
+  return session_call(session, "loading a page image", [&] { add_page(session, file_image(path, session->limits)); });
 }
 
 UOCR_API uocr_status uocr_session_add_image_encoded(uocr_session* session, const void* data, size_t size) {
-  return session_call(session, [&] { add_page(session, encoded_image(data, size, session->limits)); });
+  return session_call(session, "decoding a page image",
+                      [&] { add_page(session, encoded_image(data, size, session->limits)); });
 }
 
 UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session* session, const uint8_t* rgb, int32_t width,
                                                 int32_t height, size_t stride) {
-  return session_call(session, [&] { add_page(session, rgb_image(rgb, width, height, stride, session->limits)); });
+  return session_call(session, "copying a page image",
+                      [&] { add_page(session, rgb_image(rgb, width, height, stride, session->limits)); });
 }
 
 UOCR_API uocr_status uocr_session_clear_pages(uocr_session* session) {
-  return session_call(session, [&] { session->pages.clear(); });
+  return session_call(session, "clearing the pages", [&] { session->pages.clear(); });
 }
 
 UOCR_API uocr_status uocr_session_page_count(const uocr_session* session, int32_t* out_count) {
-  return session_call(session, [&] {
+  return session_call(session, "counting the pages", [&] {
     if (out_count == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_count is NULL");
     *out_count = int32_t(session->pages.size());
   });
@@ -890,7 +893,7 @@ UOCR_API void(uocr_run_summary_init)(uocr_run_summary* summary) {
 
 UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback callback, void* user_data,
                                       uocr_run_summary* summary) {
-  return session_call(session, [&] {
+  return session_call(session, "running the session", [&] {
     if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
     if (session->pages.empty()) fail(UOCR_E_INVALID_ARGUMENT, "no pages were added to the session");
     uocr::ImageListPages pages(session->pages);
@@ -899,21 +902,21 @@ UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback
 }
 
 UOCR_API uocr_status uocr_page_set_file(uocr_page* page, const char* path) {
-  return set_page(page, [&] { return file_image(path, *page->limits); });
+  return set_page(page, "loading a page image", [&] { return file_image(path, *page->limits); });
 }
 
 UOCR_API uocr_status uocr_page_set_encoded(uocr_page* page, const void* data, size_t size) {
-  return set_page(page, [&] { return encoded_image(data, size, *page->limits); });
+  return set_page(page, "decoding a page image", [&] { return encoded_image(data, size, *page->limits); });
 }
 
 UOCR_API uocr_status uocr_page_set_rgb(uocr_page* page, const uint8_t* rgb, int32_t width, int32_t height, size_t stride) {
-  return set_page(page, [&] { return rgb_image(rgb, width, height, stride, *page->limits); });
+  return set_page(page, "copying a page image", [&] { return rgb_image(rgb, width, height, stride, *page->limits); });
 }
 
 UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_count, uocr_page_callback pages,
                                             void* pages_user_data, uocr_event_callback callback, void* user_data,
                                             uocr_run_summary* summary) {
-  return session_call(session, [&] {
+  return session_call(session, "running the session", [&] {
     if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
     if (pages == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "page callback is NULL");
     // The events' page numbers are int32_t; within that, the per-page token counts cannot overflow.
@@ -948,7 +951,7 @@ UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_
 }
 
 UOCR_API uocr_status uocr_session_text(const uocr_session* session, char* buf, size_t capacity, size_t* out_len) {
-  return session_call(session, [&] {
+  return session_call(session, "copying the transcript", [&] {
     const std::string& t = session->text;
     if (out_len) *out_len = t.size();
     if (buf == nullptr && capacity == 0) return;

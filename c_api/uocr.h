@@ -409,6 +409,7 @@ UOCR_API void (uocr_run_summary_init)(uocr_run_summary * summary);
  * partial transcript are still filled in, and the session stays usable. On any other error the
  * summary is untouched and the session's transcript is empty.
  * Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (no pages, bad summary size, bad prompt),
+ * INVALID_MODEL (the weights produced NaN or +inf logits, naming the generated token),
  * UNSUPPORTED, OUT_OF_MEMORY, CANCELLED. Thread-safe on distinct sessions; runs on the calling
  * thread (the callback too).
  *

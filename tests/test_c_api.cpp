@@ -1010,6 +1010,33 @@ int32_t one_page(int64_t, uocr_page* page, void* user) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// A copy of the golden model (all bf16) with element 0 of one tensor set to the bf16 value `bits`,
+// removed with it. The tensor is found in the header's text, which the safetensors writer keeps
+// compact: "NAME":{"dtype":"BF16","shape":[...],"data_offsets":[BEGIN,END]}.
+struct DamagedModel {
+  std::string dir = "/tmp/uocr_c_api_damaged_" + std::to_string(::getpid());
+  DamagedModel(const std::string& tensor, uint16_t bits) {
+    REQUIRE(std::system(("rm -rf '" + dir + "' && cp -rL '" + model_dir() + "' '" + dir + "'").c_str()) == 0);
+    std::fstream f(dir + "/model-00001-of-000001.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    unsigned char len[8];
+    REQUIRE(f.read(reinterpret_cast<char*>(len), 8));
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len[i];
+    std::string header(size_t(header_len), '\0');
+    REQUIRE(f.read(&header[0], std::streamsize(header_len)));
+    const std::string entry = "\"" + tensor + "\":{\"dtype\":\"BF16\",";
+    const size_t at = header.find(entry);
+    REQUIRE(at != std::string::npos);
+    const std::string offsets = "\"data_offsets\":[";
+    const size_t begin = header.find(offsets, at);
+    REQUIRE(begin != std::string::npos);
+    f.seekp(std::streamoff(8 + header_len + std::stoull(header.substr(begin + offsets.size()))));
+    const char le[2] = {char(bits & 0xFF), char(bits >> 8)};
+    REQUIRE(f.write(le, 2));
+  }
+  ~DamagedModel() { std::system(("rm -rf '" + dir + "'").c_str()); }
+};
+
 }  // namespace
 
 TEST_CASE("c_api: image paths that are no regular file fail at once with UOCR_E_IO naming them") {
@@ -1123,5 +1150,48 @@ TEST_CASE("c_api: sizes and counts the caller passes are checked without overflo
   CHECK(uocr_session_run_pages(s, INT32_MAX, one_page, &feed, nullptr, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
   CHECK(contains(uocr_session_last_error(s), "positions"));
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 60);
+  uocr_session_free(s);
+}
+
+TEST_CASE("c_api: weights that give NaN logits are UOCR_E_INVALID_MODEL naming the token, not a 'no token' stop") {
+  const DamagedModel nan_norm("model.norm.weight", 0x7FC0);  // the decoder's final norm: every logit NaN
+  uocr_model* m = nullptr;
+  REQUIRE(uocr_model_load(nan_norm.dir.c_str(), nullptr, &m) == UOCR_OK);
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  sp.max_new_tokens = 8;
+  uocr_session* s = nullptr;
+  REQUIRE(uocr_session_create(m, &sp, &s) == UOCR_OK);
+  REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+  uocr_run_summary sum;
+  uocr_run_summary_init(&sum);
+  CHECK(uocr_session_run(s, nullptr, nullptr, &sum) == UOCR_E_INVALID_MODEL);
+  CHECK(std::string(uocr_session_last_error(s)) ==
+        "the model produced non-finite logits (NaN) at generated token 1: its weights may be damaged");
+  uocr_session_free(s);
+  uocr_model_free(m);
+}
+
+TEST_CASE("c_api: a page image too large to allocate is UOCR_E_OUT_OF_MEMORY naming its size") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  sp.max_image_pixels = UINT64_MAX;  // no decode budget: only memory stops these
+  sp.max_image_bytes = UINT64_MAX;
+  uocr_session* s = nullptr;
+  REQUIRE(uocr_session_create(shared_model(), &sp, &s) == UOCR_OK);
+  const uint8_t px[3 * 2 * 2] = {};
+  const auto message = [](uint64_t side) {
+    return "out of memory for a " + std::to_string(side) + "x" + std::to_string(side) + " RGB image (" +
+           std::to_string(side * side * 3) + " bytes)";
+  };
+  // More bytes than a vector can hold (std::length_error: was UOCR_E_INTERNAL); never read.
+  CHECK(uocr_session_add_image_rgb(s, px, INT32_MAX, INT32_MAX, 0) == UOCR_E_OUT_OF_MEMORY);
+  CHECK(std::string(uocr_session_last_error(s)) == message(INT32_MAX));
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer aborts on an allocation it cannot serve instead of failing it
+  // More than any address space: the allocator refuses (std::bad_alloc).
+  CHECK(uocr_session_add_image_rgb(s, px, 1 << 30, 1 << 30, 0) == UOCR_E_OUT_OF_MEMORY);
+  CHECK(std::string(uocr_session_last_error(s)) == message(uint64_t(1) << 30));
+#endif
+  CHECK(page_count(s) == 0);
   uocr_session_free(s);
 }

@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "test_support.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/ngram.hpp"
 #include "uocr/session/sampler.hpp"
@@ -71,11 +72,11 @@ TEST_CASE("greedy picks the lowest index among ties and skips banned tokens") {
   uocr::Sampler greedy({});
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> l = {0.5f, 2.f, 2.f, -inf};
-  CHECK(greedy.pick(l.data(), 4) == 1);
+  CHECK(greedy.pick(l.data(), 4, 1) == 1);
   l[1] = -inf;
-  CHECK(greedy.pick(l.data(), 4) == 2);
+  CHECK(greedy.pick(l.data(), 4, 1) == 2);
   std::vector<float> all_banned(3, -inf);
-  CHECK(greedy.pick(all_banned.data(), 3) == -1);
+  CHECK(greedy.pick(all_banned.data(), 3, 1) == -1);
 }
 
 namespace {
@@ -105,6 +106,7 @@ TEST_CASE("vectorised argmax equals the scalar definition on ties, NaN, infiniti
   for (int64_t n : {1023, 1024, 1025, 2047, 2049, 3001, 5000, 129280}) sizes.push_back(n);  // several blocks
   std::vector<float> x;
   size_t found = 0;
+  uocr::Sampler greedy({});
   for (const int64_t n : sizes) {
     for (int kind = 0; kind < 4; ++kind) {
       x.assign(size_t(n) + 3, 0.f);
@@ -122,6 +124,10 @@ TEST_CASE("vectorised argmax equals the scalar definition on ties, NaN, infiniti
       CAPTURE(kind);
       CHECK(uocr::Sampler::argmax(x.data() + offset, n) == want);
       found += want >= 0;
+      // pick's NaN / +inf check shares this pass.
+      const bool non_finite = std::any_of(x.begin() + long(offset), x.begin() + long(offset) + n,
+                                          [](float v) { return std::isnan(v) || v == std::numeric_limits<float>::infinity(); });
+      CHECK((uocr_test::status_of([&] { greedy.pick(x.data() + offset, n, 1); }) == uocr::Status::invalid_model) == non_finite);
     }
   }
   CHECK(found > sizes.size() * 2);  // the cases with an answer are not all -1
@@ -139,8 +145,8 @@ TEST_CASE("top-p sampling is reproducible from the seed and respects the nucleus
   uocr::Sampler a({1.f, 0.8f, 7}), b({1.f, 0.8f, 7});
   std::vector<int> counts(6, 0);
   for (int i = 0; i < 4000; ++i) {
-    const int32_t x = a.pick(l.data(), 6);
-    CHECK(x == b.pick(l.data(), 6));
+    const int32_t x = a.pick(l.data(), 6, i + 1);
+    CHECK(x == b.pick(l.data(), 6, i + 1));
     counts[size_t(x)]++;
   }
   // softmax mass: 0.63, 0.23, 0.086, ...: top_p 0.8 keeps exactly the first two tokens.
@@ -153,12 +159,32 @@ TEST_CASE("top-p sampling is reproducible from the seed and respects the nucleus
   CHECK_THROWS_AS(uocr::Sampler({1.f, 0.f, 0}), uocr::Error);
 }
 
-TEST_CASE("sampling takes the first +inf logit, as greedy does") {
-  // Overflowing weights or a forged checkpoint's logits: the softmax has no finite mass to sample.
-  const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> l = {1.f, -inf, inf, 3.f, inf};
-  uocr::Sampler sampled({1.f, 0.9f, 5});
-  for (int i = 0; i < 8; ++i) CHECK(sampled.pick(l.data(), 5) == 2);
+TEST_CASE("a NaN or +inf logit is an invalid-model error naming the generated token, greedy or sampled") {
+  // Damaged weights: a row of NaN must fail by name, not end the run as "no token".
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const uocr::SamplingParams& p : {uocr::SamplingParams{}, uocr::SamplingParams{1.f, 0.9f, 5}}) {
+    uocr::Sampler s(p);
+    std::string message;
+    const std::vector<float> all_nan(5, nan);
+    CHECK(uocr_test::status_of([&] { s.pick(all_nan.data(), 5, 1); }, &message) == uocr::Status::invalid_model);
+    CHECK(message == "the model produced non-finite logits (NaN) at generated token 1: its weights may be damaged");
+    const std::vector<float> one_nan = {1.f, -inf, 3.f, nan, 2.f};
+    CHECK(uocr_test::status_of([&] { s.pick(one_nan.data(), 5, 17); }, &message) == uocr::Status::invalid_model);
+    CHECK(message == "the model produced non-finite logits (NaN) at generated token 17: its weights may be damaged");
+    const std::vector<float> overflow = {1.f, -inf, inf, 3.f};
+    CHECK(uocr_test::status_of([&] { s.pick(overflow.data(), 4, 2); }, &message) == uocr::Status::invalid_model);
+    CHECK(message == "the model produced non-finite logits (+inf) at generated token 2: its weights may be damaged");
+  }
+  // One NaN among finite logits is seen wherever it is: any lane of the vector loop, the scalar tail, any block.
+  uocr::Sampler greedy({});
+  for (const int64_t n : {1, 15, 16, 17, 33, 2100})
+    for (int64_t at = 0; at < n; at += n > 100 ? 7 : 1) {
+      std::vector<float> x(size_t(n), 1.f);
+      x[size_t(at)] = nan;
+      CAPTURE(n);
+      CAPTURE(at);
+      CHECK(uocr_test::status_of([&] { greedy.pick(x.data(), n, 1); }) == uocr::Status::invalid_model);
+    }
 }
 
 TEST_CASE("loop guard: varying box coordinates still count as a loop, real text does not") {

@@ -1,5 +1,5 @@
 // Image decoding, Pillow-exact geometry, the upstream preprocessing modes and the position-table
-// interpolation, against fixtures made by tools/preprocess/gen_fixtures.py (Pillow, PyTorch) and
+// interpolation, against fixtures made by python/uocr_dev/fixtures/gen_preprocess.py (Pillow, PyTorch) and
 // the golden page (checksum of the tensor captured from upstream infer(), tests/data/reference/golden).
 #include <doctest/doctest.h>
 
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -60,7 +61,7 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
   return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-// Same hash noise as procedural() in gen_fixtures.py.
+// Same hash noise as procedural() in gen_preprocess.py.
 ImageU8 procedural(int w, int h, uint32_t seed) {
   ImageU8 im = uocr::make_image(w, h);
   for (int y = 0; y < h; ++y)
@@ -75,7 +76,7 @@ ImageU8 procedural(int w, int h, uint32_t seed) {
   return im;
 }
 
-// Same as checksum() in gen_fixtures.py: byte sum and sum of byte * (index + 1), mod 2^64.
+// Same as checksum() in gen_preprocess.py: byte sum and sum of byte * (index + 1), mod 2^64.
 std::vector<std::string> checksum(const ImageU8& im) {
   uint64_t s = 0, ws = 0;
   for (size_t i = 0; i < im.rgb.size(); ++i) {
@@ -514,6 +515,37 @@ TEST_CASE("a palette index past the PLTE entries is black, as in Pillow, whateve
 
 namespace {
 
+// A w x h palette BMP of `bits` (1, 4, 8) per pixel: the palette entries (R, G, B) after a 40-byte
+// header (biClrUsed = `colors`) or a 12-byte OS/2 one, then the indices' rows (top row first),
+// stored bottom-up.
+std::vector<uint8_t> palette_bmp(int bits, int w, int h, const std::vector<std::array<uint8_t, 3>>& palette,
+                                 const std::vector<uint8_t>& indices, uint32_t colors, bool os2 = false) {
+  const size_t hsz = os2 ? 12 : 40, entry = os2 ? 3 : 4, row = size_t((w * bits + 31) / 32 * 4);
+  const size_t offset = 14 + hsz + entry * palette.size();
+  std::vector<uint8_t> b(offset + row * size_t(h), 0);
+  auto put = [&](size_t at, uint32_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) b[at + size_t(i)] = uint8_t(v >> (8 * i));
+  };
+  b[0] = 'B';
+  b[1] = 'M';
+  put(2, uint32_t(b.size()), 4);
+  put(10, uint32_t(offset), 4);
+  put(14, uint32_t(hsz), 4);
+  put(18, uint32_t(w), os2 ? 2 : 4);
+  put(os2 ? 20 : 22, uint32_t(h), os2 ? 2 : 4);
+  put(os2 ? 22 : 26, 1, 2);  // planes
+  put(os2 ? 24 : 28, uint32_t(bits), 2);
+  if (!os2) put(46, colors, 4);
+  for (size_t i = 0; i < palette.size(); ++i)
+    for (size_t c = 0; c < 3; ++c) b[14 + hsz + entry * i + c] = palette[i][2 - c];  // B, G, R
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const size_t bit = size_t(x * bits), at = offset + size_t(h - 1 - y) * row + bit / 8;
+      b[at] = uint8_t(b[at] | indices[size_t(y * w + x)] << (8 - bits - int(bit % 8)));
+    }
+  return b;
+}
+
 // A 35-byte GIF claiming w x h: a 2-colour global palette and one LZW code; stb_image decodes it
 // to a page of w x h pixels, all but the first background.
 std::vector<uint8_t> tiny_gif(uint16_t w, uint16_t h) {
@@ -627,6 +659,47 @@ TEST_CASE("a top-down BMP (negative height) decodes like the same pixels stored 
   // Its size counts against the limit as a positive height.
   const std::string msg = message_of([&] { uocr::decode_image(down.data(), down.size(), uocr::DecodeLimits{14}); });
   CHECK(msg.find("5x3 = 15 pixels, above the limit of 14 pixels") != std::string::npos);
+}
+
+TEST_CASE("a BMP palette index past the palette reads as in Pillow, whatever was decoded before") {
+  using RGB = std::array<uint8_t, 3>;
+  std::vector<uint8_t> indices(256);
+  for (int i = 0; i < 256; ++i) indices[size_t(i)] = uint8_t(i);
+  // First a file whose 256 entries are all white: without the rewrite, what its palette left in
+  // stb's memory showed through the short palettes below.
+  const std::vector<uint8_t> white = palette_bmp(8, 16, 16, std::vector<RGB>(256, RGB{255, 255, 255}), indices, 256);
+  CHECK(uocr::decode_image(white.data(), white.size()).rgb == std::vector<uint8_t>(256 * 3, 255));
+  const RGB red{255, 0, 0}, green{0, 255, 0}, k{0, 0, 0}, a{10, 20, 30}, b{40, 50, 60}, c{70, 80, 90}, o{200, 100, 50};
+  struct Case {
+    const char* what;
+    std::vector<uint8_t> bmp;
+    int w, h;
+    std::vector<RGB> want;  // Pillow 13's open(...).convert("RGB")
+  };
+  const std::vector<Case> cases = {
+      {"8-bit, 2 entries: black past them", palette_bmp(8, 4, 2, {red, green}, {0, 1, 2, 200, 255, 1, 0, 3}, 2), 4, 2,
+       {red, green, k, k, k, green, red, k}},
+      {"4-bit, 3 entries", palette_bmp(4, 5, 2, {a, b, c}, {0, 1, 2, 3, 15, 14, 2, 1, 0, 9}, 3), 5, 2,
+       {a, b, c, k, k, k, c, b, a, k}},
+      {"1-bit, 1 entry", palette_bmp(1, 9, 2, {o}, {0, 1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1}, 1), 9, 2,
+       {o, k, o, k, k, o, o, k, k, k, k, k, k, o, o, o, o, k}},
+      {"8-bit grey ramp of 4 entries: Pillow reads grey levels", palette_bmp(8, 4, 1, {{0, 0, 0}, {1, 1, 1}, {2, 2, 2}, {3, 3, 3}}, {0, 3, 4, 200}, 4),
+       4, 1, {{0, 0, 0}, {3, 3, 3}, {4, 4, 4}, {200, 200, 200}}},
+      // No colour count: Pillow reads 2^8 entries from after the header, the pixels' bytes among them.
+      {"8-bit, 2 entries, biClrUsed 0", palette_bmp(8, 4, 1, {red, green}, {0, 1, 2, 3}, 0), 4, 1, {red, green, {2, 1, 0}, k}},
+      {"8-bit, 2 entries, OS/2 header", palette_bmp(8, 4, 1, {red, green}, {0, 1, 2, 200}, 0, true), 4, 1, {red, green, {2, 1, 0}, k}},
+  };
+  for (const Case& t : cases) {
+    INFO(t.what);
+    std::vector<uint8_t> want;
+    for (const RGB& p : t.want) want.insert(want.end(), p.begin(), p.end());
+    for (int run = 0; run < 2; ++run) {
+      const ImageU8 got = uocr::decode_image(t.bmp.data(), t.bmp.size());
+      REQUIRE(got.width == t.w);
+      REQUIRE(got.height == t.h);
+      CHECK(got.rgb == want);
+    }
+  }
 }
 
 TEST_CASE("raw RGB rows: a stride that reaches past the end of memory is refused, not read") {

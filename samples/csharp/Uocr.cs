@@ -122,6 +122,9 @@ namespace Uocr
         public int ModelDefaults;
         // API version 8
         public int SlideKv;
+        // API version 9
+        public ulong MaxImageBytes;
+        public int MaxJpegScans;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -187,7 +190,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 8; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 9; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -345,7 +348,11 @@ namespace Uocr
         public ulong? Seed;
         public int? NgramWindow;
         public bool? LoopGuard;
-        public ulong MaxImagePixels = 0;
+        // A page image's decode budget, checked from its header before any pixel is decoded (a page over
+        // it fails with Status.InvalidImage, naming the limit).
+        public ulong MaxImagePixels = 0;     // width x height (0: 100000000)
+        public ulong MaxImageBytes = 0;      // width x height x channels x bytes per sample as the file stores them, and the file (0: 2^30)
+        public int MaxJpegScans = 0;         // scans of one JPEG (0: 100; negative is refused)
         public Backend Backend = Backend.Cpu;
         public int DeviceIndex = 0;
         public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: the model folder's, else 4)
@@ -436,6 +443,8 @@ namespace Uocr
             p.CudaGraphs = (int)o.CudaGraphs;
             p.ModelDefaults = (int)o.ModelDefaults;
             p.SlideKv = (int)o.SlideKv;
+            p.MaxImageBytes = o.MaxImageBytes;
+            p.MaxJpegScans = o.MaxJpegScans;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

@@ -6,6 +6,7 @@ using System;
 using System.Collections.Generic;
 using System.IO;
 using System.Linq;
+using System.Runtime.InteropServices;
 using Uocr;
 
 static class ApiCheck
@@ -62,6 +63,13 @@ static class ApiCheck
         {
             Console.Error.WriteLine("usage: check.exe MODEL_DIR PAGE0 PAGE1 PAGE2");
             return 2;
+        }
+        // uocr_session_params as uocr.h lays it out on 64-bit targets (the binding's struct is compiled in here).
+        if (IntPtr.Size == 8)
+        {
+            Check(Marshal.SizeOf(typeof(SessionParams)) == 168, "sizeof(uocr_session_params) == 168");
+            Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxImageBytes") == 152, "max_image_bytes at offset 152");
+            Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxJpegScans") == 160, "max_jpeg_scans at offset 160");
         }
         string[] pages = args.Skip(1).ToArray();
         Func<long, Page> fromFile = i => Page.File(pages[i]);
@@ -155,6 +163,14 @@ static class ApiCheck
             Check(run(recompute).Count > 0, "SlideKv.Recompute runs");
             var slide = Expect<UocrException>(() => model.CreateSession(new SessionOptions { SlideKv = (SlideKv)3 }), "slide_kv 3");
             Check(slide != null && slide.Status == Status.InvalidArgument && slide.Message.Contains("slide_kv"), "slide_kv message");
+            // API 9: the decode budget: a page over MaxImageBytes is refused naming it; a negative scan limit is refused.
+            using (var s = model.CreateSession(new SessionOptions { MaxImageBytes = 1000 }))
+            {
+                var big = Expect<UocrException>(() => s.AddImageFile(pages[0]), "page over max_image_bytes");
+                Check(big != null && big.Status == Status.InvalidImage && big.Message.Contains("max_image_bytes"), "max_image_bytes message");
+            }
+            var scans = Expect<UocrException>(() => model.CreateSession(new SessionOptions { MaxJpegScans = -1 }), "max_jpeg_scans -1");
+            Check(scans != null && scans.Status == Status.InvalidArgument && scans.Message.Contains("max_jpeg_scans"), "max_jpeg_scans message");
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ int usage(FILE* out) {
                "commands:\n"
                "  run [--model DIR] [--mode base|gundam] [--prompt STR] [--max-tokens N] [--attention rswa|full]\n"
                "      [--window N] [--ngram N] [--ngram-window N] [--loop-guard on|off] [--temperature T --top-p P\n"
-               "      --seed S] [--backend cpu|vulkan|cuda [--device N]] [--cuda-graphs on|off] [--dpi N]\n"
+               "      --seed S] [--backend cpu|vulkan|cuda [--device N]] [--cuda-graphs on|off] [--dpi N] [--page-timeout S]\n"
                "      [--format markdown|raw] [--stats json] [-o OUT.md] [--quiet]\n"
                "      [--pages-per-group G] [--overlap O]\n"
                "      [--reference-budget PAGES,BLOCKS[,BLOCK_TOKENS] [--reference-gate FAN_OUT,BEAM] | off]\n"
@@ -33,6 +34,8 @@ int usage(FILE* out) {
                "      [--max-image-pixels N] [--max-image-bytes N] [--max-jpeg-scans N] IMAGE|PDF...\n"
                "      unset --pages-per-group, --overlap, --positions, --slide-kv: the model folder's uocr_decode.json,\n"
                "      else 4, G-1, limit, reuse\n"
+               "      --dpi: PDF pages' resolution (default 300); --page-timeout: the seconds each PDF page may take to\n"
+               "      render (default 120, 0 = no limit)\n"
                "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 130 interrupted\n"
                "  inspect model    [--model DIR] [--verify [--checksums SHA256SUMS|JSON]]\n"
                "                   --verify: shards complete, tensors and tokenizer load, checksums match; exit 1 if not\n"
@@ -99,8 +102,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "uocr: unknown command '%s'\n", given.c_str());
     return usage(stderr);
   } catch (const uocr::Error& e) {
-    std::fprintf(stderr, "uocr: %s: %s\n", uocr::status_name(e.status()), e.what());
+    // A message that starts with its status's name ("out of memory while ...") is not prefixed with it again.
+    const char* name = uocr::status_name(e.status());
+    if (std::strncmp(e.what(), name, std::strlen(name)) == 0)
+      std::fprintf(stderr, "uocr: error: %s\n", e.what());
+    else
+      std::fprintf(stderr, "uocr: %s: %s\n", name, e.what());
     return e.status() == uocr::Status::invalid_argument ? 2 : 1;
+  } catch (const std::bad_alloc&) {  // from a step that does not name its allocations (what() is only "std::bad_alloc")
+    std::fprintf(stderr, "uocr: error: out of memory\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "uocr: error: %s\n", e.what());
     return 1;

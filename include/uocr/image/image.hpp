@@ -9,9 +9,9 @@
 //   uocr::ImageU8 view = uocr::image_from_rgb(ptr, w, h, stride);  // caller-owned pixels
 //
 // Conversion to RGB follows Pillow: gray is replicated, alpha is dropped without compositing,
-// palettes are expanded (a PNG pixel index past the palette is black: png_palette.hpp), 16-bit
-// samples keep their high byte, except 16-bit grayscale, which Pillow opens as mode "I;16"/"I"
-// and clamps to 255 on convert("RGB").
+// palettes are expanded (a pixel index past the palette is black: png_palette.hpp,
+// bmp_palette.hpp), 16-bit samples keep their high byte, except 16-bit grayscale, which Pillow
+// opens as mode "I;16"/"I" and clamps to 255 on convert("RGB").
 // Known differences from Pillow (pixels, not geometry): without libjpeg, JPEG uses stb's
 // IDCT/upsampling (typically off by a few levels) and stb's CMYK formula; transparent GIF pixels
 // come out black instead of their palette colour; PNM with maxval other than 255/65535 is not
@@ -26,10 +26,12 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/image/bmp_palette.hpp"
 #include "uocr/image/exif.hpp"
 #include "uocr/image/png_palette.hpp"
 #include "uocr/io/read_file.hpp"
@@ -66,19 +68,27 @@ struct DecodeLimits {
   int max_jpeg_scans = 100;
 };
 
-// A width x height image, all pixels zero. Throws invalid_argument on a non-positive size,
-// out_of_memory on one whose bytes do not fit in a size_t.
+// A width x height image, all pixels zero. Throws invalid_argument on a non-positive size and
+// out_of_memory, naming the size, when its bytes cannot be allocated: past vector::max_size (where
+// resize would throw std::length_error) or refused by the allocator.
 inline ImageU8 make_image(int width, int height) {
   require(width > 0 && height > 0, Status::invalid_argument, [&] {
     return "image size must be positive, got " + std::to_string(width) + "x" + std::to_string(height);
   });
-  require(uint64_t(width) * uint64_t(height) <= SIZE_MAX / 3, Status::out_of_memory, [&] {
-    return "a " + std::to_string(width) + "x" + std::to_string(height) + " RGB image does not fit in memory";
-  });
+  const uint64_t bytes = uint64_t(width) * uint64_t(height) * 3;  // below 2^64: both are ints
+  const auto no_memory = [&] {
+    return Error(Status::out_of_memory, "out of memory for a " + std::to_string(width) + "x" + std::to_string(height) +
+                                            " RGB image (" + std::to_string(bytes) + " bytes)");
+  };
   ImageU8 im;
+  if (bytes > im.rgb.max_size()) throw no_memory();
   im.width = width;
   im.height = height;
-  im.rgb.resize(size_t(width) * size_t(height) * 3);
+  try {
+    im.rgb.resize(size_t(bytes));
+  } catch (const std::bad_alloc&) {
+    throw no_memory();
+  }
   return im;
 }
 
@@ -232,7 +242,8 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
     return apply_exif_orientation(im, exif_orientation(data, size));
   }
 #endif
-  const std::vector<uint8_t> padded = detail::png_with_full_palettes(data, size);
+  std::vector<uint8_t> padded = detail::png_with_full_palettes(data, size);
+  if (padded.empty()) padded = detail::bmp_with_pillow_palette(data, size);
   if (!padded.empty()) {
     data = padded.data();
     size = padded.size();

@@ -57,6 +57,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -230,8 +231,23 @@ class InfiniteSession {
   const MemoryStats& memory() const { return memory_; }
 
   // Transcribes the pages of `pages` (count() >= 1 required). `on_event` returning false cancels.
+  // An allocation failure is an Error(out_of_memory) saying how far the run got.
   RunSummary run(PageSource& pages, const std::function<bool(const Event&)>& on_event = {},
                  const CheckpointOptions& checkpoint = {}) {
+    token_in_progress_ = 0;
+    try {
+      return run_document(pages, on_event, checkpoint);
+    } catch (const std::bad_alloc&) {
+      const std::string where = token_in_progress_ > 0 ? "generating token " + std::to_string(token_in_progress_)
+                                : checkpoint.resume    ? "resuming from the checkpoint"
+                                                       : "starting the run (encoding and prefilling the first pages)";
+      throw Error(Status::out_of_memory, "out of memory while " + where);
+    }
+  }
+
+ private:
+  RunSummary run_document(PageSource& pages, const std::function<bool(const Event&)>& on_event,
+                          const CheckpointOptions& checkpoint) {
     const int64_t n_pages = pages.count();
     require(n_pages >= 1 && n_pages <= std::numeric_limits<int32_t>::max(), Status::invalid_argument, [&] {
       return "an infinite session needs a page source with a known page count in [1, 2^31 - 1] (positions depend on it; "
@@ -329,6 +345,7 @@ class InfiniteSession {
     int64_t boundaries = 0;  // passed since the last step: the group slides before the next one
     std::string text;
     for (;;) {
+      token_in_progress_ = L.generated + 1;
       int32_t token;
       if (!L.forced.empty()) {
         token = L.forced.front();
@@ -343,7 +360,7 @@ class InfiniteSession {
         } else {
           for (int32_t b : banned) ban(b);
         }
-        token = L.sampler.pick(L.logits.data(), vocab);
+        token = L.sampler.pick(L.logits.data(), vocab, token_in_progress_);
         if (token < 0) { sum.stop = StopReason::no_token; break; }
         if (token == eos) {
           if (!(inf_.force_page_on_early_eos && engine.pages_pending() && !marker_ids.empty())) {
@@ -415,7 +432,6 @@ class InfiniteSession {
     return sum;
   }
 
- private:
   // The token greedy decoding would pick with `banned` excluded.
   static int32_t most_likely(const std::vector<float>& logits, std::vector<int32_t> banned) {
     std::sort(banned.begin(), banned.end());
@@ -698,6 +714,7 @@ class InfiniteSession {
   InfiniteStats stats_;
   MemoryStats memory_;
   std::unique_ptr<const MarkerCompletion> completion_;  // built by the first run with pages outside the group
+  int64_t token_in_progress_ = 0;  // the generated token the run is at (1 for the first), 0 before it: run()'s out-of-memory message
 };
 
 }  // namespace uocr

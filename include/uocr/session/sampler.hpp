@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -30,12 +31,18 @@ class Sampler {
     require(p.top_p > 0.f && p.top_p <= 1.f, Status::invalid_argument, "top_p must be in (0, 1]");
   }
 
-  // `logits` may hold -inf for banned tokens; returns -1 when every token is banned. A +inf
-  // (overflowing weights, a forged checkpoint) leaves no finite mass to sample: the first one wins.
-  int32_t pick(const float* logits, int64_t n) {
-    if (params_.temperature == 0.f) return argmax(logits, n);
-    const int32_t best = argmax(logits, n);
-    if (best < 0 || std::isinf(logits[best])) return best;
+  // `logits` may hold -inf for banned tokens; returns -1 when every token is banned. A NaN or +inf
+  // leaves no meaningful choice and comes only from weights that hold NaN or overflow: it is an
+  // Error(invalid_model) naming `token_number`, the generated token being chosen (1 for the
+  // first). The check rides on argmax's one pass over the row.
+  int32_t pick(const float* logits, int64_t n, int64_t token_number) {
+    bool nan = false;
+    const int32_t best = argmax(logits, n, nan);
+    if (nan || (best >= 0 && std::isinf(logits[best])))
+      throw Error(Status::invalid_model, "the model produced non-finite logits (" + std::string(nan ? "NaN" : "+inf") +
+                                             ") at generated token " + std::to_string(token_number) +
+                                             ": its weights may be damaged");
+    if (best < 0 || params_.temperature == 0.f) return best;
     const float mx = logits[best];
     probs_.resize(size_t(n));
     double total = 0;
@@ -65,14 +72,23 @@ class Sampler {
   void restore_rng_state(uint64_t s) { state_ = s; }
 
   // Index of the largest value, the lowest one among equal maxima (torch.argmax); NaN is never
-  // chosen; -1 when n == 0 or every value is -inf or NaN. Blocks of kArgmaxBlock values are reduced
-  // with a SIMD max; only the first block whose maximum is the largest (strictly larger than every
-  // earlier block's) is scanned again for the index.
+  // chosen; -1 when n == 0 or every value is -inf or NaN.
   static int32_t argmax(const float* logits, int64_t n) {
+    bool nan = false;
+    return argmax(logits, n, nan);
+  }
+
+ private:
+  static constexpr int64_t kArgmaxBlock = 1024;
+
+  // As argmax, and sets `nan` when a value is NaN. Blocks of kArgmaxBlock values are reduced with a
+  // SIMD max; only the first block whose maximum is the largest (strictly larger than every earlier
+  // block's) is scanned again for the index.
+  static int32_t argmax(const float* logits, int64_t n, bool& nan) {
     float best = -std::numeric_limits<float>::infinity();
     int64_t best_block = -1;
     for (int64_t b = 0; b < n; b += kArgmaxBlock) {
-      const float m = block_max(logits + b, std::min(kArgmaxBlock, n - b));
+      const float m = block_max(logits + b, std::min(kArgmaxBlock, n - b), nan);
       if (m > best) {
         best = m;
         best_block = b;
@@ -82,24 +98,34 @@ class Sampler {
     return int32_t(find_first(logits, best_block, n, best));
   }
 
- private:
-  static constexpr int64_t kArgmaxBlock = 1024;
-
   // max over x[0..len) ignoring NaN (x > m is false for NaN); -inf when there is nothing else.
-  static float block_max(const float* x, int64_t len) {
+  // Sets `nan` when a value is NaN.
+  static float block_max(const float* x, int64_t len, bool& nan) {
     float m = -std::numeric_limits<float>::infinity();
     int64_t i = 0;
 #if defined(__SSE2__)
     // _mm_max_ps(a, b) is a > b ? a : b in every lane: a NaN in `a` keeps b. Four accumulators
-    // keep the max latency off the critical path.
+    // keep the max latency off the critical path. _mm_cmpunord_ps(a, b) flags a lane where a or b
+    // is NaN, so two of them cover four vectors.
     __m128 acc[4] = {_mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m), _mm_set1_ps(m)};
-    for (; i + 16 <= len; i += 16)
-      for (int k = 0; k < 4; ++k) acc[k] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * k), acc[k]);
+    __m128 unordered = _mm_setzero_ps();
+    for (; i + 16 <= len; i += 16) {
+      __m128 v[4];
+      for (int k = 0; k < 4; ++k) {
+        v[k] = _mm_loadu_ps(x + i + 4 * k);
+        acc[k] = _mm_max_ps(v[k], acc[k]);
+      }
+      unordered = _mm_or_ps(unordered, _mm_or_ps(_mm_cmpunord_ps(v[0], v[1]), _mm_cmpunord_ps(v[2], v[3])));
+    }
+    nan = nan || _mm_movemask_ps(unordered) != 0;
     float lanes[4];
     _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(acc[0], acc[1]), _mm_max_ps(acc[2], acc[3])));
     for (float v : lanes) m = v > m ? v : m;
 #endif
-    for (; i < len; ++i) m = x[i] > m ? x[i] : m;
+    for (; i < len; ++i) {
+      m = x[i] > m ? x[i] : m;
+      nan = nan || std::isnan(x[i]);
+    }
     return m;
   }
 

@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 8;
+pub const API_VERSION: i32 = 9;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -150,6 +150,9 @@ struct RawSessionParams {
     model_defaults: i32,
     // API version 8
     slide_kv: i32,
+    // API version 9
+    max_image_bytes: u64,
+    max_jpeg_scans: i32,
 }
 
 #[repr(C)]
@@ -214,7 +217,7 @@ pub struct RunSummary {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 152);
+    assert!(std::mem::size_of::<RawSessionParams>() == 168);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
     assert!(std::mem::size_of::<RunSummary>() == 136);
@@ -437,6 +440,8 @@ impl Model {
             SlideKv::Reuse => 1,
             SlideKv::Recompute => 2,
         };
+        raw.max_image_bytes = params.max_image_bytes;
+        raw.max_jpeg_scans = params.max_jpeg_scans;
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -539,7 +544,14 @@ pub struct SessionParams {
     pub seed: u64,
     pub ngram_window: i32,
     pub loop_guard: bool,
+    /// A page image's decode budget, checked from its header before any pixel is decoded (a page
+    /// over it fails with `E_INVALID_IMAGE`, naming the limit). Pixels, width x height; 0: 100000000.
     pub max_image_pixels: u64,
+    /// Bytes of samples, width x height x channels x bytes per sample as the file stores them, and
+    /// of the image file (API 9); 0: 2^30.
+    pub max_image_bytes: u64,
+    /// Scans of one JPEG (API 9); 0: 100; a negative value is refused.
+    pub max_jpeg_scans: i32,
     pub backend: Backend,
     pub device_index: i32,
     /// Pages whose KV is held at once (>= 2; 0: the model folder's, else 4).
@@ -585,6 +597,8 @@ impl Default for SessionParams {
             ngram_window: raw.ngram_window,
             loop_guard: raw.loop_guard != 0,
             max_image_pixels: raw.max_image_pixels,
+            max_image_bytes: raw.max_image_bytes,
+            max_jpeg_scans: raw.max_jpeg_scans,
             backend: Backend::Cpu,
             device_index: raw.device_index,
             pages_per_group: raw.pages_per_group,

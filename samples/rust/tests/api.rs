@@ -167,6 +167,15 @@ fn typed_options_reach_the_library() {
     assert_eq!(SessionParams::default().slide_kv, SlideKv::ModelDefault);
     assert_eq!(run(SessionParams { slide_kv: SlideKv::Reuse, ..sliding(24) }), dense);
     assert!(!run(SessionParams { slide_kv: SlideKv::Recompute, ..sliding(24) }).is_empty());
+    // API 9: the decode budget: a page over max_image_bytes is refused naming it; a negative scan limit is refused.
+    assert_eq!((SessionParams::default().max_image_bytes, SessionParams::default().max_jpeg_scans), (0, 0));
+    let mut s = model.session(&SessionParams { max_image_bytes: 1000, ..Default::default() }).unwrap();
+    let err = s.add_image_file(&pages[0]).unwrap_err();
+    assert_eq!(err.status, status::E_INVALID_IMAGE);
+    assert!(err.message.contains("max_image_bytes"), "{}", err.message);
+    let err = model.session(&SessionParams { max_jpeg_scans: -1, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+    assert!(err.message.contains("max_jpeg_scans"), "{}", err.message);
 }
 
 #[test]
