@@ -1,7 +1,7 @@
 // Model benchmarks on one 1024 page at the REAL model dimensions (random weights are fine: the
 // work does not depend on the values, except MoE routing, which random weights spread evenly).
 //
-//   python3 tools/checkpoint/make_random.py --out /tmp/uocr-real   # real dimensions, 6.7 GB
+//   PYTHONPATH=python python3 -m uocr_dev.make_random --out /tmp/uocr-real   # real dimensions, 6.7 GB
 //   meson setup /tmp/build-bench -Dbench=true && ninja -C /tmp/build-bench bench/bench_model
 //   OMP_WAIT_POLICY=passive UOCR_BENCH_MODEL=/tmp/uocr-real /tmp/build-bench/bench/bench_model
 //
@@ -143,7 +143,7 @@ Fixture load_fixture() {
   const std::string dir = env_or("UOCR_BENCH_MODEL", "/tmp/uocr-real");
   if (!file_exists(dir + "/config.json")) {
     f.why = "no model folder at " + dir +
-            " (set UOCR_BENCH_MODEL; make one with tools/checkpoint/make_random.py at the real dimensions)";
+            " (set UOCR_BENCH_MODEL; make one with python/uocr_dev/make_random.py at the real dimensions)";
     return f;
   }
   try {

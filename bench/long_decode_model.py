@@ -7,7 +7,7 @@ real vocabulary (129,280: the lm_head is a real-size read every step) and the Mo
 expert shape and top-6 routing, but 4 layers instead of 12 and 8 routed experts instead of 64, so
 that 32k tokens of full-attention KV fit in memory (1.3 GB instead of 4 GB) and the model is
 quick to write. The vision encoder is cut to a few MB: the benchmark feeds the decoder random
-visual embeddings and never runs it. Weights are written by tools/checkpoint/make_random.py.
+visual embeddings and never runs it. Weights are written by python/uocr_dev/make_random.py.
 
     python3 bench/long_decode_model.py --out /tmp/uocr-long
 """
@@ -62,9 +62,10 @@ def main():
         path = os.path.join(tmp, "config.json")
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2)
-        cmd = [sys.executable, os.path.join(ROOT, "tools", "checkpoint", "make_random.py"), "--out", args.out,
-               "--config", path, "--seed", str(args.seed)]
-        subprocess.run(cmd, check=True)
+        cmd = [sys.executable, "-m", "uocr_dev.make_random", "--out", args.out, "--config", path, "--seed", str(args.seed)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [os.path.join(ROOT, "python"),
+                                                                        os.environ.get("PYTHONPATH")])))
+        subprocess.run(cmd, check=True, env=env)
 
 
 if __name__ == "__main__":

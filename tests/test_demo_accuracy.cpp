@@ -1,5 +1,5 @@
 // What the bundled demo model reads: `uocr run` on rendered sample pages, scored by character
-// error rate against their ground-truth Markdown, the way tools/eval/eval.py scores
+// error rate against their ground-truth Markdown, the way python/uocr_dev/eval.py scores
 // (docs/ACCURACY.md). The bound is the shipped model's measured accuracy plus a margin, so a
 // regression anywhere between the image decoder and the text stream fails here.
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 // The whole pipeline against upstream-PyTorch reference cases (tests/data/reference/, written by
-// tools/reference/make_reference.py from the unmodified Unlimited-OCR remote code): gundam single
+// python/uocr_dev/fixtures/make_reference.py from the unmodified Unlimited-OCR remote code): gundam single
 // pages with several tile grids and a <= 640 px page, multi-page prompts (2 and 3 pages) with
 // teacher-forced R-SWA decoding, and base mode on a padded page (plus the tiny-a dimensions where
 // the optional shared/golden/tiny-a is present). Everything starts from the committed PNGs: preprocessing (bf16 checksums of

@@ -22,7 +22,7 @@ inline std::string env_or(const char* name, const char* fallback) {
 inline std::string source_dir() { return env_or("UOCR_SOURCE_DIR", "."); }
 inline std::string cli_path() { return env_or("UOCR_CLI", "uocr"); }
 // The upstream reference cases checked into tests/data/reference (tiny-b, multi-page cases, images,
-// the golden set), made by tools/reference/make_reference.py.
+// the golden set), made by python/uocr_dev/fixtures/make_reference.py.
 inline std::string reference_dir() { return source_dir() + "/tests/data/reference"; }
 // The published Unlimited-OCR folder's small files (config.json, tokenizer), without the weights.
 inline std::string published_dir() { return source_dir() + "/tests/data/unlimited-ocr"; }

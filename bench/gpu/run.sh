@@ -2,7 +2,7 @@
 # The GPU run of the CUDA backend, in one go, on a machine with an NVIDIA GPU and this repository:
 # builds the backend (meson + ninja, -Dcuda=enabled), runs its tests on
 # the GPU (op conformance, golden parity (tests/data/reference), batching, page groups, SR-SWA, the vision
-# encoder, checkpoints / resume), writes a random-weight checkpoint at the REAL dimensions (tools/checkpoint/make_random.py:
+# encoder, checkpoints / resume), writes a random-weight checkpoint at the REAL dimensions (python/uocr_dev/make_random.py:
 # python3 + numpy), times the encoder and the decoder (bench/gpu/cuda_bench.cpp) and prints a
 # table last. Budget: 8 minutes.
 #
@@ -92,7 +92,7 @@ if [[ -f "$model_dir/model.safetensors.index.json" ]] && cmp -s "$config" "$mode
 else
   rm -rf "$model_dir"
   say "random checkpoint at the dimensions of $config -> $model_dir (background)"
-  timeout 420 python3 tools/checkpoint/make_random.py --out "$model_dir" --config "$config" > "$out/make_random.log" 2>&1 &
+  PYTHONPATH="$repo/python" timeout 420 python3 -m uocr_dev.make_random --out "$model_dir" --config "$config" > "$out/make_random.log" 2>&1 &
   gen_pid=$!
 fi
 { command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv; } >> "$log" 2>&1 \

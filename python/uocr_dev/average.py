@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Averages the weights of model folders fine-tuned from one starting point ("model soup").
 
 Runs that start from the same model and see different pages end in one basin of the loss; their
@@ -7,24 +6,21 @@ Every folder must hold the same tensors (names, shapes); the output is a model f
 published layout: the first folder's files with the averaged BF16 weights, the index, and
 training.json naming the sources.
 
-    python3 tools/train/average.py --out /tmp/soup models/uocr-demo /tmp/model-u /tmp/model-z
+    python3 -m uocr_dev.average --out /tmp/soup models/uocr-demo /tmp/model-u /tmp/model-z
 
 Given training checkpoints instead (ckpt.pt files of train.py), it averages their model and
 aux-head tensors and writes a checkpoint without optimizer state, the rest from the last source:
 a start for `train.py --init-from` that keeps the trained aux heads (run m, §7).
 
-    python3 tools/train/average.py --out /tmp/kl.pt /tmp/uocr-train-k/ckpt.pt /tmp/uocr-train-l/ckpt.pt
+    python3 -m uocr_dev.average --out /tmp/kl.pt /tmp/uocr-train-k/ckpt.pt /tmp/uocr-train-l/ckpt.pt
 """
 import argparse
 import json
 import os
 import shutil
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import st_io  # noqa: E402
-from st_io import SHARD  # noqa: E402
+from uocr_dev import safetensors_io
+from uocr_dev.safetensors_io import SHARD
 
 
 def mean_of(states, sources):
@@ -61,12 +57,12 @@ def main():
         raise SystemExit("average.py: give model folders or training checkpoints, not both")
     if all(files):
         return average_checkpoints(a.folders, a.out)
-    weights = [st_io.read(os.path.join(f, SHARD)) for f in a.folders]
+    weights = [safetensors_io.read(os.path.join(f, SHARD)) for f in a.folders]
     mean = mean_of(weights, a.folders)
 
     shutil.rmtree(a.out, ignore_errors=True)
     shutil.copytree(a.folders[0], a.out)
-    st_io.write_model_weights(a.out, mean)
+    safetensors_io.write_model_weights(a.out, mean)
     info = {"average_of": [os.path.normpath(f) for f in a.folders]}
     for k, f in enumerate(a.folders):
         path = os.path.join(f, "training.json")

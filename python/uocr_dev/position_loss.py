@@ -1,31 +1,27 @@
-#!/usr/bin/env python3
 """Language-model and attention-supervision loss of a model on the same multi-page documents,
 whole and placed inside longer unrendered documents (train.py's virtual_place: the positions page
 groups give the decoder in a long document). Shows whether a model reads at long-document
 positions (docs/TRAINING.md §7, run v1), and how sure it is where pages begin and end (the loss on
 train.boundary_tokens(): where a long session skips a page or reads one twice).
 
-    python3 tools/train/position_loss.py models/uocr-demo /tmp/uocr-train/ckpt.pt
+    python3 -m uocr_dev.position_loss models/uocr-demo /tmp/uocr-train/ckpt.pt
 """
 import argparse
 import os
 import random
-import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import train  # noqa: E402
-from data import Renderer  # noqa: E402
-from model import UnlimitedOCR  # noqa: E402
-from tokenizer import Tok  # noqa: E402
+from uocr_dev import ROOT, train
+from uocr_dev.data import Renderer
+from uocr_dev.model import UnlimitedOCR
+from uocr_dev.tokenizer import Tok
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("models", nargs="+", help="training checkpoints or model folders")
-    ap.add_argument("--tokenizer", default=os.path.normpath(os.path.join(HERE, "../../models/uocr-demo/tokenizer.json")))
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "uocr-demo", "tokenizer.json"))
     ap.add_argument("--docs", type=int, default=6)
     ap.add_argument("--pages", type=int, default=3)
     ap.add_argument("--level", type=int, default=1)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Greedy decoding of the demo model in PyTorch, the way uocr's C++ engine runs it.
 
 Prompt = [BOS] + the visual tokens of every page (rows of G/4 tokens + image_newline, then
@@ -9,27 +8,20 @@ whole prompt plus the last n generated tokens including itself (R-SWA, n = slidi
 stop at EOS. No repetition guard. Weights may be rounded to bf16 first (--bf16, default on when
 loading an exported folder), as the shipped checkpoint stores them.
 
-    python3 tools/train/infer.py --model models/uocr-demo samples/data/page1.png [page2.png ...]
-    python3 tools/train/infer.py --ckpt /tmp/uocr-train/best.pt --eval 16 --level 4
+    python3 -m uocr_dev.infer --model models/uocr-demo samples/data/page1.png [page2.png ...]
+    python3 -m uocr_dev.infer --ckpt /tmp/uocr-train/best.pt --eval 16 --level 4
 """
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from model import UnlimitedOCR  # noqa: E402
-from tokenizer import Tok, PROMPT_SINGLE, PROMPT_MULTI  # noqa: E402
-import st_io  # noqa: E402
-
-
-def prompt_ids(tok, n_pages, tokens_per_page):
-    text = PROMPT_SINGLE if n_pages == 1 else PROMPT_MULTI
-    return [tok.bos] + [tok.image] * (tokens_per_page * n_pages) + tok.encode(text)
+from uocr_dev import ROOT, safetensors_io
+from uocr_dev.model import UnlimitedOCR
+from uocr_dev.sequence import join_pages, prompt_ids
+from uocr_dev.tokenizer import Tok
 
 
 @torch.no_grad()
@@ -92,7 +84,7 @@ def load_folder(folder, bf16=True):
         index = json.load(f)
     sd = {}
     for shard in sorted(set(index["weight_map"].values())):
-        sd.update(st_io.read(os.path.join(folder, shard)))
+        sd.update(safetensors_io.read(os.path.join(folder, shard)))
     m.load_state_dict(sd, strict=True)
     return m, Tok(os.path.join(folder, "tokenizer.json"))
 
@@ -100,7 +92,7 @@ def load_folder(folder, bf16=True):
 def round_bf16_(model):
     with torch.no_grad():
         for p in model.parameters():
-            p.copy_(st_io.bf16_round(p))
+            p.copy_(safetensors_io.bf16_round(p))
 
 
 def load_image(path, size):
@@ -118,7 +110,7 @@ def main():
     ap.add_argument("images", nargs="*")
     ap.add_argument("--model", help="exported model folder")
     ap.add_argument("--ckpt", help="training checkpoint (.pt)")
-    ap.add_argument("--tokenizer", default=os.path.normpath(os.path.join(HERE, "../../models/uocr-demo/tokenizer.json")))
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "uocr-demo", "tokenizer.json"))
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--eval", type=int, default=0, help="CER on N held-out generated pages")
     ap.add_argument("--level", type=int, default=4)
@@ -142,8 +134,7 @@ def main():
         gen = generate(model, tok, pix)
         print(text_of(tok, gen))
     if a.eval:
-        from data import Renderer, to_tensor_array
-        from train import join_pages
+        from uocr_dev.data import Renderer, to_tensor_array
         r = Renderer(size=S, seed=a.seed, level=a.level)
         tot_e = tot_n = 0
         for i in range(a.eval):

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Writes a training checkpoint without its optimizer state: model + aux-head weights, step,
 curriculum level and history (~20 MB instead of ~57 MB). It starts a new run through
-`train.py --init-from` (tools/train/gpu_train.sh's --init): small enough to carry to a rented GPU
+`train.py --init-from` (python/uocr_dev/gpu_train.sh's --init): small enough to carry to a rented GPU
 and back.
 
-    python3 tools/train/slim.py /tmp/uocr-train/ckpt.pt /tmp/slim.pt
+    python3 -m uocr_dev.slim /tmp/uocr-train/ckpt.pt /tmp/slim.pt
 """
 import sys
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Widens a trained demo model's decoder (hidden size, heads, MLP and expert widths) and deepens
 its vision encoder (SAM blocks, CLIP layers) so that the grown model computes exactly what the
 source did, as a start for train.py --init-from.
@@ -16,11 +15,11 @@ sqrt(old / new) to cancel it. Encoder blocks are added after the source's (`sam_
 adds its attention's and MLP's output to its input, so with those two output projections zero
 it passes its input on unchanged; the rest of it starts as train.py would start it.
 
-    python3 tools/train/widen.py --from models/uocr-demo --out /tmp/wide.pt \
+    python3 -m uocr_dev.widen --from models/uocr-demo --out /tmp/wide.pt \
         --dims '{"hidden": 384, "heads": 8, "intermediate": 1024, "moe_intermediate": 384}'
-    python3 tools/train/widen.py --from models/uocr-demo --out /tmp/deep.pt \
+    python3 -m uocr_dev.widen --from models/uocr-demo --out /tmp/deep.pt \
         --dims '{"sam_layers": 6, "sam_global": [5], "clip_layers": 2}'
-    python3 tools/train/train.py --init-from /tmp/wide.pt ...
+    python3 -m uocr_dev.train --init-from /tmp/wide.pt ...
 """
 import argparse
 import json
@@ -29,8 +28,8 @@ import re
 
 import torch
 
-import train
-from model import UnlimitedOCR, make_config, rswa_mask, DEMO_DIMS
+from uocr_dev import train
+from uocr_dev.model import DEMO_DIMS, UnlimitedOCR, make_config, rswa_mask
 
 # roles of a decoder tensor's dimensions: what the added rows / columns start as
 ZERO_NEW = ("embed_tokens.weight", "image_newline", "view_seperator", "projector.layers.weight",

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Synthetic document pages for training the demo model, rendered on the fly with Pillow.
 
 A page is a square image (default 512x512, the demo model's vision_config.image_size) with
@@ -29,7 +28,7 @@ missing word list, licence corpus or font is an error, never a silent fallback.
 `level` (0..4) is the curriculum: 0 = one to three short lines in large type, 4 = full pages
 of up to ~250 characters at 17-26 px with headings, lists and tables.
 
-    python3 tools/train/data.py --out /tmp/pages --n 8 --level 3     # writes PNG + .md previews
+    python3 -m uocr_dev.data --out /tmp/pages --n 8 --level 3     # writes PNG + .md previews
 """
 import glob
 import io

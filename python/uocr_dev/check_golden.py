@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
-"""Parity check of tools/train/model.py against the upstream reference outputs in
+"""Parity check of uocr_dev.model against the upstream reference outputs in
 shared/golden/tiny-a (random weights, computed by the original DeepSeek-OCR PyTorch code).
 
 Loads the golden safetensors into UnlimitedOCR with the golden config.json and compares
 sam_out, clip_out, vision_tokens, prefill logits and the teacher-forced R-SWA (n=8) logits.
 Exit status 0 when every max abs difference is below 1e-4 (the README's suggested tolerance).
 
-    python3 tools/train/check_golden.py [--golden ../shared/golden/tiny-a]
+    python3 -m uocr_dev.check_golden [--golden ../shared/golden/tiny-a]
 """
 import argparse
 import json
@@ -16,21 +15,19 @@ import sys
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model import UnlimitedOCR, rswa_mask  # noqa: E402
-import st_io  # noqa: E402
+from uocr_dev import ROOT, safetensors_io
+from uocr_dev.model import UnlimitedOCR, rswa_mask
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--golden", default=os.path.normpath(os.path.join(here, "../../../shared/golden/tiny-a")))
+    ap.add_argument("--golden", default=os.path.join(os.path.dirname(ROOT), "shared", "golden", "tiny-a"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     g = args.golden
     cfg = json.load(open(os.path.join(g, "config.json")))
     m = UnlimitedOCR(cfg).eval()
-    sd = st_io.read(os.path.join(g, "model-00001-of-000001.safetensors"))
+    sd = safetensors_io.read(os.path.join(g, safetensors_io.SHARD))
     missing, unexpected = m.load_state_dict(sd, strict=True), None
     ok = True
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Exports a training checkpoint as a model folder in the published Unlimited-OCR layout.
 
 Writes into --out (default models/uocr-demo/):
@@ -11,26 +10,24 @@ Writes into --out (default models/uocr-demo/):
                                        when it is not --out itself)
   training.json                        where the weights came from (step, pages, CER, CPU hours)
 
-The exported tensor set is checked against tools/checkpoint/make_random.py's tensor_list(config)
+The exported tensor set is checked against uocr_dev.make_random's tensor_list(config)
 (with the SAM pos_embed / global rel-pos sizes that uocr's loader derives from image_size).
 
-    python3 tools/train/export.py --ckpt /tmp/uocr-train/best.pt
+    python3 -m uocr_dev.export --ckpt /tmp/uocr-train/best.pt
 """
 import argparse
 import json
 import os
 import shutil
-import sys
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from model import UnlimitedOCR, check_tensor_set  # noqa: E402
-import st_io  # noqa: E402
-from st_io import SHARD  # noqa: E402
+from uocr_dev import ROOT, safetensors_io
+from uocr_dev.model import UnlimitedOCR, check_tensor_set
+from uocr_dev.safetensors_io import SHARD
 
-REAL = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "unlimited-ocr"))
+REAL = os.path.join(ROOT, "tests", "data", "unlimited-ocr")
+DEMO = os.path.join(ROOT, "models", "uocr-demo")
 
 
 def processor_config(image_size):
@@ -50,8 +47,8 @@ def processor_config(image_size):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ckpt", required=True)
-    ap.add_argument("--out", default=os.path.normpath(os.path.join(HERE, "../../models/uocr-demo")))
-    ap.add_argument("--tokenizer-dir", default=os.path.normpath(os.path.join(HERE, "../../models/uocr-demo")))
+    ap.add_argument("--out", default=DEMO)
+    ap.add_argument("--tokenizer-dir", default=DEMO)
     ap.add_argument("--info", default="{}", help="JSON merged into training.json")
     a = ap.parse_args()
     ck = torch.load(a.ckpt, map_location="cpu", weights_only=False)
@@ -63,7 +60,7 @@ def main():
         raise SystemExit(f"tensor set differs from tensor_list(config): missing {missing} extra {extra} shapes {bad}")
     sd = model.export_state_dict()
     os.makedirs(a.out, exist_ok=True)
-    st_io.write_model_weights(a.out, sd)
+    safetensors_io.write_model_weights(a.out, sd)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     with open(os.path.join(a.out, "processor_config.json"), "w") as f:
@@ -80,10 +77,10 @@ def main():
     with open(os.path.join(a.out, "training.json"), "w") as f:
         json.dump(info, f, indent=2)
     # reload and compare: the file must give back the bf16-rounded weights exactly
-    back = st_io.read(os.path.join(a.out, SHARD))
+    back = safetensors_io.read(os.path.join(a.out, SHARD))
     assert sorted(back) == sorted(sd)
     for n, v in sd.items():
-        assert torch.equal(back[n], st_io.bf16_round(v)), n
+        assert torch.equal(back[n], safetensors_io.bf16_round(v)), n
     size = os.path.getsize(os.path.join(a.out, SHARD))
     print(f"{a.out}: {len(sd)} tensors, {info['parameters']:,} parameters, {size / 1e6:.2f} MB; "
           f"tensor set = tensor_list(config){' (' + '; '.join(notes) + ')' if notes else ''}")

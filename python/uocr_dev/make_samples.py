@@ -1,29 +1,26 @@
-#!/usr/bin/env python3
-"""Writes samples/data/: a 3-page sample document rendered by tools/train/data.py.
+"""Writes samples/data/: a 3-page sample document rendered by uocr_dev.data.
 
   demo-page1.png .. demo-page3.png   the pages (512x512 RGB, the demo model's page size)
   demo-doc.pdf                        the same pages as a 3-page PDF (Pillow, 72 dpi: 512 pt pages)
   demo-page1.md .. demo-page3.md      each page's ground-truth markdown (single-page target)
   demo-doc.md                         the multi-page target: "<PAGE>" + page 1 + "<PAGE>" + page 2 ...
 
-    python3 tools/train/make_samples.py [--out samples/data] [--seed 8] [--level 1]
+    python3 -m uocr_dev.make_samples [--out samples/data] [--seed 8] [--level 1]
 
 Level 1 (large type, up to 5 lines) is the curriculum level the bundled model was trained to
 (docs/TRAINING.md §4); seed 8 is far from every seed the training run derives.
 """
 import argparse
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from data import Renderer  # noqa: E402
-from train import join_pages  # noqa: E402
+from uocr_dev import ROOT
+from uocr_dev.data import Renderer
+from uocr_dev.sequence import join_pages
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.normpath(os.path.join(HERE, "../../samples/data")))
+    ap.add_argument("--out", default=os.path.join(ROOT, "samples", "data"))
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--level", type=int, default=1)
     a = ap.parse_args()

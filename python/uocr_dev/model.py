@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Unlimited-OCR (DeepSeek-OCR architecture) at any size, in PyTorch, for training the demo model.
 
 The module tree is built so that `state_dict()` names are exactly the upstream checkpoint names
@@ -32,8 +31,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REAL_CONFIG = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "unlimited-ocr", "config.json"))
+from uocr_dev import ROOT
+from uocr_dev.make_random import tensor_list
+
+REAL_CONFIG = os.path.join(ROOT, "tests", "data", "unlimited-ocr", "config.json")
 
 # Demo dimensions (the shipped model). Changing them changes the checkpoint.
 DEMO_DIMS = dict(
@@ -617,14 +618,11 @@ def count_params(model):
 
 
 def check_tensor_set(model, cfg):
-    """Compare names/shapes with tools/checkpoint/make_random.py's tensor_list(cfg).
+    """Compare names/shapes with uocr_dev.make_random's tensor_list(cfg).
 
     make_random.py sizes the SAM pos_embed and global rel-pos tables for a 1024 page (grid 64)
     whatever vision_config.image_size says, while uocr's loader (include/uocr/model/weights.hpp)
     expects grid = image_size/16; for those tensors the loader's shape is the one checked."""
-    import sys
-    sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "checkpoint")))
-    from make_random import tensor_list  # noqa: E402
     want = {n: list(s) for n, s, _ in tensor_list(cfg)}
     d = Dims(cfg)
     notes = []

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Trains the uocr demo model (Unlimited-OCR architecture, small dims) on CPU or a GPU (gpu_train.sh).
 
-Data: pages rendered on the fly by tools/train/data.py (curriculum levels 0..4), one or several
+Data: pages rendered on the fly by uocr_dev.data (curriculum levels 0..4), one or several
 pages per document. Decoder target = the markdown (single page) or "<PAGE>" + page 1 + "<PAGE>" +
 page 2 ... (several pages), then EOS; prompt = [BOS] + visual tokens + "document parsing." /
 "Multi page parsing."; the attention mask is the R-SWA mask the engine uses at inference.
@@ -16,9 +15,9 @@ are not saved in the exported checkpoint):
           token(s) holding the first drawn character of the token being predicted;
   moe     the usual MoE load-balancing term.
 
-    python3 tools/train/train.py --overfit-one-batch                  # pipeline check (minutes)
-    nohup nice -n 19 python3 tools/train/train.py --out /tmp/uocr-train > /tmp/uocr-train/log.txt &
-    nice -n 19 python3 tools/train/train.py --out /tmp/uocr-train --resume   # continue a run
+    python3 -m uocr_dev.train --overfit-one-batch                  # pipeline check (minutes)
+    nohup nice -n 19 python3 -m uocr_dev.train --out /tmp/uocr-train > /tmp/uocr-train/log.txt &
+    nice -n 19 python3 -m uocr_dev.train --out /tmp/uocr-train --resume   # continue a run
 """
 import argparse
 import json
@@ -26,7 +25,6 @@ import math
 import os
 import queue
 import random
-import sys
 import threading
 import time
 
@@ -35,28 +33,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from model import UnlimitedOCR, make_config, rswa_mask, count_params  # noqa: E402
-from tokenizer import Tok, PAGE_MARK  # noqa: E402
-from data import Renderer, to_tensor_array, page_u8, normalise, LEVELS  # noqa: E402
-import infer  # noqa: E402
+from uocr_dev import ROOT, infer
+from uocr_dev.data import LEVELS, Renderer, normalise, page_u8, to_tensor_array
+from uocr_dev.model import UnlimitedOCR, count_params, make_config, rswa_mask
+from uocr_dev.sequence import join_pages, prompt_ids
+from uocr_dev.tokenizer import PAGE_MARK, Tok
 
 SUB_H, SUB_W = 4, 8  # fine cells per visual token (rows x cols) for the grid loss
 BOUNDARY_TOKENS = 4  # page text tokens after each "<PAGE>" that count as its boundary (lm_b)
 N_CHAR = 96  # 0 = blank, 1..95 = printable ASCII 32..126
-
-
-def join_pages(mds):
-    """Decoder target text for a document and the offset of each page's markdown in it."""
-    if len(mds) == 1:
-        return mds[0], [0]
-    out, offs = "", []
-    for md in mds:
-        out += PAGE_MARK
-        offs.append(len(out))
-        out += md
-    return out, offs
 
 
 class AuxHeads(nn.Module):
@@ -97,7 +82,7 @@ def build_batch(docs, tok, d, places=None):
     cell = S // g
     n_pages = len(docs[0])
     tpp = d.tokens_per_page
-    prompt = infer.prompt_ids(tok, n_pages, tpp)
+    prompt = prompt_ids(tok, n_pages, tpp)
     P = len(prompt)
     pix, tgts, locs, grid_labels, texts, bounds = [], [], [], [], [], []
     gh, gw = g * SUB_H, g * SUB_W
@@ -374,7 +359,7 @@ def save(path, state):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="/tmp/uocr-train")
-    ap.add_argument("--tokenizer", default=os.path.normpath(os.path.join(HERE, "../../models/uocr-demo/tokenizer.json")))
+    ap.add_argument("--tokenizer", default=os.path.join(ROOT, "models", "uocr-demo", "tokenizer.json"))
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--overfit-one-batch", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)

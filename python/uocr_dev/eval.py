@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Accuracy of uocr's decoding modes on held-out rendered documents (docs/ACCURACY.md).
 
 Documents of 1, 10, 100, 300 ... pages are rendered with the training renderer
-(tools/train/data.py) from seeds the training run never uses, transcribed with the `uocr run`
+(uocr_dev.data) from seeds the training run never uses, transcribed with the `uocr run`
 CLI in each decoding mode, and scored against their markdown:
 
   CER         edit distance / reference length, on the whole document's text (the "<PAGE>"
@@ -32,10 +31,10 @@ reuse).
 
 --keep DIR keeps each document (pages, reference.md, <mode>.md transcripts) for reading the errors.
 
-Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what tools/train needs
+Needs PyPI `rapidfuzz` (edit distance of 100k-character documents) plus what uocr_dev.data needs
 (Pillow, numpy; fonts-dejavu, fonts-liberation, wamerican).
 
-    python3 tools/eval/eval.py --uocr build/tools/uocr --model models/uocr-demo \
+    python3 -m uocr_dev.eval --uocr build/tools/uocr --model models/uocr-demo \
         --pages 1,10,100,300 --single-docs 16 --json /tmp/accuracy.json
 """
 import argparse
@@ -43,19 +42,16 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 
 from rapidfuzz.distance import Levenshtein
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "train"))
-from data import Renderer, LEVELS  # noqa: E402
-from tokenizer import PAGE_MARK  # noqa: E402
-from train import join_pages  # noqa: E402
+from uocr_dev.data import LEVELS, Renderer
+from uocr_dev.sequence import join_pages
+from uocr_dev.tokenizer import PAGE_MARK
 
-# Far from every seed the training run derives (tools/train/train.py: 1234 + 7919*step + 100003*worker,
+# Far from every seed the training run derives (uocr_dev.train: 1234 + 7919*step + 100003*worker,
 # evaluation 999 + ...), so these pages are held out.
 HELD_OUT_SEED = 20_261_130
 

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Builds the demo model's tokenizer files (Hugging Face `tokenizers` format).
 
-A small byte-level BPE learnt on the training text (tools/train/data.py) with the SAME
+A small byte-level BPE learnt on the training text (uocr_dev.data) with the SAME
 pipeline as the real Unlimited-OCR tokenizer, so uocr's C++ tokenizer reads it unchanged:
 normalizer = empty Sequence, pre_tokenizer = the DeepSeek-V3 Sequence copied verbatim from
 tests/data/unlimited-ocr/tokenizer.json (digits 1-3, CJK/kana, the word regex, ByteLevel without
@@ -13,15 +12,15 @@ Ids: 0 `<｜begin▁of▁sentence｜>` (BOS), 1 `<｜end▁of▁sentence｜>` (E
 `<|Assistant|>`), then the 256 byte symbols and the learnt merges up to --vocab entries.
 tokenizer_config.json and special_tokens_map.json mirror the real files' structure.
 
-    python3 tools/train/tokenizer.py --out models/uocr-demo --vocab 1024
+    python3 -m uocr_dev.tokenizer --out models/uocr-demo --vocab 1024
 """
 import argparse
 import json
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REAL = os.path.normpath(os.path.join(HERE, "..", "..", "tests", "data", "unlimited-ocr"))
+from uocr_dev import ROOT
+
+REAL = os.path.join(ROOT, "tests", "data", "unlimited-ocr")
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"
 OCR_SPECIALS = ["<image>", "<|ref|>", "<|/ref|>", "<|det|>", "<|/det|>", "<|grounding|>",
                 "<td>", "</td>", "<tr>", "</tr>", "<|User|>", "<|Assistant|>"]
@@ -51,8 +50,7 @@ def real_tokenizer_sections():
 
 
 def corpus(n_pages, n_paragraphs, seed=123):
-    sys.path.insert(0, HERE)
-    from data import Renderer, TextSource, LEVELS  # noqa: E402
+    from uocr_dev.data import LEVELS, Renderer, TextSource  # Pillow and numpy: only to build a tokenizer
     r = Renderer(seed=seed)
     for i in range(n_pages):
         r.level = i % len(LEVELS)

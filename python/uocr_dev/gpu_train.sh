@@ -2,9 +2,9 @@
 # Trains the demo model for a fixed time on an NVIDIA GPU (a rented or lent machine, minutes to
 # hours), starting from a checkpoint, and leaves in OUT what is worth copying back before the
 # machine goes: the exported model folder, the model + aux-head weights to start the next run
-# from (no optimizer state), and the log. tools/train/train.py does the training.
+# from (no optimizer state), and the log. python/uocr_dev/train.py does the training.
 #
-#   bash tools/train/gpu_train.sh --init CKPT --minutes M [options] [-- more train.py options]
+#   bash python/uocr_dev/gpu_train.sh --init CKPT --minutes M [options] [-- more train.py options]
 #     --init CKPT       a training checkpoint (ckpt.pt, best.pt, or the slim.pt this script
 #                       wrote): its matching tensors and aux heads start the run; or a model
 #                       folder (models/uocr-demo): its weights, the training-only heads afresh
@@ -19,13 +19,14 @@
 #                       limited size (default 0: one file); restore with cat slim.pt.part-* > slim.pt
 #     --device D        cuda (default) or cpu (to try this script on a CPU machine)
 #     --data-root DIR   where the fonts, word list and licence texts are (UOCR_TRAIN_DATA_ROOT,
-#                       tools/train/data.py); needed where the Debian packages are not installed
+#                       python/uocr_dev/data.py); needed where the Debian packages are not installed
 #     --help
 # Results in OUT: model/ (export.py's folder, what models/uocr-demo holds), slim.pt (or its
 # parts), train.log. Needs python3 with torch, numpy and Pillow.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export PYTHONPATH="$(dirname "$here")${PYTHONPATH:+:$PYTHONPATH}"  # python/: python3 -m uocr_dev.* below
 init=""
 minutes=""
 out="${OUT:-/tmp/uocr-gpu-train}"
@@ -76,13 +77,13 @@ echo "gpu_train.sh: $minutes min on $device from $init, level $level, $workers r
 # Evaluations (held-out CER, best.pt) about three times a run; the learning rate's cosine runs
 # over the wall time, so it has decayed when the time is up and the final checkpoint is written.
 eval_min=$(python3 -c "print(max(0.5, $minutes / 3))")
-python3 "$here/train.py" --out "$work" --init-from "$init" --device "$device" --workers "$workers" \
+python3 -m uocr_dev.train --out "$work" --init-from "$init" --device "$device" --workers "$workers" \
   --batch-pages "$batch" --level "$level" --max-hours "$hours" --schedule time --reuse "$reuse" --eval-min "$eval_min" --ckpt-min 1e9 \
   ${extra[@]+"${extra[@]}"} >> "$log" 2>&1 || die "train.py failed: $(tail -n 3 "$log")"
 
-python3 "$here/export.py" --ckpt "$work/ckpt.pt" --out "$out/model" \
+python3 -m uocr_dev.export --ckpt "$work/ckpt.pt" --out "$out/model" \
   --info "{\"gpu_train_minutes\": $minutes, \"device\": \"$device\"}" >> "$log" 2>&1 || die "export failed: $(tail -n 3 "$log")"
-python3 "$here/slim.py" "$work/ckpt.pt" "$out/slim.pt" >> "$log" 2>&1 || die "slim checkpoint failed: $(tail -n 3 "$log")"
+python3 -m uocr_dev.slim "$work/ckpt.pt" "$out/slim.pt" >> "$log" 2>&1 || die "slim checkpoint failed: $(tail -n 3 "$log")"
 if [[ "$part_mb" -gt 0 && $(stat -c %s "$out/slim.pt") -gt $(( part_mb * 1000000 )) ]]; then
   split -b "${part_mb}000000" "$out/slim.pt" "$out/slim.pt.part-"
   rm "$out/slim.pt"
