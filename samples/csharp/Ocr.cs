@@ -1,6 +1,7 @@
-// ocr: transcribes a document of page images through the uocr C ABI (P/Invoke binding in Uocr.cs).
+// ocr: transcribes a document of page images through the uocr C ABI (the P/Invoke binding,
+// bindings/csharp/Uocr.cs). From the repository root, with libuocr.so built in BUILD/c_api:
 //
-//   mcs -out:ocr.exe Uocr.cs Ocr.cs
+//   mcs -out:ocr.exe bindings/csharp/Uocr.cs samples/csharp/Ocr.cs
 //   LD_LIBRARY_PATH=BUILD/c_api mono ocr.exe [-n MAX_NEW_TOKENS] [-q] [--pages-per-group G]
 //       [--page-fallback-tokens N] MODEL_DIR IMAGE...
 //

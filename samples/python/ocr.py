@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
-"""ocr: transcribes page images through the uocr C ABI (ctypes binding in uocr.py).
+"""ocr: transcribes page images through the uocr C ABI (ctypes binding: bindings/python).
 
     ocr.py [-n MAX_NEW_TOKENS] [-q] MODEL_DIR IMAGE...
+
+From the repository root, with libuocr.so built in BUILD/c_api (or `pip install bindings/python`
+instead of PYTHONPATH):
+
+    export PYTHONPATH=bindings/python UOCR_LIBRARY=BUILD/c_api/libuocr.so
+    python3 samples/python/ocr.py MODEL_DIR page.png
 
 Prints the transcript and a newline on stdout (the library's exact bytes); the token stream and
 a summary go to stderr unless -q. Pages are read here and passed as encoded bytes, exercising

@@ -1,27 +1,12 @@
-// Links libuocr: from $UOCR_LIB_DIR when set (and records it as an rpath so the program runs
-// from the build tree), else from `pkg-config --libs-only-L uocr`, else the system library path.
-use std::env;
-use std::process::Command;
-
+// Records the folder the uocr crate linked libuocr from (DEP_UOCR_LIB_DIR, from
+// bindings/rust/build.rs) as an rpath, so target/debug/ocr runs from the build tree without
+// LD_LIBRARY_PATH. Nothing to do for a libuocr on the system library path.
 fn main() {
-    println!("cargo:rerun-if-env-changed=UOCR_LIB_DIR");
-    let mut dirs: Vec<String> = Vec::new();
-    if let Ok(dir) = env::var("UOCR_LIB_DIR") {
-        if !dir.is_empty() {
-            dirs.push(dir);
-        }
-    } else if let Ok(out) = Command::new("pkg-config").args(["--libs-only-L", "uocr"]).output() {
-        if out.status.success() {
-            for flag in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                if let Some(d) = flag.strip_prefix("-L") {
-                    dirs.push(d.to_string());
-                }
+    if let Some(dirs) = std::env::var_os("DEP_UOCR_LIB_DIR") {
+        for d in std::env::split_paths(&dirs) {
+            if !d.as_os_str().is_empty() {
+                println!("cargo:rustc-link-arg=-Wl,-rpath,{}", d.display());
             }
         }
     }
-    for d in &dirs {
-        println!("cargo:rustc-link-search=native={}", d);
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", d);
-    }
-    println!("cargo:rustc-link-lib=dylib=uocr");
 }

@@ -1,6 +1,6 @@
 // The C# binding's API beyond the transcript (binding_csharp* compare ocr.exe's output with the
 // C++ API): pages handed over by a delegate, its exceptions, checkpoints, errors.
-//   mcs -out:check.exe samples/csharp/Uocr.cs tests/bindings/csharp_api_check.cs
+//   mcs -out:check.exe bindings/csharp/Uocr.cs tests/bindings/csharp_api_check.cs
 //   mono check.exe MODEL_DIR PAGE0 PAGE1 PAGE2        (exit status: the number of failures)
 using System;
 using System.Collections.Generic;

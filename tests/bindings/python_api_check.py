@@ -1,12 +1,11 @@
 """Checks the ctypes binding's error paths, cancellation and callback exceptions (binding_python
 covers the transcript), and pages handed over one at a time (run_pages) with checkpoints.
-Usage: python_api_check.py MODEL_DIR IMAGE (UOCR_LIBRARY set)."""
+Usage: PYTHONPATH=bindings/python UOCR_LIBRARY=BUILD/c_api/libuocr.so python_api_check.py MODEL_DIR IMAGE"""
 import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.environ["UOCR_SOURCE_DIR"], "samples", "python"))
-import uocr  # noqa: E402
+import uocr
 
 model_dir, image = sys.argv[1], sys.argv[2]
 failures = []

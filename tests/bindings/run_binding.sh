@@ -1,12 +1,13 @@
 #!/bin/sh
-# Runs one binding's sample program on the tiny model and compares its stdout byte for byte
-# with the C++ API's transcript (written by uocr_ref_ocr with the same arguments), or runs a
-# binding's API checks. Exit 77 (meson's skip) when the binding's toolchain or the model is
-# missing.
+# Runs one binding's sample program (samples/*, over bindings/{python,rust,csharp}) on the tiny
+# model and compares its stdout byte for byte with the C++ API's transcript (written by
+# uocr_ref_ocr with the same arguments), or runs a binding's API checks. Exit 77 (meson's skip)
+# when the binding's toolchain or the model is missing.
 #
 #   run_binding.sh KIND REF_FILE LIBUOCR WORK_DIR SOURCE_ROOT [ARG...]
 #   KIND c:                          ARG = C_EXE, then the sample's arguments
 #        python | rust | csharp:     ARG = the sample's arguments (-n N [...] MODEL_DIR IMAGE...)
+#        python_package:             the same, the Python sample on `pip install bindings/python`
 #        python_api:                 ARG = MODEL_DIR IMAGE
 #        rust_api | csharp_api:      ARG = MODEL_DIR PAGE0 PAGE1 PAGE2
 #        exports | pkgconfig:        no ARG
@@ -55,20 +56,20 @@ esac
 if head -c 9 "$ref" | grep -q '^UOCR-SKIP'; then skip "$(cat "$ref")"; fi
 
 # Offline, no registry: CARGO_HOME and the target dir live in the build tree (cargo locks the
-# target dir, so the Rust tests may run in parallel).
-#   cargo_in_tree COMMAND [ARG...]
+# target dir, so the Rust tests may run in parallel). CRATE: bindings/rust or samples/rust.
+#   cargo_in_tree CRATE COMMAND [ARG...]
 cargo_in_tree() {
   command -v cargo >/dev/null 2>&1 || skip "cargo not found (install the Debian packages cargo and rustc)"
-  cmd=$1
-  shift
+  crate=$1 cmd=$2
+  shift 2
   CARGO_HOME="$work/cargo-home" UOCR_LIB_DIR="$libdir" cargo "$cmd" --quiet --offline --locked \
-    --manifest-path "$src/samples/rust/Cargo.toml" --target-dir "$work/rust-target" "$@"
+    --manifest-path "$src/$crate/Cargo.toml" --target-dir "$work/rust-target" "$@"
 }
 # Compiles the C# binding with a program to $work/$tag.exe.
 mcs_in_tree() {
   command -v mcs >/dev/null 2>&1 || skip "mcs not found (install mono-mcs)"
   command -v mono >/dev/null 2>&1 || skip "mono not found (install mono-runtime)"
-  mcs -nologo -warnaserror -out:"$work/$tag.exe" "$src/samples/csharp/Uocr.cs" "$1" >"$err" 2>&1 ||
+  mcs -nologo -warnaserror -out:"$work/$tag.exe" "$src/bindings/csharp/Uocr.cs" "$1" >"$err" 2>&1 ||
     { cat "$err"; die "mcs failed"; }
 }
 
@@ -79,23 +80,47 @@ c)
   "$exe" -q "$@" >"$out" 2>"$err" ;;
 python)
   command -v python3 >/dev/null 2>&1 || skip "python3 not found"
-  PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" python3 "$src/samples/python/ocr.py" -q "$@" >"$out" 2>"$err" ;;
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$src/bindings/python" UOCR_LIBRARY="$lib" \
+    python3 "$src/samples/python/ocr.py" -q "$@" >"$out" 2>"$err" ;;
 python_api)
   command -v python3 >/dev/null 2>&1 || skip "python3 not found"
-  PYTHONDONTWRITEBYTECODE=1 UOCR_LIBRARY="$lib" UOCR_SOURCE_DIR="$src" \
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$src/bindings/python" UOCR_LIBRARY="$lib" \
     python3 "$src/tests/bindings/python_api_check.py" "$@"
   exit $? ;;
+python_package)
+  # Offline, so no build isolation: pip builds with the setuptools it has, which needs the wheel
+  # package below setuptools 70.1.
+  command -v python3 >/dev/null 2>&1 || skip "python3 not found"
+  python3 -c '
+import importlib.util as u, sys, setuptools
+ok = int(setuptools.__version__.split(".")[0]) >= 61 and u.find_spec("pip")
+sys.exit(0 if ok and (u.find_spec("wheel") or u.find_spec("setuptools.command.bdist_wheel")) else 1)' 2>/dev/null ||
+    skip "installing bindings/python offline needs pip, setuptools >= 61 and wheel (or setuptools >= 70.1)"
+  # pip builds in the folder it is given (build/, uocr.egg-info/): a copy.
+  pkg="$work/python-package"
+  rm -rf "$pkg"
+  mkdir -p "$pkg" || die "cannot create $pkg"
+  cp -R "$src/bindings/python" "$pkg/src" || die "cannot copy bindings/python to $pkg"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --no-build-isolation --no-deps --no-index \
+    --no-cache-dir --disable-pip-version-check --target "$pkg/site" "$pkg/src" >"$err" 2>&1 ||
+    { cat "$err"; die "pip install bindings/python failed"; }
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$pkg/site" UOCR_LIBRARY="$lib" python3 -c '
+import os, sys, uocr
+sys.exit(not os.path.samefile(uocr.__file__, sys.argv[1]))' "$pkg/site/uocr.py" ||
+    die "the installed module is not the one imported (or does not load)"
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$pkg/site" UOCR_LIBRARY="$lib" \
+    python3 "$src/samples/python/ocr.py" -q "$@" >"$out" 2>"$err" ;;
 rust)
-  cargo_in_tree build >"$err" 2>&1 || { cat "$err"; die "cargo build failed"; }
+  cargo_in_tree samples/rust build >"$err" 2>&1 || { cat "$err"; die "cargo build failed"; }
   "$work/rust-target/debug/ocr" -q "$@" >"$out" 2>"$err" ;;
 rust_api)
   [ $# -eq 4 ] || die "rust_api needs MODEL_DIR and three pages"
   model=$1
   shift
   pages=$(printf '%s:' "$@")
-  UOCR_TEST_MODEL="$model" UOCR_TEST_PAGES="${pages%:}" cargo_in_tree test --test api -- --test-threads=1 ||
+  UOCR_TEST_MODEL="$model" UOCR_TEST_PAGES="${pages%:}" cargo_in_tree bindings/rust test --test api -- --test-threads=1 ||
     die "the Rust API checks failed"
-  cargo_in_tree test --doc || die "the Rust documentation examples do not build"
+  cargo_in_tree bindings/rust test --doc || die "the Rust documentation examples do not build"
   exit 0 ;;
 csharp)
   mcs_in_tree "$src/samples/csharp/Ocr.cs"

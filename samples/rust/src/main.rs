@@ -2,9 +2,10 @@
 //!
 //!     ocr [-n MAX_NEW_TOKENS] [-q] [--pages-per-group G] [--page-fallback-tokens N] MODEL_DIR IMAGE...
 //!
-//! Build and run (from samples/rust, with libuocr.so built in BUILD/c_api):
+//! A crate of its own over the binding crate `uocr` (bindings/rust, a path dependency). Build and
+//! run (from samples/rust, with libuocr.so built in BUILD/c_api):
 //!
-//!     UOCR_LIB_DIR=BUILD/c_api cargo build --offline --locked
+//!     UOCR_LIB_DIR=/abs/path/to/BUILD/c_api cargo build --offline --locked
 //!     target/debug/ocr MODEL_DIR page1.png page2.png
 //!
 //! The pages are handed over one at a time (`Session::run_pages`), when the session needs them,

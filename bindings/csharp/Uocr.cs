@@ -1,5 +1,7 @@
-// P/Invoke binding of the uocr C ABI (c_api/uocr.h, libuocr.so). Builds with mono's mcs:
-//   mcs -out:ocr.exe Uocr.cs Ocr.cs && LD_LIBRARY_PATH=/dir/of/libuocr mono ocr.exe MODEL IMAGE
+// P/Invoke binding of the uocr C ABI (c_api/uocr.h, libuocr.so). Compiled with the program that
+// uses it, e.g. with mono's mcs (from the repository root; README.md beside this file):
+//   mcs -out:ocr.exe bindings/csharp/Uocr.cs samples/csharp/Ocr.cs
+//   LD_LIBRARY_PATH=/dir/of/libuocr mono ocr.exe MODEL IMAGE
 //
 //   using (var model = new Uocr.Model("models/tiny"))
 //   using (var s = model.CreateSession(new Uocr.SessionOptions { MaxNewTokens = 512 })) {
