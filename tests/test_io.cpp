@@ -10,6 +10,7 @@
 #include "test_support.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/io/npy.hpp"
+#include "uocr/io/safetensors.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -229,6 +230,50 @@ TEST_CASE("config values that would divide by zero, overflow or index past the v
     refused("\"bos_token_id\": 0,", "\"bos_token_id\": -1,", {"bos_token_id"});
     refused("\"vocab_size\": 129280,", "\"vocab_size\": 129280, \"pad_token_id\": 200000,", {"pad_token_id"});
   }
+}
+
+TEST_CASE("safetensors data_offsets must tile the data section, naming the tensors that do not") {
+  // As Hugging Face's safetensors requires: overlapping ranges would alias one tensor's weights
+  // with another's, and bytes of no tensor mean a header that does not describe its file.
+  const std::string path =
+      (fs::temp_directory_path() / ("uocr_tiling_" + std::to_string(std::random_device{}()) + ".safetensors")).string();
+  // F32 tensors {name, elements, begin, end} over a data section of `data_bytes`.
+  struct Tensor {
+    const char* name;
+    int elements;
+    int begin, end;
+  };
+  auto load = [&](const std::vector<Tensor>& tensors, size_t data_bytes) {
+    std::string header = "{";
+    for (const Tensor& t : tensors)
+      header += std::string(header.size() > 1 ? "," : "") + "\"" + t.name + "\":{\"dtype\":\"F32\",\"shape\":[" +
+                std::to_string(t.elements) + "],\"data_offsets\":[" + std::to_string(t.begin) + "," + std::to_string(t.end) + "]}";
+    header += "}";
+    std::string file(8, '\0');
+    for (int i = 0; i < 8; ++i) file[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+    std::ofstream(path, std::ios::binary) << file << header << std::string(data_bytes, '\1');
+    return uocr::SafetensorsFile(path).tensors().size();
+  };
+  CHECK(load({{"b", 2, 0, 8}, {"a", 3, 8, 20}, {"empty", 0, 20, 20}}, 20) == 3);  // in any order
+  SUBCASE("overlapping") {
+    const std::string msg = error_of([&] { load({{"a", 2, 0, 8}, {"b", 2, 4, 12}}, 12); }, Status::invalid_model);
+    CHECK_MESSAGE(msg.find("tensors a [0, 8) and b [4, 12) overlap") != std::string::npos, msg);
+  }
+  SUBCASE("one range twice") {
+    const std::string msg = error_of([&] { load({{"w1", 2, 0, 8}, {"w2", 2, 0, 8}}, 8); }, Status::invalid_model);
+    CHECK_MESSAGE(msg.find("tensors w1 [0, 8) and w2 [0, 8) overlap") != std::string::npos, msg);
+  }
+  SUBCASE("a gap between two tensors") {
+    const std::string msg = error_of([&] { load({{"a", 1, 0, 4}, {"b", 1, 8, 12}}, 12); }, Status::invalid_model);
+    CHECK_MESSAGE(msg.find("bytes [4, 8) of the data section belong to no tensor (between a [0, 4) and b [8, 12)") !=
+                      std::string::npos, msg);
+  }
+  SUBCASE("bytes after the last tensor") {
+    const std::string msg = error_of([&] { load({{"a", 2, 0, 8}}, 12); }, Status::invalid_model);
+    CHECK_MESSAGE(msg.find("the last 4 bytes of the data section belong to no tensor (the last data is a [0, 8))") !=
+                      std::string::npos, msg);
+  }
+  fs::remove(path);
 }
 
 TEST_CASE("npy round trip and golden arrays") {

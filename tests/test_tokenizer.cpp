@@ -1,5 +1,5 @@
 // Tokenizer parity with Hugging Face `tokenizers`: tests/data/tokenizer_fixture.jsonl holds
-// strings and the ids/decodes the library produced (tools/tokenizer/gen_fixture.py).
+// strings and the ids/decodes the library produced (python/uocr_dev/fixtures/gen_tokenizer.py).
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -190,6 +190,25 @@ TEST_CASE("tokenizer: self-made byte-level BPE tokenizer.json") {
     CHECK(tok.encode("hello   world\n\nhi's 12") ==
           V{32, 258, 111, 32, 32, 261, 108, 100, 10, 10, 104, 105, 39, 115, 32, 49, 50});
   }
+}
+
+TEST_CASE("tokenizer: a merge whose tokens or result are not in the vocabulary is refused, naming the merge") {
+  // As HF tokenizers refuses it (MergeTokenOutOfVocabulary): BPE would otherwise give an id of no token.
+  const auto plain = nlohmann::json::parse(mini_tokenizer(
+      {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}));
+  auto refused = [](const nlohmann::json& j, const std::string& merge, const std::string& token) {
+    std::string msg;
+    CHECK(status_of([&] { uocr::Tokenizer::from_string(j.dump(), "x.json"); }, &msg) == uocr::Status::invalid_model);
+    CHECK_MESSAGE(msg.find(merge) != std::string::npos, msg);
+    CHECK_MESSAGE(msg.find(token) != std::string::npos, msg);
+  };
+  auto no_result = plain;
+  no_result["model"]["vocab"].erase("hell");
+  refused(no_result, "model.merges[2] \"he ll\"", "result \"hell\"");
+  auto no_part = plain;
+  no_part["model"]["merges"].push_back({"zz", "q"});
+  no_part["model"]["vocab"]["zzq"] = 400;
+  refused(no_part, "model.merges[6] \"zz q\"", "token \"zz\"");
 }
 
 TEST_CASE("tokenizer: errors") {

@@ -1,28 +1,73 @@
 #!/usr/bin/env bash
-# Builds uocr and runs the whole test suite; prints a closing "N passed, N failed" line.
-# Usage: tools/run_tests.sh [build-dir]
+# Builds uocr and runs the whole test suite, in three stages:
+#   1. every test (build dir, default build/), closing with "tests: N passed, N failed, N skipped";
+#   2. the tests of every parser of untrusted input and of the C ABI, the CLI and the CPU decoder
+#      again under AddressSanitizer + UBSan (<build>-sanitize), closing with "sanitized tests: ...";
+#      the sanitized build costs about 3.5x the CPU time of a normal one, so the long-document
+#      tests and the GPU backends (whose drivers the sanitizers do not see into) are left out;
+#   3. every libFuzzer target for UOCR_FUZZ_SECONDS (default 30) each (tests/fuzz/run.sh).
+# Usage: tools/run_tests.sh [--quick] [build-dir]     --quick: stage 1 only
 # The suite needs nothing outside the repository; UOCR_SHARED_DIR=DIR (a folder with golden/tiny-a)
 # adds the extra reference case that reads it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build}
-setup_args=()
-[[ -n "${UOCR_SHARED_DIR:-}" ]] && setup_args+=(-Dshared_dir="$UOCR_SHARED_DIR")
-if [[ -d "$build" ]]; then
-  meson setup --reconfigure "$build" "${setup_args[@]}" >/dev/null || exit 1
-else
-  meson setup "$build" "${setup_args[@]}" >/dev/null || exit 1
+quick=0
+if [[ "${1:-}" == --quick ]]; then
+  quick=1
+  shift
 fi
-ninja -C "$build" || exit 1
-meson test -C "$build" --print-errorlogs --num-processes 1
-status=$?
-# Closing line in test cases: doctest's per-binary totals, plus any binary that died before
-# printing them (crash, timeout) counted as one failure.
-log="$build/meson-logs/testlog.txt"
-if [[ -f "$log" ]]; then
+build=${1:-build}
+
+# setup_build DIR [MESON_OPTION...]: configures DIR, or reconfigures it with the same options.
+setup_build() {
+  local dir=$1
+  shift
+  local args=("$@")
+  [[ -n "${UOCR_SHARED_DIR:-}" ]] && args+=(-Dshared_dir="$UOCR_SHARED_DIR")
+  if [[ -d "$dir" ]]; then
+    meson setup --reconfigure "$dir" "${args[@]}" >/dev/null
+  else
+    meson setup "$dir" "${args[@]}" >/dev/null
+  fi
+}
+
+# summarize LABEL DIR: doctest's per-binary totals, plus any binary that died before printing
+# them (crash, sanitizer report, timeout) counted as one failure.
+summarize() {
+  local log="$2/meson-logs/testlog.txt"
+  [[ -f "$log" ]] || return 0
+  local passed failed skipped dead
   read -r passed failed skipped < <(grep -h '^\[doctest\] test cases:' "$log" |
     awk -F'|' '{p+=$2; f+=$3; s+=$4} END {print p+0, f+0, s+0}')
   dead=$(grep -c -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR) ' "$log")
-  echo "tests: $passed passed, $((failed + dead)) failed, $skipped skipped"
+  echo "$1: $passed passed, $((failed + dead)) failed, $skipped skipped"
+}
+
+status=0
+setup_build "$build" || exit 1
+ninja -C "$build" || exit 1
+meson test -C "$build" --print-errorlogs --num-processes 1 || status=1
+main_summary=$(summarize tests "$build")
+((quick)) && { echo "$main_summary"; exit $status; }
+
+sanitized="$build-sanitize"
+sanitized_tests=(io preprocess tokenizer generation fuzz_corpus decoder_golden cli c_api)
+sanitized_targets=(tools/uocr tests/bindings/test_c_api)
+for t in "${sanitized_tests[@]}"; do
+  [[ $t == c_api ]] || sanitized_targets+=("tests/test_$t")
+done
+export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+if setup_build "$sanitized" -Db_sanitize=address,undefined -Doptimization=2 -Ddebug=false -Db_ndebug=false \
+  -Dvulkan=disabled -Dcuda=disabled && ninja -C "$sanitized" "${sanitized_targets[@]}"; then
+  meson test -C "$sanitized" --no-rebuild --print-errorlogs --num-processes 1 "${sanitized_tests[@]}" || status=1
+else
+  status=1
 fi
+sanitized_summary=$(summarize "sanitized tests" "$sanitized")
+
+bash tests/fuzz/run.sh "${UOCR_FUZZ_SECONDS:-30}" || status=1
+
+echo "$main_summary"
+echo "$sanitized_summary"
 exit $status

@@ -40,9 +40,10 @@ inline void refuse_outputs_over_inputs(const std::vector<std::pair<std::string, 
   const auto refuse_if_written = [&](const std::string& what, const std::string& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) return;
+    // &output = output: lambdas capture structured bindings only from C++20 (clang refuses it in C++17).
     for (const auto& [output, out] : existing)
       uocr::require(out.st_dev != st.st_dev || out.st_ino != st.st_ino, uocr::Status::invalid_argument,
-                    [&] { return output + " and " + what + " " + path + " are the same file"; });
+                    [&, &output = output] { return output + " and " + what + " " + path + " are the same file"; });
   };
   for (const std::string& in : inputs) refuse_if_written("the input", in);
   std::error_code ec;

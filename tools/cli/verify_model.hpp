@@ -126,7 +126,8 @@ inline void check_checksums(const std::string& dir, const std::string& checksums
       continue;
     }
     const uint64_t size = std::filesystem::file_size(path);
-    const std::string actual = uocr::sha256_file(path, [&](uint64_t done) {
+    // &name = name: lambdas capture structured bindings only from C++20 (clang refuses it in C++17).
+    const std::string actual = uocr::sha256_file(path, [&, &name = name](uint64_t done) {
       if (tty) std::fprintf(stderr, "\r\033[Ksha256 %s %3d%%", name.c_str(), size ? int(done * 100 / size) : 100);
     });
     if (tty) std::fprintf(stderr, "\r\033[K");

@@ -241,6 +241,13 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
     jpeg.read_rgb(im.rgb.data(), limits.max_jpeg_scans);
     return apply_exif_orientation(im, exif_orientation(data, size));
   }
+  // stb_image skips 0xFF fill bytes before a JPEG's start marker, Pillow does not: such data is
+  // no image Pillow opens, and stb's JPEG decoder (which reads past a Huffman table on some of
+  // them) must not see it in a build that decodes JPEG with libjpeg.
+  size_t fill = 0;
+  while (fill < size && data[fill] == 0xFF) ++fill;
+  require(fill == 0 || fill == size || data[fill] != 0xD8, Status::invalid_image,
+          "cannot decode image: 0xFF bytes before a JPEG start marker (not a JPEG file Pillow reads)");
 #endif
   std::vector<uint8_t> padded = detail::png_with_full_palettes(data, size);
   if (padded.empty()) padded = detail::bmp_with_pillow_palette(data, size);

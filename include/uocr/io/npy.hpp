@@ -1,6 +1,7 @@
 // NumPy .npy files (format 1.0/2.0/3.0, little-endian, C order): the exchange format of the
 // parity tools and `uocr inspect`.
 #pragma once
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -21,6 +22,9 @@ struct NpyArray {
   std::vector<uint8_t> bytes;
 
   int64_t numel() const {
+    // Any 0 first: the other dimensions of an empty array may multiply past int64 (read_npy
+    // bounds the product only when there is data).
+    if (std::count(shape.begin(), shape.end(), 0)) return 0;
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
@@ -29,7 +33,7 @@ struct NpyArray {
     std::vector<float> out(static_cast<size_t>(numel()));
     const uint8_t* p = bytes.data();
     if (descr == "<f4") {
-      std::memcpy(out.data(), p, out.size() * 4);
+      if (!out.empty()) std::memcpy(out.data(), p, out.size() * 4);  // an empty vector's data() may be null
     } else if (descr == "<f2") {
       for (size_t i = 0; i < out.size(); ++i) out[i] = f16_to_f32(uint16_t(p[2 * i] | (p[2 * i + 1] << 8)));
     } else if (descr == "<f8") {
@@ -100,6 +104,8 @@ inline NpyArray read_npy(const std::string& path) {
   require(n >= 10 && std::memcmp(p, "\x93NUMPY", 6) == 0, Status::invalid_argument,
           [&] { return path + ": not a .npy file"; });
   const int major = p[6];
+  require(major >= 1 && major <= 3, Status::invalid_argument,
+          [&] { return path + ": npy format version " + std::to_string(major) + " is not 1, 2 or 3"; });
   size_t header_len, offset;
   if (major == 1) {
     header_len = size_t(p[8]) | (size_t(p[9]) << 8);
@@ -122,15 +128,26 @@ inline NpyArray read_npy(const std::string& path) {
   for (size_t i = 1; i < shape.size();) {
     while (i < shape.size() && (shape[i] == ' ' || shape[i] == ',')) ++i;
     if (i >= shape.size() || shape[i] == ')') break;
+    uint64_t d = 0;
     size_t j = i;
-    while (j < shape.size() && std::isdigit(static_cast<unsigned char>(shape[j]))) ++j;
+    for (; j < shape.size() && std::isdigit(static_cast<unsigned char>(shape[j])); ++j) {
+      d = d * 10 + uint64_t(shape[j] - '0');
+      require(d <= uint64_t(1) << 62, Status::invalid_argument,
+              [&] { return path + ": npy shape " + shape + " has a dimension over 2^62"; });
+    }
     require(j > i, Status::invalid_argument, [&] { return path + ": malformed npy shape " + shape; });
-    a.shape.push_back(std::stoll(shape.substr(i, j - i)));
+    a.shape.push_back(int64_t(d));
     i = j;
   }
   const size_t data_off = offset + header_len;
-  const size_t bytes = size_t(a.numel()) * item;
-  require(data_off + bytes <= n, Status::invalid_argument, [&] { return path + ": truncated .npy data"; });
+  // The data must hold numel() items: checked factor by factor, so that no product overflows.
+  const uint64_t room = (n - data_off) / item;
+  uint64_t count = std::count(a.shape.begin(), a.shape.end(), 0) ? 0 : 1;
+  for (size_t k = 0; count != 0 && k < a.shape.size(); ++k) {
+    require(uint64_t(a.shape[k]) <= room / count, Status::invalid_argument, [&] { return path + ": truncated .npy data"; });
+    count *= uint64_t(a.shape[k]);
+  }
+  const size_t bytes = size_t(count) * item;
   a.bytes.assign(p + data_off, p + data_off + bytes);
   return a;
 }

@@ -33,6 +33,7 @@ struct TensorView {
   int64_t dim(size_t i) const { return shape.at(i); }
   // Reads element range [offset, offset + n) as float32.
   void read_f32(int64_t offset, int64_t n, float* out) const {
+    if (n == 0) return;  // `out` may be null (an empty vector's data()), which memcpy must not see
     to_f32(dtype, data + size_t(offset) * dtype_size(dtype), out, size_t(n));
   }
   std::vector<float> to_vector() const {
@@ -72,6 +73,7 @@ class SafetensorsFile {
       if (it.key() == "__metadata__") continue;
       tensors_.emplace(it.key(), parse_entry(path, it.key(), it.value(), base, data_size));
     }
+    check_tiling(path, data_size, base);
   }
 
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
@@ -115,6 +117,42 @@ class SafetensorsFile {
     if (begin % dtype_size(t.dtype) != 0) throw bad("misaligned data offset");
     t.data = base + begin;
     return t;
+  }
+
+  // The tensors' byte ranges must tile the data section, in some order, as Hugging Face's
+  // safetensors requires: no two share a byte (one tensor's weights would alias another's), no
+  // byte belongs to none and nothing follows the last.
+  void check_tiling(const std::string& path, uint64_t data_size, const uint8_t* base) const {
+    struct Range {
+      uint64_t begin, end;
+      const std::string* name;
+    };
+    std::vector<Range> ranges;
+    for (const auto& kv : tensors_) {
+      const uint64_t begin = uint64_t(kv.second.data - base);
+      ranges.push_back({begin, begin + uint64_t(kv.second.numel()) * dtype_size(kv.second.dtype), &kv.first});
+    }
+    std::sort(ranges.begin(), ranges.end(),
+              [](const Range& a, const Range& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+    auto span = [](const Range& r) { return *r.name + " [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; };
+    uint64_t covered = 0;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const Range& r = ranges[i];
+      if (r.begin < covered)
+        throw Error(Status::invalid_model, path + ": the data of tensors " + span(ranges[i - 1]) + " and " + span(r) +
+                                               " overlap (data_offsets must tile the data section)");
+      if (r.begin > covered)
+        throw Error(Status::invalid_model, path + ": bytes [" + std::to_string(covered) + ", " + std::to_string(r.begin) +
+                                               ") of the data section belong to no tensor (" +
+                                               (i ? "between " + span(ranges[i - 1]) + " and " : "before ") + span(r) +
+                                               "; data_offsets must tile the data section)");
+      covered = r.end;
+    }
+    require(covered == data_size, Status::invalid_model, [&] {
+      return path + ": the last " + std::to_string(data_size - covered) + " bytes of the data section belong to no tensor" +
+             (ranges.empty() ? std::string() : " (the last data is " + span(ranges.back()) + ")") +
+             "; data_offsets must tile the data section";
+    });
   }
 
   MappedFile map_;

@@ -68,8 +68,9 @@ struct DecodeDefaults {
     for (const auto& [key, value] : j.items()) {
       if (key == "comment") continue;
       if (key == "pages_per_group" || key == "overlap_pages") {
+        // &key = key: lambdas capture structured bindings only from C++20 (clang refuses it in C++17).
         require(value.is_number_integer() && value.get<int64_t>() >= 1 && value.get<int64_t>() <= 1 << 20,
-                Status::invalid_model, [&] { return path + ": " + key + " must be a positive integer"; });
+                Status::invalid_model, [&, &key = key] { return path + ": " + key + " must be a positive integer"; });
         (key == "pages_per_group" ? d.pages_per_group : d.overlap_pages) = value.get<int>();
       } else if (key == "positions") {
         require(value.is_string() && parse_position_policy(value.get<std::string>()), Status::invalid_model,

@@ -135,7 +135,7 @@ class StateReader {
   template <class T>
   void get(std::vector<T>& v) {
     const uint64_t n = get<uint64_t>();
-    need(n * sizeof(T));
+    if (n > (bytes_.size() - at_) / sizeof(T)) corrupt("its state ends early");  // not need(n * sizeof(T)): it can wrap
     v.resize(size_t(n));
     get_array(v.data(), v.size());
   }

@@ -1,6 +1,7 @@
 // The page-group settings of one run: what the caller set, else what the model folder suggests
 // (uocr_decode.json, model/decode_defaults.hpp), else the library's defaults (upstream's).
 #pragma once
+#include <algorithm>
 #include <optional>
 
 #include "uocr/decoder/page_groups.hpp"
@@ -34,7 +35,7 @@ struct PageGroupChoice {
     else if (folder_size) g.group_pages = folder.pages_per_group;
     if (overlap_pages) g.overlap_pages = *overlap_pages;
     else if (folder_size && folder.overlap_pages > 0) g.overlap_pages = folder.overlap_pages;
-    else g.overlap_pages = g.group_pages - 1;
+    else g.overlap_pages = std::max(g.group_pages, 1) - 1;  // a bad group size is refused later, by name
     if (positions) set_position_policy(g, *positions);
     else if (folder.positions) set_position_policy(g, *folder.positions);
     if (slide_kv) g.recompute_on_slide = *slide_kv == SlideKv::recompute;

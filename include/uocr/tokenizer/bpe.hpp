@@ -266,24 +266,21 @@ class Bpe {
   }
 
   // Rank = position in the list. A later duplicate pair replaces the earlier one, as in HF's map.
+  // Both tokens and the result must be in the vocabulary, as HF requires.
   void read_merges(const MergeList& merges, const std::string& file) {
     merges_.reserve(merges.size());
     std::string joined;
     for (size_t rank = 0; rank < merges.size(); ++rank) {
       const auto& [a, b] = merges[rank];
       joined.assign(a).append(b);
-      const int32_t ia = lookup(a, file), ib = lookup(b, file), ij = lookup(joined, file);
+      const int32_t ia = vocab_.find(a), ib = vocab_.find(b), ij = vocab_.find(joined);
+      if (ia < 0 || ib < 0 || ij < 0) {
+        const std::string what = ia < 0 ? "token \"" + a : ib < 0 ? "token \"" + b : "result \"" + joined;
+        throw Error(Status::invalid_model, file + ": model.merges[" + std::to_string(rank) + "] \"" + a + " " + b + "\": its " +
+                                               what + "\" is not in model.vocab");
+      }
       merges_.insert(ia, ib, Merge{uint32_t(rank), ij});
     }
-  }
-
-  int32_t lookup(std::string_view token, const std::string& file) const {
-    const int32_t id = vocab_.find(token);
-    if (id < 0) {
-      throw Error(Status::invalid_model,
-                  file + ": merge token \"" + std::string(token) + "\" is not in model.vocab");
-    }
-    return id;
   }
 
   // One symbol per byte; a byte whose character is not in the vocabulary becomes the unknown

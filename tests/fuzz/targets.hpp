@@ -1,0 +1,412 @@
+// The bodies of the libFuzzer targets (tests/fuzz/fuzz_<name>.cpp, run by tests/fuzz/run.sh) and
+// of their regression replay in the normal suite (tests/test_fuzz_corpus.cpp): each feeds its
+// bytes to a real parser of untrusted input. A uocr::Error is the parser refusing the input, which
+// is fine, except Status::internal (a broken invariant). Any other exception, a crash, a leak or
+// undefined behaviour is a finding.
+//
+// Parsers that only take a path read the bytes from a file in a private folder of the process.
+// The session checkpoint target edits a real checkpoint instead of taking whole files (see
+// fuzz_checkpoint). Not thread-safe: one input at a time.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// model_dir.hpp, which the command headers include, names the demo model's folders; parsing
+// options never reads them.
+#ifndef UOCR_DEMO_MODEL_INSTALLED
+#define UOCR_DEMO_MODEL_INSTALLED ""
+#endif
+#ifndef UOCR_DEMO_MODEL_SOURCE
+#define UOCR_DEMO_MODEL_SOURCE ""
+#endif
+
+#include "../../tools/cli/args.hpp"
+#include "../../tools/cli/cmd_inspect.hpp"
+#include "../../tools/cli/cmd_run.hpp"
+#include "../../tools/cli/cmd_tokenize.hpp"
+#include "../../tools/cli/decode_limits.hpp"
+#include "../test_support.hpp"
+#include "uocr/core/error.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/io/npy.hpp"
+#include "uocr/io/safetensors.hpp"
+#include "uocr/model/checkpoint.hpp"
+#include "uocr/model/config.hpp"
+#include "uocr/model/decode_defaults.hpp"
+#include "uocr/session/checkpoint.hpp"
+#include "uocr/session/infinite.hpp"
+#include "uocr/session/page_group_choice.hpp"
+#include "uocr/session/page_source.hpp"
+#include "uocr/tokenizer/tokenizer.hpp"
+#include "uocr/tokenizer/utf8.hpp"
+
+namespace uocr_fuzz {
+
+namespace detail {
+
+// Runs `parse`; returns normally when it succeeds or refuses its input with a uocr::Error.
+template <class Fn>
+void refusal_allowed(Fn&& parse) {
+  try {
+    parse();
+  } catch (const uocr::Error& e) {
+    if (e.status() == uocr::Status::internal) throw;
+  }
+}
+
+// A property every input must have; a std::logic_error (a finding) when it does not.
+inline void expect(bool property, const std::string& what) {
+  if (!property) throw std::logic_error("fuzz property violated: " + what);
+}
+
+// Files for the parsers that take a path: memory files (memfd), each linked to by name from a
+// private folder of the process, so that parsers open them like any file while rewriting one per
+// input costs no disk I/O (a truncating write to a disk file can take milliseconds). The folder
+// goes when the process exits.
+class Scratch {
+ public:
+  Scratch() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "uocr-fuzz-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("cannot create a folder for fuzz inputs");
+    root_ = pattern;
+  }
+  ~Scratch() {
+    for (const auto& kv : files_) ::close(kv.second);
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  // The path of file `name` ("folder/file"), holding `size` bytes from `data`.
+  std::string write(const std::string& name, const void* data, size_t size) {
+    const std::filesystem::path path = root_ / name;
+    int& fd = files_.emplace(name, -1).first->second;
+    if (fd < 0) {
+      std::filesystem::create_directories(path.parent_path());
+      fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
+      if (fd < 0) throw std::runtime_error("cannot create a memory file for fuzz input " + name);
+    }
+    // (Re)linked when something replaced the link (a checkpoint is saved by renaming over it).
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) {
+      std::filesystem::remove(path);
+      std::filesystem::create_symlink("/proc/self/fd/" + std::to_string(fd), path);
+    }
+    const auto* p = static_cast<const char*>(data);
+    bool ok = ::ftruncate(fd, 0) == 0;
+    for (size_t done = 0; ok && done < size;) {
+      const ssize_t n = ::pwrite(fd, p + done, size - done, off_t(done));
+      ok = n > 0;
+      done += ok ? size_t(n) : 0;
+    }
+    if (!ok) throw std::runtime_error("cannot write fuzz input " + name);
+    return path.string();
+  }
+  // The path of folder `name`, created if needed (write() puts files "name/..." there).
+  std::string folder(const std::string& name) const {
+    const std::filesystem::path path = root_ / name;
+    std::filesystem::create_directories(path);
+    return path.string();
+  }
+
+ private:
+  std::filesystem::path root_;
+  std::map<std::string, int> files_;  // name -> memory file
+};
+
+inline Scratch& scratch() {
+  static Scratch s;
+  return s;
+}
+
+// A valid shard of two tensors, "a" (F32 [2]) and "b" (BF16 [1, 2]), which the shard indexes of
+// the safetensors target may name.
+inline std::string two_tensor_shard() {
+  std::string header =
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"BF16","shape":[1,2],"data_offsets":[8,12]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[size_t(i)] = char((uint64_t(header.size()) >> (8 * i)) & 0xff);
+  const uint8_t data[12] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0, 0x80, 0x3f, 0x00, 0x40};  // 1, -2; 1, 2
+  return file + header + std::string(reinterpret_cast<const char*>(data), sizeof data);
+}
+
+}  // namespace detail
+
+// safetensors: the bytes as a safetensors file (the header parser, and the size the header alone
+// implies), then as the model.safetensors.index.json of a folder whose one shard
+// (detail::two_tensor_shard) holds "a" and "b".
+inline int fuzz_safetensors(const uint8_t* data, size_t size) {
+  const std::string path = detail::scratch().write("safetensors/model.safetensors", data, size);
+  detail::refusal_allowed([&] {
+    const uocr::SafetensorsFile file(path);
+    // Every value read: a range the header check let through is touched.
+    for (const auto& kv : file.tensors())
+      detail::expect(int64_t(kv.second.to_vector().size()) == kv.second.numel(), "tensor " + kv.first + " reads its shape's values");
+  });
+  detail::refusal_allowed([&] { uocr::safetensors_expected_size(path); });
+
+  static const std::string shard = detail::two_tensor_shard();
+  detail::scratch().write("sharded/model-00001-of-000001.safetensors", shard.data(), shard.size());
+  detail::scratch().write("sharded/model.safetensors.index.json", data, size);
+  detail::refusal_allowed([&] { uocr::Checkpoint::open(detail::scratch().folder("sharded")); });
+  return 0;
+}
+
+// config: the bytes as a model folder's config.json and as its uocr_decode.json.
+inline int fuzz_config(const uint8_t* data, size_t size) {
+  const std::string config = detail::scratch().write("config/config.json", data, size);
+  detail::scratch().write(std::string("config/") + uocr::DecodeDefaults::kFileName, data, size);
+  detail::refusal_allowed([&] { uocr::ModelConfig::load(config); });
+  detail::refusal_allowed([&] { uocr::DecodeDefaults::load_folder(detail::scratch().folder("config")); });
+  return 0;
+}
+
+// tokenizer_json: the bytes as a tokenizer.json; a tokenizer that loads then encodes a text of
+// every kind of word its pre-tokenizer knows and decodes every id (those past its ids refused).
+inline int fuzz_tokenizer_json(const uint8_t* data, size_t size) {
+  detail::refusal_allowed([&] {
+    const uocr::Tokenizer tok = uocr::Tokenizer::from_string(std::string(reinterpret_cast<const char*>(data), size));
+    const std::vector<int32_t> ids =
+        tok.encode("Hello, world! 123456 <image>\n\n  x中文かなカナ\t<|end|> é\xcc\x81 \xf0\x9f\x98\x80");
+    for (const int32_t id : ids) detail::expect(id >= 0 && size_t(id) < tok.id_limit(), "encode gives ids of the tokenizer");
+    std::vector<int32_t> all;
+    for (size_t id = 0; id < std::min<size_t>(tok.id_limit(), 1 << 16); ++id) all.push_back(int32_t(id));
+    detail::refusal_allowed([&] { tok.decode(all); });
+    detail::refusal_allowed([&] { tok.decode({int32_t(tok.id_limit())}); });
+    detail::refusal_allowed([&] { tok.decode({-1}); });
+  });
+  return 0;
+}
+
+// tokenizer_codec: the bytes encoded as text, and read as token ids (3 bytes each, modulo one
+// past the last id) decoded, with the published tokenizer. Encoding valid UTF-8 and decoding the
+// ids gives the text back (byte-level BPE, no normalizer, no stripping added tokens); decoding
+// token by token through utf8::StreamDecoder gives what decoding at once gives.
+inline int fuzz_tokenizer_codec(const uint8_t* data, size_t size) {
+  static const uocr::Tokenizer tok = uocr::Tokenizer::load(uocr_test::published_dir() + "/tokenizer.json");
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  detail::refusal_allowed([&] {
+    const std::vector<int32_t> ids = tok.encode(text);
+    detail::expect(tok.decode(ids) == text, "decode(encode(text)) == text");
+  });
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i + 3 <= size; i += 3)
+    ids.push_back(int32_t((uint32_t(data[i]) | uint32_t(data[i + 1]) << 8 | uint32_t(data[i + 2]) << 16) % (tok.id_limit() + 1)));
+  detail::refusal_allowed([&] {
+    const std::string once = tok.decode(ids);
+    uocr::utf8::StreamDecoder stream;
+    std::string streamed;
+    for (const int32_t id : ids) streamed += stream.feed(tok.generated_bytes(id));
+    streamed += stream.flush();
+    detail::expect(streamed == once, "streamed decoding == decoding at once");
+  });
+  detail::refusal_allowed([&] { tok.decode(ids, true); });
+  return 0;
+}
+
+// npy: the bytes as a .npy file, read and converted to float32 and to int64.
+inline int fuzz_npy(const uint8_t* data, size_t size) {
+  const std::string path = detail::scratch().write("npy/input.npy", data, size);
+  detail::refusal_allowed([&] {
+    const uocr::NpyArray a = uocr::read_npy(path);
+    detail::refusal_allowed([&] { a.to_f32(); });
+    detail::refusal_allowed([&] { a.to_i64(); });
+  });
+  return 0;
+}
+
+// image: the bytes decoded as an image file of any format the build reads, with a budget small
+// enough that no input can exhaust the fuzzer's memory.
+inline int fuzz_image(const uint8_t* data, size_t size) {
+  uocr::DecodeLimits limits;
+  limits.max_pixels = 4000000;
+  limits.max_bytes = 64 << 20;
+  detail::refusal_allowed([&] {
+    const uocr::ImageU8 im = uocr::decode_image(data, size, limits);
+    detail::expect(im.width > 0 && im.height > 0 && im.rgb.size() == size_t(im.width) * size_t(im.height) * 3,
+                   "a decoded image has its size's pixels");
+  });
+  return 0;
+}
+
+namespace detail {
+
+// The document the checkpoint target resumes, as tests/resume_case.hpp's but greedy (sampling
+// sorts the 129k logits at every step): three pages (small synthetic ones), two held at a time,
+// the fallback sliding every 8 tokens.
+struct CheckpointCase {
+  std::shared_ptr<const uocr::Model> model;
+  std::vector<uocr::ImageU8> pages;
+  std::unique_ptr<uocr::InfiniteSession> session;
+  std::string payload;  // of token 20, after the slide at token 16
+};
+
+inline CheckpointCase make_checkpoint_case() {
+  CheckpointCase c;
+  c.model = uocr::Model::load(uocr_test::golden_model_dir());
+  for (int p = 0; p < 3; ++p) {
+    uocr::ImageU8 page = uocr::make_image(40 + 8 * p, 32);
+    for (size_t i = 0; i < page.rgb.size(); ++i) page.rgb[i] = uint8_t(i * (7 + p) % 251);
+    c.pages.push_back(std::move(page));
+  }
+  uocr::SessionParams params;
+  params.max_new_tokens = 40;
+  uocr::InfiniteParams groups;
+  groups.groups.group_pages = 2;
+  groups.groups.overlap_pages = 1;
+  groups.page_fallback_tokens = 8;
+  c.session = std::make_unique<uocr::InfiniteSession>(c.model, params, groups);
+  uocr::CheckpointOptions ck;
+  ck.path = scratch().folder("checkpoint") + "/base.ckpt";
+  ck.every_tokens = 5;
+  uocr::ImageListPages pages(c.pages);
+  int64_t tokens = 0;
+  c.session->run(pages, [&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++tokens < 23; }, ck);
+  c.payload = uocr::read_checkpoint(ck.path);
+  return c;
+}
+
+// The path of a checkpoint file holding `payload`, in write_checkpoint's format but not fsync'ed.
+inline std::string write_unsynced_checkpoint(const std::string& payload) {
+  const uint32_t version = uocr::kCheckpointVersion, zero = 0;
+  const uint64_t size = payload.size(), sum = uocr::Fnv64().add(payload.data(), payload.size()).value();
+  std::string file(uocr::detail::kCheckpointMagic, 8);
+  file.append(reinterpret_cast<const char*>(&version), 4).append(reinterpret_cast<const char*>(&zero), 4);
+  file.append(reinterpret_cast<const char*>(&size), 8).append(reinterpret_cast<const char*>(&sum), 8);
+  file += payload;
+  return scratch().write("checkpoint/input.ckpt", file.data(), file.size());
+}
+
+}  // namespace detail
+
+// checkpoint: an edit of a real checkpoint of a document on tiny-b (made once per process),
+// resumed until its first token. A fuzzer cannot forge the FNV-1a checksum, and a whole
+// checkpoint is too large for a corpus (tiny-b's logits alone are 517 KB), so the input is
+//   u16 at | u16 drop | bytes
+// (little-endian): `drop` bytes of the payload at `at` replaced by `bytes`, the file then written
+// with a right checksum. `at` counts from the payload's start (identities, layout, page-group
+// state, the first KV rows), or with its top bit set from its end (the last logits and the loop
+// state); both are clamped to the payload. Shorter inputs resume the checkpoint as it is (the
+// fuzzer's LLVMFuzzerInitialize does, so that making the checkpoint is outside the per-input timeout).
+inline int fuzz_checkpoint(const uint8_t* data, size_t size) {
+  static detail::CheckpointCase c = detail::make_checkpoint_case();
+  std::string payload = c.payload;
+  if (size >= 4) {
+    const size_t code = size_t(data[0]) | size_t(data[1]) << 8, drop = size_t(data[2]) | size_t(data[3]) << 8;
+    const size_t offset = std::min(code & 0x7fff, payload.size());
+    const size_t at = code & 0x8000 ? payload.size() - offset : offset;
+    payload.replace(at, std::min(drop, payload.size() - at), reinterpret_cast<const char*>(data + 4), size - 4);
+  }
+  const std::string path = detail::write_unsynced_checkpoint(payload);
+  detail::refusal_allowed([&] {
+    uocr::ImageListPages pages(c.pages);
+    uocr::CheckpointOptions ck;
+    ck.path = path;
+    ck.resume = true;
+    c.session->run(pages, [](const uocr::Event& e) { return e.type != uocr::Event::Type::token; }, ck);
+  });
+  return 0;
+}
+
+namespace detail {
+
+// Reads the options of `uocr run` as cmd_run does (tools/cli/cmd_run.hpp), up to the point where
+// it loads the model, then the page-group settings as the session checks them.
+inline void read_run_options(const uocr_cli::Args& args) {
+  args.choice("--format", {"markdown", "raw"}, "markdown");
+  args.get("--stats", "");
+  uocr::SessionParams params;
+  args.choice("--mode", {"base", "gundam"}, "base");
+  params.prompt = args.get("--prompt", "");
+  params.max_new_tokens = args.integer("--max-tokens", 0);
+  const std::string attention = args.choice("--attention", {"rswa", "full"}, "rswa");
+  params.window = attention == "full" ? 0 : args.integer("--window", -1);
+  params.ngram_size = args.integer("--ngram", 35);
+  params.ngram_window = args.integer("--ngram-window", -1);
+  args.choice("--loop-guard", {"on", "off"}, "on");
+  params.sampling.temperature = args.real("--temperature", params.sampling.temperature);
+  params.sampling.top_p = args.real("--top-p", params.sampling.top_p);
+  params.sampling.seed = uint64_t(args.integer("--seed", 0));
+  params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
+  params.device_index = args.integer("--device", 0);
+  args.choice("--cuda-graphs", {"on", "off"}, "on");
+  uocr::PageGroupChoice groups;
+  if (args.has("--pages-per-group")) groups.pages_per_group = args.integer("--pages-per-group", 0);
+  if (args.has("--overlap")) groups.overlap_pages = args.integer("--overlap", 0);
+  if (args.has("--positions")) groups.positions = uocr::parse_position_policy(args.get("--positions", ""));
+  if (args.has("--slide-kv")) groups.slide_kv = uocr::parse_slide_kv(args.get("--slide-kv", ""));
+  uocr::InfiniteParams inf;
+  uocr_cli::parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), inf.groups);
+  inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(inf.page_fallback_tokens));
+  args.get("--checkpoint", "");
+  args.integer("--checkpoint-every", 0);
+  args.has("--resume");
+  args.has("--separate-pages");
+  args.has("--quiet");
+  args.get("-o", "");
+  args.get("--model", "");
+  args.integer("--dpi", 300);
+  uocr_cli::decode_limits(args);
+  groups.apply(uocr::DecodeDefaults{}, inf.groups);
+  uocr::PageGroupDecoder::validate(inf.groups);
+}
+
+}  // namespace detail
+
+// cli_args: the bytes split on NUL into an argument list, parsed as each command of the CLI
+// parses its own (tools/cli: Args against the command's CommandOptions, then every option read
+// the way the command reads it), without running anything.
+inline int fuzz_cli_args(const uint8_t* data, size_t size) {
+  std::vector<std::string> argv;
+  const char* p = reinterpret_cast<const char*>(data);
+  for (const char *start = p, *end = p + size;; ++p) {
+    if (p == end || *p == '\0') {
+      argv.emplace_back(start, p);
+      if (p == end) break;
+      start = p + 1;
+    }
+  }
+  using uocr_cli::Args;
+  detail::refusal_allowed([&] { detail::read_run_options(Args(argv, uocr_cli::run_options())); });
+  detail::refusal_allowed([&] {
+    const Args args(argv, uocr_cli::inspect_model_options());
+    args.has("--verify");
+    args.get("--checksums", "");
+    args.get("--model", "");
+  });
+  detail::refusal_allowed([&] {
+    const Args args(argv, uocr_cli::inspect_tokenize_options());
+    args.get("--text", "");
+    if (args.has("--ids")) uocr_cli::parse_id_list(args.required("--ids"));
+  });
+  for (const uocr_cli::CommandOptions& options : {uocr_cli::inspect_vision_options(), uocr_cli::inspect_logits_options()}) {
+    detail::refusal_allowed([&] {
+      const Args args(argv, options);
+      args.all("--image");
+      args.choice("--mode", {"base", "gundam"}, "base");
+      uocr_cli::decode_limits(args);
+      args.required("-o");
+      if (options.command == "inspect logits") {
+        args.required("--input-ids");
+        args.get("--generated", "");
+        if (args.choice("--attention", {"rswa", "full"}, "rswa") == "rswa") args.integer("--window", 128);
+      }
+    });
+  }
+  return 0;
+}
+
+}  // namespace uocr_fuzz
