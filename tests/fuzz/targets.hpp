@@ -323,45 +323,12 @@ inline int fuzz_checkpoint(const uint8_t* data, size_t size) {
 
 namespace detail {
 
-// Reads the options of `uocr run` as cmd_run does (tools/cli/cmd_run.hpp), up to the point where
-// it loads the model, then the page-group settings as the session checks them.
+// Reads the options of `uocr run` as cmd_run does, then the page-group settings as the session
+// checks them.
 inline void read_run_options(const uocr_cli::Args& args) {
-  args.choice("--format", {"markdown", "raw"}, "markdown");
-  args.get("--stats", "");
-  uocr::SessionParams params;
-  args.choice("--mode", {"base", "gundam"}, "base");
-  params.prompt = args.get("--prompt", "");
-  params.max_new_tokens = args.integer("--max-tokens", 0);
-  const std::string attention = args.choice("--attention", {"rswa", "full"}, "rswa");
-  params.window = attention == "full" ? 0 : args.integer("--window", -1);
-  params.ngram_size = args.integer("--ngram", 35);
-  params.ngram_window = args.integer("--ngram-window", -1);
-  args.choice("--loop-guard", {"on", "off"}, "on");
-  params.sampling.temperature = args.real("--temperature", params.sampling.temperature);
-  params.sampling.top_p = args.real("--top-p", params.sampling.top_p);
-  params.sampling.seed = uint64_t(args.integer("--seed", 0));
-  params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
-  params.device_index = args.integer("--device", 0);
-  args.choice("--cuda-graphs", {"on", "off"}, "on");
-  uocr::PageGroupChoice groups;
-  if (args.has("--pages-per-group")) groups.pages_per_group = args.integer("--pages-per-group", 0);
-  if (args.has("--overlap")) groups.overlap_pages = args.integer("--overlap", 0);
-  if (args.has("--positions")) groups.positions = uocr::parse_position_policy(args.get("--positions", ""));
-  if (args.has("--slide-kv")) groups.slide_kv = uocr::parse_slide_kv(args.get("--slide-kv", ""));
-  uocr::InfiniteParams inf;
-  uocr_cli::parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), inf.groups);
-  inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(inf.page_fallback_tokens));
-  args.get("--checkpoint", "");
-  args.integer("--checkpoint-every", 0);
-  args.has("--resume");
-  args.has("--separate-pages");
-  args.has("--quiet");
-  args.get("-o", "");
-  args.get("--model", "");
-  args.integer("--dpi", 300);
-  uocr_cli::decode_limits(args);
-  groups.apply(uocr::DecodeDefaults{}, inf.groups);
-  uocr::PageGroupDecoder::validate(inf.groups);
+  uocr_cli::RunOptions o = uocr_cli::parse_run_options(args);
+  o.groups.apply(uocr::DecodeDefaults{}, o.inf.groups);
+  uocr::PageGroupDecoder::validate(o.inf.groups);
 }
 
 }  // namespace detail

@@ -270,76 +270,100 @@ struct Output {
   }
 };
 
+// What `uocr run` reads from its options before it opens the model and the inputs (checked here,
+// so that a bad option fails before anything is loaded).
+struct RunOptions {
+  std::string format, stats, output;
+  uocr::SessionParams params;
+  uocr::PageGroupChoice groups;  // applied over the model folder's suggestions once it is loaded
+  uocr::InfiniteParams inf;
+  uocr::CheckpointOptions ck;
+  bool separate = false;
+  int page_timeout = 120;
+  int dpi = 300;
+  uocr::DecodeLimits limits;
+};
+
+inline RunOptions parse_run_options(const Args& args) {
+  RunOptions o;
+  o.format = args.choice("--format", {"markdown", "raw"}, "markdown");
+  o.stats = args.get("--stats", "");
+  uocr::require(o.stats.empty() || o.stats == "json", uocr::Status::invalid_argument, "--stats takes 'json'");
+
+  const std::string mode = args.choice("--mode", {"base", "gundam"}, "base");
+  o.params.mode = mode == "gundam" ? uocr::ImageMode::gundam : uocr::ImageMode::base;
+  o.params.prompt = args.get("--prompt", "");
+  o.params.max_new_tokens = args.integer("--max-tokens", 0);
+  const std::string attention = args.choice("--attention", {"rswa", "full"}, "rswa");
+  o.params.window = attention == "full" ? 0 : args.integer("--window", -1);
+  o.params.ngram_size = args.integer("--ngram", 35);
+  o.params.ngram_window = args.integer("--ngram-window", -1);
+  o.params.loop_guard = args.choice("--loop-guard", {"on", "off"}, "on") == "on";
+  o.params.sampling.temperature = args.real("--temperature", o.params.sampling.temperature);
+  o.params.sampling.top_p = args.real("--top-p", o.params.sampling.top_p);
+  o.params.sampling.seed = uint64_t(args.integer("--seed", 0));
+  o.params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
+  o.params.device_index = args.integer("--device", 0);
+  o.params.cuda_graphs = args.choice("--cuda-graphs", {"on", "off"}, "on") == "on";
+
+  // Page groups: options given here, else the model folder's uocr_decode.json, else upstream's.
+  if (args.has("--pages-per-group")) o.groups.pages_per_group = args.integer("--pages-per-group", 0);
+  if (args.has("--overlap")) o.groups.overlap_pages = args.integer("--overlap", 0);
+  if (args.has("--positions")) {
+    o.groups.positions = uocr::parse_position_policy(args.get("--positions", ""));
+    uocr::require(o.groups.positions.has_value(), uocr::Status::invalid_argument, "--positions must be limit, extrapolate or group");
+  }
+  if (args.has("--slide-kv")) {
+    o.groups.slide_kv = uocr::parse_slide_kv(args.get("--slide-kv", ""));
+    uocr::require(o.groups.slide_kv.has_value(), uocr::Status::invalid_argument, "--slide-kv must be reuse or recompute");
+  }
+  parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), o.inf.groups);
+  o.inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(o.inf.page_fallback_tokens));
+  o.inf.keep_text = false;  // streamed to the output instead
+
+  o.ck.path = args.get("--checkpoint", "");
+  o.ck.every_tokens = args.integer("--checkpoint-every", 0);
+  o.ck.resume = args.has("--resume");
+  uocr::require(!o.ck.resume || !o.ck.path.empty(), uocr::Status::invalid_argument, "--resume needs --checkpoint FILE");
+  uocr::require(!o.ck.resume || std::filesystem::exists(o.ck.path), uocr::Status::invalid_argument,
+                [&] { return "--resume: there is no checkpoint " + o.ck.path + " (run without --resume to start)"; });
+  uocr::require(o.ck.every_tokens >= 0, uocr::Status::invalid_argument, "--checkpoint-every must be >= 0");
+  // Each page its own document (single-page prompt, fresh KV): for models trained on single pages,
+  // such as DeepSeek-OCR's weights and the bundled demo model.
+  o.separate = args.has("--separate-pages");
+  uocr::require(!o.separate || o.ck.path.empty(), uocr::Status::invalid_argument,
+                "--separate-pages runs each page on its own; it takes no --checkpoint");
+  // Seconds each PDF page may take to render (pdf.hpp); 0: no limit.
+  o.page_timeout = args.integer("--page-timeout", 120);
+  uocr::require(o.page_timeout >= 0 && o.page_timeout <= 86400, uocr::Status::invalid_argument,
+                [&] { return "--page-timeout must be in 0..86400 seconds (0: no limit), got " + std::to_string(o.page_timeout); });
+
+  o.output = args.get("-o", "");
+  o.dpi = args.integer("--dpi", 300);
+  o.limits = decode_limits(args);
+  return o;
+}
+
 inline int cmd_run(const Args& args) {
   const std::vector<std::string>& inputs = args.positional();
   uocr::require(!inputs.empty(), uocr::Status::invalid_argument, "uocr run needs at least one image or PDF");
-  const std::string format = args.choice("--format", {"markdown", "raw"}, "markdown");
-  const std::string stats = args.get("--stats", "");
-  uocr::require(stats.empty() || stats == "json", uocr::Status::invalid_argument, "--stats takes 'json'");
-
-  uocr::SessionParams params;
-  const std::string mode = args.choice("--mode", {"base", "gundam"}, "base");
-  params.mode = mode == "gundam" ? uocr::ImageMode::gundam : uocr::ImageMode::base;
-  params.prompt = args.get("--prompt", "");
-  params.max_new_tokens = args.integer("--max-tokens", 0);
-  const std::string attention = args.choice("--attention", {"rswa", "full"}, "rswa");
-  params.window = attention == "full" ? 0 : args.integer("--window", -1);
-  params.ngram_size = args.integer("--ngram", 35);
-  params.ngram_window = args.integer("--ngram-window", -1);
-  params.loop_guard = args.choice("--loop-guard", {"on", "off"}, "on") == "on";
-  params.sampling.temperature = args.real("--temperature", params.sampling.temperature);
-  params.sampling.top_p = args.real("--top-p", params.sampling.top_p);
-  params.sampling.seed = uint64_t(args.integer("--seed", 0));
-  params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
-  params.device_index = args.integer("--device", 0);
-  params.cuda_graphs = args.choice("--cuda-graphs", {"on", "off"}, "on") == "on";
-
-  // Page groups: options given here, else the model folder's uocr_decode.json, else upstream's.
-  uocr::PageGroupChoice groups;
-  if (args.has("--pages-per-group")) groups.pages_per_group = args.integer("--pages-per-group", 0);
-  if (args.has("--overlap")) groups.overlap_pages = args.integer("--overlap", 0);
-  if (args.has("--positions")) {
-    groups.positions = uocr::parse_position_policy(args.get("--positions", ""));
-    uocr::require(groups.positions.has_value(), uocr::Status::invalid_argument, "--positions must be limit, extrapolate or group");
-  }
-  if (args.has("--slide-kv")) {
-    groups.slide_kv = uocr::parse_slide_kv(args.get("--slide-kv", ""));
-    uocr::require(groups.slide_kv.has_value(), uocr::Status::invalid_argument, "--slide-kv must be reuse or recompute");
-  }
-  uocr::InfiniteParams inf;
-  parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), inf.groups);
-  inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(inf.page_fallback_tokens));
-  inf.keep_text = false;  // streamed to the output instead
-
-  uocr::CheckpointOptions ck;
-  ck.path = args.get("--checkpoint", "");
-  ck.every_tokens = args.integer("--checkpoint-every", 0);
-  ck.resume = args.has("--resume");
-  uocr::require(!ck.resume || !ck.path.empty(), uocr::Status::invalid_argument, "--resume needs --checkpoint FILE");
-  uocr::require(!ck.resume || std::filesystem::exists(ck.path), uocr::Status::invalid_argument,
-                [&] { return "--resume: there is no checkpoint " + ck.path + " (run without --resume to start)"; });
-  uocr::require(ck.every_tokens >= 0, uocr::Status::invalid_argument, "--checkpoint-every must be >= 0");
-  // Each page its own document (single-page prompt, fresh KV): for models trained on single pages,
-  // such as DeepSeek-OCR's weights and the bundled demo model.
-  const bool separate = args.has("--separate-pages");
-  uocr::require(!separate || ck.path.empty(), uocr::Status::invalid_argument,
-                "--separate-pages runs each page on its own; it takes no --checkpoint");
-  // Seconds each PDF page may take to render (pdf.hpp); 0: no limit.
-  const int page_timeout = args.integer("--page-timeout", 120);
-  uocr::require(page_timeout >= 0 && page_timeout <= 86400, uocr::Status::invalid_argument,
-                [&] { return "--page-timeout must be in 0..86400 seconds (0: no limit), got " + std::to_string(page_timeout); });
+  RunOptions o = parse_run_options(args);
+  uocr::SessionParams& params = o.params;
+  uocr::InfiniteParams& inf = o.inf;
+  uocr::CheckpointOptions& ck = o.ck;
+  const bool separate = o.separate;
 
   Output out;
-  out.path = args.get("-o", "");
-  out.raw = format == "raw";
+  out.path = o.output;
+  out.raw = o.format == "raw";
   out.check_stdout_open();
   const std::string model_path = model_dir(args);
   refuse_outputs_over_inputs({{"-o", out.path}, {"--checkpoint", ck.path}}, inputs, model_path);
 
   const auto model = uocr::Model::load(model_path);
-  groups.apply(model->decode_defaults(), inf.groups);
+  o.groups.apply(model->decode_defaults(), inf.groups);
   uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
-  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, args.integer("--dpi", 300), decode_limits(args), page_timeout);
+  const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, o.dpi, o.limits, o.page_timeout);
 
   if (!ck.resume || out.path.empty()) out.open();
   ck.save_caller_state = [&] { return out.state(); };
@@ -390,7 +414,7 @@ inline int cmd_run(const Args& args) {
   out.finish();
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window(), session.engine_info());
+  if (o.stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window(), session.engine_info());
   if (!ck.path.empty() && sum.stop != uocr::StopReason::cancelled) std::filesystem::remove(ck.path);
   if (sum.stop != uocr::StopReason::eos)
     std::fprintf(stderr, "uocr: stopped: %s after %lld tokens\n", uocr::stop_reason_name(sum.stop),
