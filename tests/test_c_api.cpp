@@ -20,6 +20,7 @@
 
 #include <unistd.h>
 
+#include "damaged_model.hpp"
 #include "uocr.h"
 
 namespace {
@@ -1010,33 +1011,6 @@ int32_t one_page(int64_t, uocr_page* page, void* user) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// A copy of the golden model (all bf16) with element 0 of one tensor set to the bf16 value `bits`,
-// removed with it. The tensor is found in the header's text, which the safetensors writer keeps
-// compact: "NAME":{"dtype":"BF16","shape":[...],"data_offsets":[BEGIN,END]}.
-struct DamagedModel {
-  std::string dir = "/tmp/uocr_c_api_damaged_" + std::to_string(::getpid());
-  DamagedModel(const std::string& tensor, uint16_t bits) {
-    REQUIRE(std::system(("rm -rf '" + dir + "' && cp -rL '" + model_dir() + "' '" + dir + "'").c_str()) == 0);
-    std::fstream f(dir + "/model-00001-of-000001.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    unsigned char len[8];
-    REQUIRE(f.read(reinterpret_cast<char*>(len), 8));
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len[i];
-    std::string header(size_t(header_len), '\0');
-    REQUIRE(f.read(&header[0], std::streamsize(header_len)));
-    const std::string entry = "\"" + tensor + "\":{\"dtype\":\"BF16\",";
-    const size_t at = header.find(entry);
-    REQUIRE(at != std::string::npos);
-    const std::string offsets = "\"data_offsets\":[";
-    const size_t begin = header.find(offsets, at);
-    REQUIRE(begin != std::string::npos);
-    f.seekp(std::streamoff(8 + header_len + std::stoull(header.substr(begin + offsets.size()))));
-    const char le[2] = {char(bits & 0xFF), char(bits >> 8)};
-    REQUIRE(f.write(le, 2));
-  }
-  ~DamagedModel() { std::system(("rm -rf '" + dir + "'").c_str()); }
-};
-
 }  // namespace
 
 TEST_CASE("c_api: image paths that are no regular file fail at once with UOCR_E_IO naming them") {
@@ -1154,7 +1128,7 @@ TEST_CASE("c_api: sizes and counts the caller passes are checked without overflo
 }
 
 TEST_CASE("c_api: weights that give NaN logits are UOCR_E_INVALID_MODEL naming the token, not a 'no token' stop") {
-  const DamagedModel nan_norm("model.norm.weight", 0x7FC0);  // the decoder's final norm: every logit NaN
+  const uocr_test::DamagedModel nan_norm(model_dir(), "model.norm.weight", 0x7FC0);  // the decoder's final norm: every logit NaN
   uocr_model* m = nullptr;
   REQUIRE(uocr_model_load(nan_norm.dir.c_str(), nullptr, &m) == UOCR_OK);
   uocr_session_params sp;

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "damaged_model.hpp"
 #include "event_recorder.hpp"
 #include "test_support.hpp"
 #include "uocr/session/markdown.hpp"
@@ -207,35 +208,8 @@ TEST_CASE("cancellation from the callback stops the run and says so") {
   CHECK(r.generated_tokens == 5);
 }
 
-namespace {
-
-// A copy of the golden model (tiny-b, all bf16) with element 0 of one tensor set to the bf16 value
-// `bits`, in a temp folder removed with it.
-struct DamagedModel {
-  std::filesystem::path dir;
-  DamagedModel(const std::string& tensor, uint16_t bits) {
-    dir = std::filesystem::temp_directory_path() / ("uocr_damaged_" + std::to_string(std::random_device{}()));
-    std::filesystem::copy(uocr_test::golden_model_dir(), dir);
-    std::fstream f(dir / "model-00001-of-000001.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    unsigned char len[8];
-    REQUIRE(f.read(reinterpret_cast<char*>(len), 8));
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = header_len << 8 | len[i];
-    std::string header(size_t(header_len), '\0');
-    REQUIRE(f.read(&header[0], std::streamsize(header_len)));
-    const nlohmann::json entry = nlohmann::json::parse(header).at(tensor);
-    REQUIRE(entry.at("dtype") == "BF16");
-    f.seekp(std::streamoff(8 + header_len + entry.at("data_offsets").at(0).get<uint64_t>()));
-    const char le[2] = {char(bits & 0xFF), char(bits >> 8)};
-    REQUIRE(f.write(le, 2));
-  }
-  ~DamagedModel() { std::filesystem::remove_all(dir); }
-};
-
-}  // namespace
-
 TEST_CASE("weights that give NaN logits fail the run as an invalid model, naming the token (not as 'no token')") {
-  const DamagedModel nan_norm("model.norm.weight", 0x7FC0);  // the decoder's final norm: every logit NaN
+  const uocr_test::DamagedModel nan_norm(uocr_test::golden_model_dir(), "model.norm.weight", 0x7FC0);  // the decoder's final norm: every logit NaN
   uocr::SessionParams params;
   params.max_new_tokens = 8;
   uocr::Session s(uocr::Model::load(nan_norm.dir.string()), params);
