@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -42,19 +43,39 @@ inline CliRun run_cli(const std::string& arguments, const std::string& env = "")
   return r;
 }
 
+// How spawn_cli starts the CLI besides its arguments.
+struct SpawnOptions {
+  std::string tmpdir;      // TMPDIR for the child; "" keeps the caller's environment
+  bool own_group = false;  // a process group of its own, as a shell job (Ctrl-C signals the group)
+};
+
 // Starts the CLI with `args` (no shell), stdout and stderr to `log`; returns its pid.
-inline pid_t spawn_cli(std::vector<std::string> args, const std::string& log) {
+inline pid_t spawn_cli(std::vector<std::string> args, const std::string& log, const SpawnOptions& options = {}) {
   args.insert(args.begin(), cli_path());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env;
+  if (!options.tmpdir.empty()) env.push_back("TMPDIR=" + options.tmpdir);
+  for (char** e = environ; *e != nullptr; ++e)
+    if (options.tmpdir.empty() || std::strncmp(*e, "TMPDIR=", 7) != 0) env.emplace_back(*e);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  if (options.own_group) {
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
   REQUIRE(rc == 0);
   return pid;
 }

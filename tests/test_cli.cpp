@@ -621,35 +621,6 @@ std::vector<pid_t> processes_with(const std::vector<std::string>& needles) {
   return found;
 }
 
-// Starts the CLI in a process group of its own (as a shell job: Ctrl-C signals the group) with
-// TMPDIR set, stdout and stderr to `log`.
-pid_t spawn_cli_job(std::vector<std::string> args, const std::string& tmpdir, const std::string& log) {
-  args.insert(args.begin(), uocr_test::cli_path());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env{"TMPDIR=" + tmpdir};
-  for (char** e = environ; *e != nullptr; ++e)
-    if (std::strncmp(*e, "TMPDIR=", 7) != 0) env.emplace_back(*e);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  REQUIRE(rc == 0);
-  return pid;
-}
-
 // The exit status (128 + signal when one ended it) if the process ends within `seconds`, else -1
 // after its group has been killed.
 int exit_within(pid_t pid, double seconds) {
@@ -755,7 +726,7 @@ TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temp
   SUBCASE("SIGTERM: 143") {
     std::vector<std::string> args = base;
     args.push_back(slow);
-    const pid_t pid = spawn_cli_job(args, tmpdir, log);
+    const pid_t pid = uocr_test::spawn_cli(args, log, {tmpdir, true});
     REQUIRE(appears_while(pid, renderer()));
     kill(pid, SIGTERM);
     CHECK(exit_within(pid, 20) == 143);
@@ -771,7 +742,7 @@ TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temp
       args.push_back(a);
     args.push_back(hostile_pdf("two_pages"));
     args.push_back(slow);
-    const pid_t pid = spawn_cli_job(args, tmpdir, log);
+    const pid_t pid = uocr_test::spawn_cli(args, log, {tmpdir, true});
     REQUIRE(appears_while(pid, renderer()));
     kill(-pid, SIGINT);
     CHECK(exit_within(pid, 20) == 130);
@@ -786,7 +757,7 @@ TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temp
   SUBCASE("SIGKILL: the renderer dies with it") {
     std::vector<std::string> args = base;
     args.push_back(slow);
-    const pid_t pid = spawn_cli_job(args, tmpdir, log);
+    const pid_t pid = uocr_test::spawn_cli(args, log, {tmpdir, true});
     REQUIRE(appears_while(pid, renderer()));
     kill(pid, SIGKILL);
     CHECK(exit_within(pid, 20) == 137);
