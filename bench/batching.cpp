@@ -56,7 +56,7 @@ struct Result {
 };
 
 Result run(const std::shared_ptr<const uocr::Model>& model, int threads, int steps, const uocr::BatchParams& batching) {
-  const auto engine = uocr::open_engine(model, uocr::Backend::cpu, 0, batching);
+  const auto engine = uocr::open_engine(model, uocr::Backend::cpu, {0, batching});
   const uocr::BatchStats before = engine->batch_stats();
   const uocr::DecoderConfig& c = model->config().decoder;
   constexpr int64_t kPageTokens = 100;

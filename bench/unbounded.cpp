@@ -287,15 +287,15 @@ json run_case(const std::string& mode, int64_t pages, int64_t per_page, int64_t 
       eng.step(t);
       slide_s += std::chrono::duration<double>(t2 - t1).count();
       decode_s += seconds_since(t2);
-      allocated = std::max(allocated, eng.kv_allocated_bytes());
-      uocr::require(eng.reference_bytes() == size_t(reference_rows) * eng.cache().bytes_per_token(), uocr::Status::internal,
+      allocated = std::max(allocated, eng.memory().kv_allocated_bytes);
+      uocr::require(eng.memory().reference_kv_bytes == size_t(reference_rows) * eng.cache().bytes_per_token(), uocr::Status::internal,
                     "page groups: the reference changed size");
     }
     uocr::require(steps < stream.size() || (eng.current_page() == pages - 1 && src.delivered() == pages), uocr::Status::internal,
                   "the <PAGE> markers did not carry the group through every page");
-    peak = eng.peak_kv_bytes();
-    summaries = eng.sparse_summary_bytes();
-    page_buffer = eng.page_buffer_bytes();
+    peak = eng.memory().peak_kv_bytes;
+    summaries = eng.memory().sparse_summary_bytes;
+    page_buffer = eng.memory().page_buffer_bytes;
     slides = eng.slides();
   }
   uocr::require(steps < stream.size() || clock.page() == pages - 1, uocr::Status::internal, "the stream's markers did not reach the last page");

@@ -401,7 +401,7 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
   // A batch runs when every decoding document has queued its step: the wait only bounds a
   // document busy between steps (sampling, its callback), which never takes seconds.
   const uocr::BatchParams batching{8, 5000000};
-  const auto stats = [&] { return uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, batching)->batch_stats(); };
+  const auto stats = [&] { return uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, batching})->batch_stats(); };
   const uocr::BatchStats before = stats();
   std::vector<Transcript> together(kDocs);
   std::vector<std::thread> threads;
@@ -426,7 +426,7 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
           after.timeouts - before.timeouts);
 
   // Batching off is the engine without a batcher (today's path).
-  CHECK(uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, {})->batch_stats().batches == 0);
+  CHECK(uocr::open_engine(demo_model(), uocr::Backend::cpu, {})->batch_stats().batches == 0);
 }
 
 TEST_CASE("batched sessions: one that is cancelled or fails early does not hold up the others") {
@@ -474,11 +474,11 @@ TEST_CASE("batched sessions: one that is cancelled or fails early does not hold 
 }
 
 TEST_CASE("batching parameters are validated; Vulkan refuses batching") {
-  CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, {0, 10}); }) == Status::invalid_argument);
-  CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, 0, {4, -1}); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {0, 10}}); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {4, -1}}); }) == Status::invalid_argument);
   uocr::SessionParams sp;
   sp.batching.max_batch = -3;
   CHECK(status_of([&] { uocr::InfiniteSession s(demo_model(), sp); }) == Status::invalid_argument);
-  const Status vk = status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::vulkan, 0, {4, 10}); });
+  const Status vk = status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::vulkan, {0, {4, 10}}); });
   CHECK(vk == Status::unsupported);
 }

@@ -131,7 +131,7 @@ TEST_CASE("page groups with G >= pages are one-shot R-SWA, bit for bit (3-page t
     CHECK(eng.slides() == 0);
     CHECK(eng.current_page() == 2);
     CHECK(eng.pages_loaded() == 3);
-    CHECK(eng.reference_bytes() == size_t(f.ids.size()) * eng.cache().bytes_per_token());
+    CHECK(eng.memory().reference_kv_bytes == size_t(f.ids.size()) * eng.cache().bytes_per_token());
     MESSAGE("G=" << g << ": " << identical << "/" << rows << " logits rows bit-identical to one-shot R-SWA");
   }
 }
@@ -208,8 +208,8 @@ TEST_CASE("page groups with G < pages slide at the <PAGE> markers, reuse overlap
         CHECK(eng.pages_loaded() == 2);
         CHECK(src.delivered() == 2);
         storage = cache.reference_k(0);
-        ref_bytes = eng.reference_bytes();
-        allocated = eng.kv_allocated_bytes();
+        ref_bytes = eng.memory().reference_kv_bytes;
+        allocated = eng.memory().kv_allocated_bytes;
         CHECK(ref_bytes == size_t(h + 2 * t + u) * cache.bytes_per_token());
       }
       if (k >= 0 && size_t(k) + 1 == s.marker_end[1]) {  // the step before the slide
@@ -235,8 +235,8 @@ TEST_CASE("page groups with G < pages slide at the <PAGE> markers, reuse overlap
         }
       }
       if (k >= 0) {
-        CHECK(eng.reference_bytes() == ref_bytes);
-        CHECK(eng.kv_allocated_bytes() == allocated);
+        CHECK(eng.memory().reference_kv_bytes == ref_bytes);
+        CHECK(eng.memory().kv_allocated_bytes == allocated);
         CHECK(cache.reference_k(0) == storage);
       }
     });
@@ -530,9 +530,9 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
   std::vector<float> logits = eng.start(L, src);
   const size_t per_token = eng.cache().bytes_per_token();
   const size_t ref_bytes = size_t(1 + 4 * 273 + 3) * per_token;
-  CHECK(eng.reference_bytes() == ref_bytes);
+  CHECK(eng.memory().reference_kv_bytes == ref_bytes);
   CHECK(src.delivered() == 4);
-  const size_t allocated = eng.kv_allocated_bytes();
+  const size_t allocated = eng.memory().kv_allocated_bytes;
   const float* storage = eng.cache().reference_k(0);
   std::mt19937 rng(7);
   int64_t max_loaded_ahead = 0, steps = 0;
@@ -548,7 +548,7 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
       const int32_t tok = int32_t(100 + rng() % 50000);
       logits = eng.step(tok);
       ++steps;
-      flat = flat && eng.reference_bytes() == ref_bytes && eng.kv_allocated_bytes() == allocated &&
+      flat = flat && eng.memory().reference_kv_bytes == ref_bytes && eng.memory().kv_allocated_bytes == allocated &&
              eng.cache().reference_k(0) == storage;
     }
   }
@@ -558,7 +558,7 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
   CHECK(eng.pages_loaded() == 200);
   CHECK(eng.slides() == 196);   // at pages 3..198; from page 199 the group ends at the last page
   CHECK(max_loaded_ahead == 4); // pulled at most G pages ahead of the one being read (start: 0..3)
-  CHECK(eng.peak_kv_bytes() == ref_bytes + 128 * per_token);
+  CHECK(eng.memory().peak_kv_bytes == ref_bytes + 128 * per_token);
   CHECK(eng.next_position() == L.prompt_length() + steps);
   CHECK(eng.next_position() > dc.max_positions);
   CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
@@ -568,7 +568,7 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
   MESSAGE("200 pages x 273 tokens, G=4 O=3: reference KV " << ref_bytes << " B (= head + 4 pages + tail) at every step, allocated "
                                                         << allocated << " B, " << eng.slides() << " slides, " << steps
                                                         << " decode steps, last position " << eng.next_position() - 1 << ", "
-                                                        << secs << " s (prefill " << eng.prefill_seconds() << " s)");
+                                                        << secs << " s (prefill " << eng.timings().prefill_seconds << " s)");
 
   {
     // Group positions: a 40-page document past max_position_embeddings (DeepSeek-OCR's 8192)
@@ -593,7 +593,7 @@ TEST_CASE("200 synthetic pages: reference KV flat after the first group, pages p
       }
     }
     CHECK(g.slides() == 36);
-    CHECK(g.reference_bytes() == ref_bytes);
+    CHECK(g.memory().reference_kv_bytes == ref_bytes);
     // The text of the group's pages after its prompt: at most the 3 pages read so far in a
     // group + the current one, 3 tokens each.
     CHECK(highest < group_prompt + 4 * per_page_tokens);

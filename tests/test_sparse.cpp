@@ -379,7 +379,7 @@ TEST_CASE("page groups + SR-SWA: full budgets equal one-shot dense; summaries fo
     int identical = bit_identical(eng.start(L, src), dense[0]);
     for (size_t k = 0; k < c.gen.size(); ++k) identical += bit_identical(eng.step(c.gen[k]), dense[k + 1]);
     CHECK(identical == int(dense.size()));
-    CHECK(eng.sparse_summary_bytes() > 0);
+    CHECK(eng.memory().sparse_summary_bytes > 0);
   }
   {
     // G = 2 with a small budget: after the slide, the summaries of the rewritten slot equal

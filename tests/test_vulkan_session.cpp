@@ -102,8 +102,8 @@ TEST_CASE("page groups on Vulkan match the CPU: one-shot (G >= pages) and slidin
     MESSAGE("G = " << g << ": " << ref.size() << " logits rows, " << gpu.slides() << " slides, worst relative error "
                    << worst);
     CHECK(gpu.slides() == cpu.slides());
-    CHECK(gpu.reference_bytes() == cpu.reference_bytes());
-    CHECK(gpu.peak_kv_bytes() == cpu.peak_kv_bytes());
+    CHECK(gpu.memory().reference_kv_bytes == cpu.memory().reference_kv_bytes);
+    CHECK(gpu.memory().peak_kv_bytes == cpu.memory().peak_kv_bytes);
   }
   check_no_validation_errors(ctx, "page groups");
 }
@@ -258,23 +258,29 @@ TEST_CASE("positions past max_position_embeddings (extrapolation) on Vulkan matc
   check_no_validation_errors(ctx, "position extrapolation");
 }
 
+static uocr::EngineOptions on_device(int index) {
+  uocr::EngineOptions o;
+  o.device_index = index;
+  return o;
+}
+
 TEST_CASE("open_engine: backends by name, a device index out of range is a clear error") {
   const auto model = uocr::Model::load(demo_dir());
   CHECK(uocr::parse_backend("vulkan") == uocr::Backend::vulkan);
   CHECK(uocr_test::status_of([] { uocr::parse_backend("metal"); }) == Status::invalid_argument);
   CHECK(uocr::compiled_backends().find("vulkan") != std::string::npos);
-  const std::string msg = uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::vulkan, 99); });
+  const std::string msg = uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::vulkan, on_device(99)); });
   INFO(msg);
-  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::vulkan, 99); }) == Status::unsupported);
+  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::vulkan, on_device(99)); }) == Status::unsupported);
   CHECK(msg.find("Vulkan") != std::string::npos);
   CHECK(msg.find("device index 99") != std::string::npos);
   CHECK(msg.find("available") != std::string::npos);  // the devices found are listed
-  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cpu, 1); }) == Status::unsupported);
-  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda, 0); }) == Status::unsupported);
+  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cpu, on_device(1)); }) == Status::unsupported);
+  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }) == Status::unsupported);
 
   // One device state per model and device: a second engine shares the uploaded weights.
-  auto a = uocr::open_engine(model, uocr::Backend::vulkan, 0);
-  auto b = uocr::open_engine(model, uocr::Backend::vulkan, 0);
+  auto a = uocr::open_engine(model, uocr::Backend::vulkan);
+  auto b = uocr::open_engine(model, uocr::Backend::vulkan);
   CHECK(&static_cast<vk::VulkanEngine&>(*a).context() == &static_cast<vk::VulkanEngine&>(*b).context());
   CHECK(a->device().find("Vulkan device 0") == 0);
 }
@@ -310,7 +316,7 @@ Transcript transcribe(const std::shared_ptr<const uocr::Model>& model, uocr::Bac
 }
 
 vk::Context& demo_context(const std::shared_ptr<const uocr::Model>& model) {
-  auto e = uocr::open_engine(model, uocr::Backend::vulkan, 0);
+  auto e = uocr::open_engine(model, uocr::Backend::vulkan);
   return static_cast<vk::VulkanEngine&>(*e).context();  // the model keeps the device alive
 }
 

@@ -5,7 +5,10 @@
 // per sequence: split_attention.cuh (chunks of keys in parallel, then an exact combine).
 #include "split_attention.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 void ops::attention(Context& c, const AttentionRow* rows, int64_t n, const AttentionDims& d, int64_t max_keys) {
   const int64_t kv_row = int64_t(d.kv_heads) * d.head_dim;
@@ -13,4 +16,5 @@ void ops::attention(Context& c, const AttentionRow* rows, int64_t n, const Atten
       c, [&](int64_t first) { return detail::RowKeys{rows + first, kv_row}; }, n, d, max_keys, "attention");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

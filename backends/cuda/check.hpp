@@ -8,8 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda::detail {
+UOCR_NAMESPACE_BEGIN
+namespace cuda::detail {
 
 // No driver, a driver older than the runtime, no device, or no code for this GPU: the machine
 // cannot run the backend at all.
@@ -56,9 +58,12 @@ inline void check(cublasStatus_t s, const std::string& what) {
 
 inline cudaStream_t stream_of(const void* s) { return static_cast<cudaStream_t>(const_cast<void*>(s)); }
 
-}  // namespace uocr::cuda::detail
+}  // namespace cuda::detail
+UOCR_NAMESPACE_END
 
-namespace uocr::cuda::detail {
+UOCR_NAMESPACE_BEGIN
+namespace cuda::detail {
 // Context::scratch slots of the ops (each op owns one, so nested use never aliases).
 enum ScratchSlot : int { kScratchGemmWeights = 0, kScratchGemmActivations = 1, kScratchAttention = 2, kScratchSamRel = 3 };
-}  // namespace uocr::cuda::detail
+}  // namespace cuda::detail
+UOCR_NAMESPACE_END

@@ -15,8 +15,10 @@
 #include "check.hpp"
 #include "uocr/backends/cuda/ops.hpp"
 #include "uocr/core/dtype.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda::detail {
+UOCR_NAMESPACE_BEGIN
+namespace cuda::detail {
 
 constexpr int kWarp = 32;
 
@@ -128,4 +130,5 @@ inline void require_grid_y(int64_t n, const char* op) {
 
 inline cudaStream_t stream(const Context& c) { return stream_of(c.stream()); }
 
-}  // namespace uocr::cuda::detail
+}  // namespace cuda::detail
+UOCR_NAMESPACE_END

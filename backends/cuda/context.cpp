@@ -1,13 +1,15 @@
 // uocr::cuda::Context: device choice, the stream and cuBLAS handle, the caching allocator and
 // the copies (see include/uocr/backends/cuda/context.hpp for the contract).
 #include "uocr/backends/cuda/context.hpp"
+#include "uocr/version.hpp"
 
 #include <algorithm>
 #include <unordered_map>
 
 #include "check.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 using detail::check;
 
@@ -285,4 +287,5 @@ void Context::release_cached() {
   impl_->drop_cache();
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -10,7 +10,10 @@
 // the flat index. Numerics: exact copies.
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -58,4 +61,5 @@ void ops::im2col(Context& c, const float* x, int h, int w, int channels, int k, 
   check_launch("im2col");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

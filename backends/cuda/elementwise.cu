@@ -10,7 +10,10 @@
 // widens values exactly.
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -151,4 +154,5 @@ void ops::gather_rows(Context& c, const float* src, const int32_t* rows, int64_t
   check_launch("gather_rows");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -12,8 +12,10 @@
 
 #include "check.hpp"
 #include "uocr/backends/cuda/ops.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 using detail::check;
 
@@ -56,4 +58,5 @@ void ops::linear(Context& c, const float* x, int64_t m, const MatrixView& w, con
   if (bias) add_bias(c, y, m, n, bias);
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

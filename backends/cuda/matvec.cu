@@ -13,7 +13,10 @@
 // the CPU's Eigen order only by float32 rounding (~1e-7 relative).
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -90,4 +93,5 @@ void ops::grouped_matvec(Context& c, const MatrixView& w, const float* x, int64_
   }
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -19,7 +19,10 @@
 // in grouped order, y [m, hidden]; all float32 / int32.
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -143,4 +146,5 @@ void ops::moe_combine(Context& c, const float* expert_out, const int32_t* choice
   check_launch("moe_combine");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -10,7 +10,10 @@
 // Numerics: float32 throughout, the CPU's operation order (sums in a different order: ~1e-7).
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -59,4 +62,5 @@ void ops::rms_norm(Context& c, const float* x, int64_t rows, int64_t n, const fl
   check_launch("rms_norm");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -9,7 +9,10 @@
 // (then first + r).
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -46,4 +49,5 @@ void ops::rope(Context& c, float* x, int64_t rows, int heads, int head_dim, int6
   check_launch("rope");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -14,7 +14,10 @@
 // 1/sum after the weighted sum and uses Eigen's exp: agreement ~1e-7 relative.
 #include "split_attention.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -87,4 +90,5 @@ void ops::sam_attention(Context& c, const float* qkv, const float* qkv_bias, con
       tokens, ops::AttentionDims{heads, heads, int(channels / heads)}, int64_t(n) * n, "sam_attention");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

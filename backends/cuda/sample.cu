@@ -5,7 +5,10 @@
 // value and, on equal values, the smaller index (logits are finite; NaN handling is unspecified).
 #include "common.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -45,4 +48,5 @@ void ops::argmax(Context& c, const float* x, int64_t rows, int64_t n, int32_t* o
   check_launch("argmax");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -30,7 +30,10 @@
 // index per span).
 #include "split_attention.cuh"
 
-namespace uocr::cuda {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 namespace {
 
 using namespace detail;
@@ -282,4 +285,5 @@ void ops::span_attention(Context& c, const float* q, const AttentionDims& d, con
                             "span attention");
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -26,7 +26,10 @@
 #pragma once
 #include "common.cuh"
 
-namespace uocr::cuda::detail {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cuda::detail {
 
 inline constexpr int kSplitKeys = 64, kSplitThreads = 256;
 
@@ -166,4 +169,5 @@ void split_attention(Context& c, KeysAt keys_at, int64_t n, const ops::Attention
   }
 }
 
-}  // namespace uocr::cuda::detail
+}  // namespace cuda::detail
+UOCR_NAMESPACE_END

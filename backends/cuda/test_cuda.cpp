@@ -377,11 +377,11 @@ TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with o
   CHECK(uocr::compiled_backends().find("cuda") != std::string::npos);
   Env& e = Env::get();
   if (!e.ctx) {
-    CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda, 0); }) == Status::unsupported);
-    CHECK(uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::cuda, 0); }).rfind("no CUDA device: ", 0) == 0);
+    CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }) == Status::unsupported);
+    CHECK(uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }).rfind("no CUDA device: ", 0) == 0);
     return;
   }
-  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(model, uocr::Backend::cuda, 0);
+  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(model, uocr::Backend::cuda);
   CHECK(engine->backend() == uocr::Backend::cuda);
   MESSAGE(engine->device());
   CHECK(engine->vision()->hidden() == e.cfg.decoder.hidden);  // vision parity: test_cuda_vision.cpp
@@ -397,7 +397,7 @@ TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with o
   auto page = [&](int64_t, std::vector<float>& out) { out = e.vision; };
   uocr::FunctionPageEmbeddings gpu_pages(1, page), cpu_pages(1, page);
   const std::unique_ptr<uocr::DecoderEngine> gpu = engine->decoder(8, {});
-  const std::unique_ptr<uocr::DecoderEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu, 0)->decoder(8, {});
+  const std::unique_ptr<uocr::DecoderEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu)->decoder(8, {});
   double worst = rel_err(gpu->start(layout, gpu_pages), cpu->start(layout, cpu_pages));
   for (int s = 0; s < 10; ++s) worst = std::max(worst, rel_err(gpu->step(e.gen_ids[size_t(s)]), cpu->step(e.gen_ids[size_t(s)])));
   MESSAGE("cuda engine vs cpu engine: worst logits rel err " << worst);

@@ -152,7 +152,7 @@ TEST_CASE("SR-SWA through the CUDA engine matches the CPU engine (golden tiny-b,
   pp.sparse = true;
   pp.sparse_params = {16, 1, 4, true};
   auto run = [&](uocr::Backend b) {
-    const std::unique_ptr<uocr::DecoderEngine> eng = uocr::open_engine(model, b, 0)->decoder(8, pp);
+    const std::unique_ptr<uocr::DecoderEngine> eng = uocr::open_engine(model, b)->decoder(8, pp);
     uocr::FunctionPageEmbeddings pages(1, [&](int64_t, std::vector<float>& out) { out = vision; });
     std::vector<std::vector<float>> rows{eng->start(layout, pages)};
     for (size_t k = 0; k < 16; ++k) rows.push_back(eng->step(gen[k]));

@@ -84,8 +84,8 @@ TEST_CASE("the CUDA engine's vision() matches the CPU engine's (global view + a 
   const std::shared_ptr<const uocr::Model> model = uocr::Model::load(uocr_test::golden_model_dir());
   const std::vector<float> image = uocr_test::golden_view();
   const std::vector<float> tile = crop_640(image);
-  const std::unique_ptr<uocr::VisionEngine> gpu = uocr::open_engine(model, uocr::Backend::cuda, 0)->vision();
-  const std::unique_ptr<uocr::VisionEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu, 0)->vision();
+  const std::unique_ptr<uocr::VisionEngine> gpu = uocr::open_engine(model, uocr::Backend::cuda)->vision();
+  const std::unique_ptr<uocr::VisionEngine> cpu = uocr::open_engine(model, uocr::Backend::cpu)->vision();
   CHECK(gpu->hidden() == cpu->hidden());
   const RowError err = row_error(gpu->visual_tokens(image, {tile, tile}, 2, 1), cpu->visual_tokens(image, {tile, tile}, 2, 1));
   MESSAGE("cuda engine vision vs cpu engine: rel " << err.rel << ", max abs " << err.max_abs);

@@ -15,8 +15,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 template <class Matrix, class Vector, class Stacked>
 struct DeviceDecoderWeights {
@@ -77,4 +78,4 @@ struct DeviceDecoderWeights {
   }
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

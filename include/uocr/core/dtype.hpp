@@ -5,8 +5,9 @@
 #include <string>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 enum class DType { f32, f16, bf16 };
 
@@ -82,4 +83,4 @@ inline void to_f32(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

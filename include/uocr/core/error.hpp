@@ -5,7 +5,9 @@
 #include <string>
 #include <utility>
 
-namespace uocr {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
 
 // Stable numbering: never renumber, only append (mirrored by the C ABI's uocr_status).
 enum class Status : int {
@@ -57,4 +59,4 @@ inline void require(bool condition, Status status, const char* message) {
   if (!condition) throw Error(status, message);
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -12,8 +12,9 @@
 
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/cpu/scratch.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct AttentionShape {
   int heads = 0;
@@ -212,4 +213,4 @@ class DecodeAttention {
                       const AttentionShape& s, float* out) = 0;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -31,11 +31,13 @@
 #include "uocr/backends/cpu/scratch.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/attention.hpp"
+#include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/decoder/moe.hpp"
 #include "uocr/decoder/rope.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
 // One compiled body for every caller (see Decoder::decode_rows).
 #if defined(__clang__)
@@ -46,7 +48,7 @@
 #define UOCR_NOT_SPECIALIZED
 #endif
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // `<image>` id of the published tokenizer: each occurrence takes the next visual embedding.
 inline constexpr int32_t kImageTokenId = 128815;
@@ -55,6 +57,9 @@ enum class PrefillLogits { last, all };
 
 class Decoder {
  public:
+  // host_kv: every array of KvCache is host memory.
+  static constexpr BackendCapabilities capabilities{/*host_kv*/ true, /*batched_decode*/ true, /*multi_token_decode*/ true};
+
   Decoder(const DecoderConfig& config, const DecoderWeights& weights)
       : c_(config), w_(weights), rope_(config.head_dim, config.rope_theta),
         shape_{config.heads, config.kv_heads, config.head_dim} {
@@ -467,4 +472,4 @@ class Decoder {
   MoeScratch moe_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

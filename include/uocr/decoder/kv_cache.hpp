@@ -16,8 +16,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/model/config.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // A range of reference rows: [begin, begin + rows).
 struct RowSpan {
@@ -214,4 +215,4 @@ class KvCache : public KvRing<KvCache> {
   std::vector<Layer> layers_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -13,8 +13,9 @@
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // y[r] = w ⊙ x[r] · rsqrt(mean(x[r]²) + eps) for `rows` rows of n (DeepseekV2RMSNorm; fp32 stats).
 inline void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y) {
@@ -151,4 +152,4 @@ inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, c
   }
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

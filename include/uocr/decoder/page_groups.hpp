@@ -81,18 +81,19 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/decoder/rope.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // Visual embeddings of a document's pages, in order, one page per call (pulled just in time).
 class PageEmbeddingSource {
@@ -150,6 +151,28 @@ struct PageGroupParams {
 // Largest position allowed with allow_position_extrapolation (float32 integers are exact below).
 inline constexpr int64_t kMaxExtrapolatedPosition = int64_t(1) << 24;
 
+// A document's decoder memory in bytes, as held now.
+struct DecoderMemory {
+  size_t reference_kv_bytes = 0;  // the reference's KV rows (head, the held pages, tail)
+  size_t window_kv_bytes = 0;     // the generated window's KV rows
+  size_t kv_allocated_bytes = 0;  // KV storage reserved (ring slots not yet filled included)
+  size_t peak_kv_bytes = 0;       // the most reference + window rows held so far
+  // One page's embeddings (with recompute_on_slide, the G held pages' as well).
+  size_t page_buffer_bytes = 0;
+  size_t sparse_summary_bytes = 0;  // SR-SWA's key summaries of the held pages
+  // Working memory besides the KV cache: the decoder's scratch, start()'s input rows, the page
+  // buffer, SR-SWA's summaries and selection buffers. Every buffer is kept and reused once
+  // grown, so this never drops during a run.
+  size_t scratch_bytes = 0;
+};
+
+// Where a document's decoder time went, in seconds.
+struct DecoderTimings {
+  double prefill_seconds = 0;  // start() and every page prefilled in a slide
+  double source_seconds = 0;   // waiting for pages (vision, when the source encodes)
+  double slide_seconds = 0;    // next_page() calls that slid (source + prefill)
+};
+
 // Where a document stands between two steps, besides the KV rows (see visit_kv()); the same
 // for every backend.
 struct PageGroupState {
@@ -167,9 +190,8 @@ struct PageGroupState {
 template <class Dec, class Cache>
 class BasicPageGroupDecoder {
  public:
-  // SR-SWA summarizes the keys on the host: in place (uocr::KvCache) or read back a page at a
-  // time (Cache::summarize_page).
-  static constexpr bool kHostKv = std::is_same_v<Cache, KvCache>;
+  // Checked here, for every backend: uocr/decoder/backend_contract.hpp.
+  static constexpr BackendCapabilities capabilities = check_backend_contract<Dec, Cache>();
   using decoder_type = Dec;
   using cache_type = Cache;
 
@@ -443,23 +465,19 @@ class BasicPageGroupDecoder {
   int64_t tail_row() const { return head_rows_ + g_ * layout_.page_tokens; }
 
   // --- Memory (bytes) and time ---
-  size_t reference_bytes() const { return cache_.reference_bytes(); }
-  size_t window_bytes() const { return cache_.window_bytes(); }
-  size_t kv_allocated_bytes() const { return cache_.allocated_bytes(); }
-  size_t peak_kv_bytes() const { return peak_total_bytes_; }
-  // One page's embeddings (with recompute_on_slide, the G held pages' as well).
-  size_t page_buffer_bytes() const { return (page_.capacity() + held_embeddings_.capacity()) * sizeof(float); }
-  size_t sparse_summary_bytes() const { return sparse_ ? sparse_->summary_bytes() : 0; }
-  // Working memory held besides the KV cache: the decoder's scratch, start()'s input rows, one
-  // page's embeddings, SR-SWA's summaries and selection buffers. Every buffer is kept and reused
-  // once grown, so this never drops during a run.
-  size_t scratch_bytes() const {
-    return dec_.scratch_bytes() + input_.capacity() * sizeof(float) + page_buffer_bytes() +
-           window_ids_.capacity() * sizeof(int32_t) + (sparse_ ? sparse_->scratch_bytes() : 0);
+  DecoderMemory memory() const {
+    DecoderMemory m;
+    m.reference_kv_bytes = cache_.reference_bytes();
+    m.window_kv_bytes = cache_.window_bytes();
+    m.kv_allocated_bytes = cache_.allocated_bytes();
+    m.peak_kv_bytes = peak_total_bytes_;
+    m.page_buffer_bytes = (page_.capacity() + held_embeddings_.capacity()) * sizeof(float);
+    m.sparse_summary_bytes = sparse_ ? sparse_->summary_bytes() : 0;
+    m.scratch_bytes = dec_.scratch_bytes() + input_.capacity() * sizeof(float) + m.page_buffer_bytes +
+                      window_ids_.capacity() * sizeof(int32_t) + (sparse_ ? sparse_->scratch_bytes() : 0);
+    return m;
   }
-  double prefill_seconds() const { return prefill_seconds_; }  // start + every page prefilled in a slide
-  double source_seconds() const { return source_seconds_; }    // waiting for pages (vision, when the source encodes)
-  double slide_seconds() const { return slide_seconds_; }      // next_page() calls that slid (source + prefill)
+  DecoderTimings timings() const { return {prefill_seconds_, source_seconds_, slide_seconds_}; }
 
   const Cache& cache() const { return cache_; }
   Dec& decoder() { return dec_; }
@@ -519,7 +537,7 @@ class BasicPageGroupDecoder {
       for (int64_t s = 0; s < g_; ++s) summarize(size_t(s));
     const int64_t keep = int64_t(window_ids_.size()), position = next_position() - keep;
     cache_.keep_last_generated(0);
-    if constexpr (std::is_same_v<Dec, Decoder>)
+    if constexpr (capabilities.multi_token_decode)
       dec_.decode_tokens(window_ids_.data(), keep, position, cache_);  // the steps' bits, the rows batched
     else
       for (int64_t j = 0; j < keep; ++j) dec_.decode_step(window_ids_[size_t(j)], position + j, cache_);
@@ -583,7 +601,7 @@ class BasicPageGroupDecoder {
 
   // SR-SWA summaries of slot s's page (after it was prefilled).
   void summarize(size_t s) {
-    if constexpr (kHostKv)
+    if constexpr (capabilities.host_kv)
       sparse_->update_page(cache_, s);
     else
       cache_.summarize_page(*sparse_, s);
@@ -632,4 +650,4 @@ class PageGroupDecoder final : public BasicPageGroupDecoder<Decoder, KvCache> {
       : BasicPageGroupDecoder(Decoder(config, weights), KvCache(config, window), params) {}
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

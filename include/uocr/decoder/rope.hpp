@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace uocr {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
 
 class Rope {
  public:
@@ -48,4 +50,4 @@ class Rope {
   std::vector<float> inv_freq_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -59,8 +59,9 @@
 #include "uocr/decoder/attention.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/model/config.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct SparseParams {
   int block_tokens = 16;            // visual tokens per block (the last block of a page may be shorter)
@@ -541,4 +542,4 @@ class SparseReference final : public DecodeAttention {
   uint64_t revision_ = 0;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // The selection kernels' parameters (Vulkan: the push constants, in this order). `layer` is set
 // per launch.
@@ -100,4 +101,4 @@ std::vector<Span> selection_spans(const std::vector<uint32_t>& sel) {
   return spans;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

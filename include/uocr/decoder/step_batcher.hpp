@@ -40,8 +40,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/attention.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct BatchParams {
   int max_batch = 1;       // sequences per batched step; 1 = off (each document steps alone)
@@ -186,4 +187,4 @@ class StepBatcher {
   std::vector<DecodeAttention*> attentions_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

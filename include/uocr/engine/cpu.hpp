@@ -7,10 +7,12 @@
 
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/engine/engine.hpp"
+#include "uocr/engine/registry.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/encoder.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class CpuVisionEngine final : public VisionEngine {
  public:
@@ -49,7 +51,7 @@ inline const std::string& cpu_model_name() {
 // model and BatchParams (Model::backend_state "cpu:batch:..."), shared by all such engines.
 class CpuEngine final : public Engine {
  public:
-  using PageGroups = PageGroupEngine<PageGroupDecoder, true>;
+  using PageGroups = PageGroupEngine<PageGroupDecoder>;
 
   explicit CpuEngine(std::shared_ptr<const Model> model, BatchParams batching = {}) : model_(std::move(model)) {
     require(model_ != nullptr, Status::invalid_argument, "engine needs a model");
@@ -76,4 +78,9 @@ class CpuEngine final : public Engine {
   std::shared_ptr<PageGroups::Batcher> batcher_;  // null: batching off
 };
 
-}  // namespace uocr
+inline const bool cpu_engine_registered = register_engine(
+    Backend::cpu, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
+      return std::make_shared<CpuEngine>(model, options.batching);
+    });
+
+UOCR_NAMESPACE_END

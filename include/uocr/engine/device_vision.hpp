@@ -15,8 +15,9 @@
 
 #include "uocr/engine/engine.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 template <class Device>
 class DeviceVisionEngine final : public VisionEngine {
@@ -47,4 +48,4 @@ class DeviceVisionEngine final : public VisionEngine {
   size_t peak_ = 0;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

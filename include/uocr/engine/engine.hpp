@@ -1,7 +1,7 @@
 // Compute engines: what the generation loop needs from a backend (CPU, Vulkan, CUDA), so that
 // sessions pick one at run time (SessionParams::backend) and stay backend-agnostic.
 //
-//   std::shared_ptr<Engine> e = open_engine(model, Backend::vulkan, 0);  // uocr/engine/open.hpp
+//   std::shared_ptr<Engine> e = open_engine(model, Backend::vulkan);     // uocr/engine/open.hpp
 //   std::unique_ptr<VisionEngine> vision = e->vision();                  // page views -> visual tokens
 //   std::unique_ptr<DecoderEngine> dec = e->decoder(window, groups);     // one document's decoder
 //   std::vector<float> logits = dec->start(layout, pages);               // prefill the reference
@@ -9,9 +9,9 @@
 //
 // A backend provides an Engine (opened once per model and device, sharing the device's copy of
 // the weights between sessions), a VisionEngine and a DecoderEngine. The decoder side is page
-// groups (uocr/decoder/page_groups.hpp) over the backend's decoder + KV cache pair: a backend
-// implements uocr::Decoder's prefill / prefill_segment / decode_step and uocr::KvCache's
-// reference API and wraps BasicPageGroupDecoder<ItsDecoder, ItsCache> in PageGroupEngine below.
+// groups (uocr/decoder/page_groups.hpp) over the backend's decoder + KV cache pair, which keeps
+// the backend contract (uocr/decoder/backend_contract.hpp); a backend wraps
+// BasicPageGroupDecoder<ItsDecoder, ItsCache> in PageGroupEngine below.
 // What a backend cannot do (a head_dim beyond its attention kernel's, say) is Status::unsupported,
 // never a silent fallback to another backend.
 //
@@ -30,26 +30,10 @@
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/decoder/step_batcher.hpp"
+#include "uocr/engine/backend.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
-
-enum class Backend { cpu, vulkan, cuda };
-
-inline const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::cpu: return "cpu";
-    case Backend::vulkan: return "vulkan";
-    case Backend::cuda: return "cuda";
-  }
-  return "?";
-}
-
-// "cpu" / "vulkan" / "cuda" -> Backend; Status::invalid_argument for anything else.
-inline Backend parse_backend(const std::string& name) {
-  for (Backend b : {Backend::cpu, Backend::vulkan, Backend::cuda})
-    if (name == backend_name(b)) return b;
-  throw Error(Status::invalid_argument, "unknown backend '" + name + "' (expected cpu, vulkan or cuda)");
-}
+UOCR_NAMESPACE_BEGIN
 
 // The DeepEncoder on some device: one page's prepared views -> visual tokens [n, hidden], laid
 // out as uocr::VisionEncoder::visual_tokens.
@@ -93,30 +77,20 @@ class DecoderEngine {
   virtual int64_t group_size() const = 0;
   virtual int64_t slides() const = 0;
 
-  // KV bytes: reference held, generated window held, reserved, largest reference + window seen.
-  virtual size_t reference_bytes() const = 0;
-  virtual size_t window_bytes() const = 0;
-  virtual size_t kv_allocated_bytes() const = 0;
-  virtual size_t peak_kv_bytes() const = 0;
-  virtual size_t page_buffer_bytes() const = 0;
-  virtual size_t sparse_summary_bytes() const = 0;
-  // Working memory held besides the KV cache (BasicPageGroupDecoder::scratch_bytes).
-  virtual size_t scratch_bytes() const = 0;
+  virtual DecoderMemory memory() const = 0;
+  virtual DecoderTimings timings() const = 0;
   virtual SparseReference* sparse() = 0;  // SR-SWA state, nullptr when off
-
-  virtual double prefill_seconds() const = 0;
-  virtual double slide_seconds() const = 0;
 };
 
 // DecoderEngine over page groups PG (a BasicPageGroupDecoder). `owner` keeps alive what PG
-// refers to (the model's weights; a device and its uploaded weights). kBatching (a decoder with
-// decode_batch and check_step: CPU, CUDA): with batch_steps(), decode steps go through a
-// StepBatcher shared with other documents (continuous batching); the document counts as decoding
-// there from the end of start()/resume() to its destruction, except while a next_page()
-// prefills entering pages.
-template <class PG, bool kBatching = false>
+// refers to (the model's weights; a device and its uploaded weights). A backend with
+// batched_decode: with batch_steps(), decode steps go through a StepBatcher shared with other
+// documents (continuous batching); the document counts as decoding there from the end of
+// start()/resume() to its destruction, except while a next_page() prefills entering pages.
+template <class PG>
 class PageGroupEngine final : public DecoderEngine {
  public:
+  static constexpr bool kBatching = PG::capabilities.batched_decode;
   using Batcher = StepBatcher<typename PG::decoder_type, typename PG::cache_type>;
 
   template <class... Args>
@@ -165,18 +139,13 @@ class PageGroupEngine final : public DecoderEngine {
   int64_t group_size() const override { return pg_.group_size(); }
   int64_t slides() const override { return pg_.slides(); }
 
-  size_t reference_bytes() const override { return pg_.reference_bytes(); }
-  size_t window_bytes() const override { return pg_.window_bytes(); }
-  size_t kv_allocated_bytes() const override { return pg_.kv_allocated_bytes(); }
-  size_t peak_kv_bytes() const override { return pg_.peak_kv_bytes(); }
-  size_t page_buffer_bytes() const override { return pg_.page_buffer_bytes(); }
-  size_t sparse_summary_bytes() const override { return pg_.sparse_summary_bytes(); }
-  // With batching: plus this document's logits row (the batch decoder's scratch is shared).
-  size_t scratch_bytes() const override { return pg_.scratch_bytes() + logits_.capacity() * sizeof(float); }
+  DecoderMemory memory() const override {
+    DecoderMemory m = pg_.memory();
+    m.scratch_bytes += logits_.capacity() * sizeof(float);  // batching: this document's logits row
+    return m;
+  }
+  DecoderTimings timings() const override { return pg_.timings(); }
   SparseReference* sparse() override { return pg_.sparse(); }
-
-  double prefill_seconds() const override { return pg_.prefill_seconds(); }
-  double slide_seconds() const override { return pg_.slide_seconds(); }
 
   PG& page_groups() { return pg_; }
 
@@ -231,4 +200,4 @@ class Engine {
   virtual BatchStats batch_stats() const { return {}; }
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

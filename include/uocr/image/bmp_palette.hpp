@@ -14,7 +14,10 @@
 #include <cstdint>
 #include <vector>
 
-namespace uocr::detail {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace detail {
 
 // The BMP file rewritten as above; empty when there is nothing to rewrite (not an uncompressed
 // 1/4/8-bit BMP with a header stb reads, or one whose palette stb already reads as Pillow does).
@@ -67,4 +70,5 @@ inline std::vector<uint8_t> bmp_with_pillow_palette(const uint8_t* data, size_t 
   return out;
 }
 
-}  // namespace uocr::detail
+}  // namespace detail
+UOCR_NAMESPACE_END

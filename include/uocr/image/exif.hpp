@@ -16,7 +16,9 @@
 #include <cstring>
 #include <vector>
 
-namespace uocr {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -135,4 +137,4 @@ inline int exif_orientation(const uint8_t* data, size_t size) {
   return o >= 1 && o <= 8 ? o : 1;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -4,7 +4,10 @@
 // generic x86-64 wheels and PyTorch's scalar code paths rounded the product instead.
 #pragma once
 
-namespace uocr::detail {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace detail {
 
 // `v` rounded to T and hidden from the optimiser, so no later add can be fused with the
 // operation that produced it.
@@ -14,4 +17,5 @@ inline T rounded(T v) {
   return r;
 }
 
-}  // namespace uocr::detail
+}  // namespace detail
+UOCR_NAMESPACE_END

@@ -35,11 +35,12 @@
 #include "uocr/image/exif.hpp"
 #include "uocr/image/png_palette.hpp"
 #include "uocr/io/read_file.hpp"
+#include "uocr/version.hpp"
 #ifdef UOCR_HAVE_LIBJPEG
 #include "uocr/image/jpeg.hpp"
 #endif
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct ImageU8 {
   int width = 0;
@@ -302,4 +303,4 @@ inline ImageU8 load_image(const std::string& path, const DecodeLimits& limits = 
   }
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -18,8 +18,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/image/fp_exact.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -144,4 +145,4 @@ inline std::vector<float> interpolate_linear(const float* src, int channels, int
   return out;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

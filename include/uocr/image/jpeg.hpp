@@ -23,8 +23,9 @@
 #include <jerror.h>  // JWRN_JPEG_EOF
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 namespace detail {
 
 inline bool is_jpeg(const uint8_t* data, size_t size) {
@@ -162,4 +163,4 @@ class JpegDecoder {
 };
 
 }  // namespace detail
-}  // namespace uocr
+UOCR_NAMESPACE_END

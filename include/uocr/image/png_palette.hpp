@@ -8,7 +8,10 @@
 #include <cstring>
 #include <vector>
 
-namespace uocr::detail {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace detail {
 
 // CRC-32 as PNG chunks carry it (ISO 3309, reflected 0xEDB88320).
 inline uint32_t crc32(const uint8_t* p, size_t n) {
@@ -60,4 +63,5 @@ inline std::vector<uint8_t> png_with_full_palettes(const uint8_t* data, size_t s
   return out;
 }
 
-}  // namespace uocr::detail
+}  // namespace detail
+UOCR_NAMESPACE_END

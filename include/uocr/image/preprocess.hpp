@@ -30,9 +30,10 @@
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/resample.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/token_layout.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // The infer() arguments that shape the image input.
 struct PreprocessConfig {
@@ -194,4 +195,4 @@ inline size_t visual_token_count(const PreparedImage& p) {
                              : visual_token_count(p.global_size, p.tile_size, p.tiles_x, p.tiles_y);
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -18,8 +18,9 @@
 #include "uocr/core/error.hpp"
 #include "uocr/image/fp_exact.hpp"
 #include "uocr/image/image.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct Rgb8 {
   uint8_t r, g, b;
@@ -210,4 +211,4 @@ inline ImageU8 pad(const ImageU8& src, int target_w, int target_h, Rgb8 color = 
   return out;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

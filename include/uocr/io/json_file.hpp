@@ -7,8 +7,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/io/mapped_file.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 inline nlohmann::json read_model_json(const std::string& path) {
   try {
@@ -18,4 +19,4 @@ inline nlohmann::json read_model_json(const std::string& path) {
   }
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class MappedFile {
  public:
@@ -83,4 +84,4 @@ inline bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -13,8 +13,9 @@
 #include "uocr/core/dtype.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/io/mapped_file.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct NpyArray {
   std::string descr;  // e.g. "<f4", "<f2", "<i8", "|b1"
@@ -181,4 +182,4 @@ inline void write_npy_f32(const std::string& path, const std::vector<int64_t>& s
   write_npy(path, "<f4", shape, data, 4);
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

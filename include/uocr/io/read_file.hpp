@@ -19,8 +19,9 @@
 #include <unistd.h>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -82,4 +83,4 @@ inline void require_regular_file(const std::string& path, const std::string& wha
   detail::require_regular(st, what, path);
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

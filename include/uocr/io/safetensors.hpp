@@ -14,8 +14,9 @@
 #include "uocr/core/dtype.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/io/mapped_file.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // A tensor inside a mapped checkpoint: no copy, valid while the owning file stays open.
 struct TensorView {
@@ -190,4 +191,4 @@ inline uint64_t safetensors_expected_size(const std::string& path) {
   return 8 + header_len + data_end;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

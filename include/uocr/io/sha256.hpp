@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class Sha256 {
  public:
@@ -115,4 +116,4 @@ inline std::string sha256_file(const std::string& path, const std::function<void
   return h.hex();
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

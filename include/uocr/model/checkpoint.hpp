@@ -12,8 +12,9 @@
 #include "uocr/io/json_file.hpp"
 #include "uocr/io/mapped_file.hpp"
 #include "uocr/io/safetensors.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // The files a model folder's weights are in: the shards model.safetensors.index.json lists, in
 // first-listed order, with the shard of every tensor; or the single model.safetensors.
@@ -112,4 +113,4 @@ class Checkpoint {
   mutable std::set<std::string> used_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -15,8 +15,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/io/json_file.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct DecoderConfig {
   int hidden = 1280;
@@ -293,4 +294,4 @@ struct ModelConfig {
   };
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -15,8 +15,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/io/json_file.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // How decode positions are numbered once a document outgrows one page group (page_groups.hpp).
 enum class PositionPolicy {
@@ -94,4 +95,4 @@ struct DecodeDefaults {
   }
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -12,8 +12,9 @@
 #include "uocr/model/decode_defaults.hpp"
 #include "uocr/model/weights.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class Model {
  public:
@@ -73,4 +74,4 @@ class Model {
   mutable std::map<std::string, std::shared_ptr<void>> state_;  // last: released before the weights it copies
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -7,8 +7,9 @@
 
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct LinearWeights {
   const TensorView* weight = nullptr;  // [out, in]
@@ -197,4 +198,4 @@ struct ModelWeights {
   }
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -26,8 +26,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/io/read_file.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 inline constexpr uint32_t kCheckpointVersion = 5;  // 2: memory peaks of the run so far; 3: group positions;
                                                    // 4: the page clock without its marker lead,
@@ -225,4 +226,4 @@ inline std::string read_checkpoint(const std::string& path) {
   return bytes.substr(32);
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

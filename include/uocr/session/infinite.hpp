@@ -75,9 +75,10 @@
 #include "uocr/session/prompt.hpp"
 #include "uocr/session/sampler.hpp"
 #include "uocr/tokenizer/utf8.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/encoder.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // Decides when generated text has passed a page boundary (the policy described above).
 class PageClock {
@@ -218,7 +219,7 @@ class InfiniteSession {
     PageGroupDecoder::validate(inf_.groups);
     // Opened now, so a backend that is not built in or a missing device is reported here; the
     // device and its copy of the weights are shared with the model's other sessions.
-    backend_ = open_engine(model_, params_.backend, params_.device_index, params_.batching, params_.cuda_graphs);
+    backend_ = open_engine(model_, params_.backend, engine_options(params_));
   }
 
   const Model& model() const { return *model_; }
@@ -319,13 +320,14 @@ class InfiniteSession {
       emit(e);
     };
     auto track_memory = [&] {
-      memory_.reference_kv_bytes = engine.reference_bytes();
-      memory_.window_kv_bytes = engine.window_bytes();
-      memory_.kv_allocated_bytes = engine.kv_allocated_bytes();
-      memory_.peak_kv_bytes = engine.peak_kv_bytes();
+      const DecoderMemory m = engine.memory();
+      memory_.reference_kv_bytes = m.reference_kv_bytes;
+      memory_.window_kv_bytes = m.window_kv_bytes;
+      memory_.kv_allocated_bytes = m.kv_allocated_bytes;
+      memory_.peak_kv_bytes = m.peak_kv_bytes;
       // Engines keep their working memory once grown (vision and decoder workspaces), so what
       // they hold between two steps is their largest so far: sampling here sees every peak.
-      memory_.scratch_bytes = encoder->scratch_bytes() + engine.scratch_bytes();
+      memory_.scratch_bytes = encoder->scratch_bytes() + m.scratch_bytes;
       memory_.peak_scratch_bytes = std::max(memory_.peak_scratch_bytes, memory_.scratch_bytes);
       memory_.peak_bytes = std::max(memory_.peak_bytes, memory_.kv_allocated_bytes + memory_.scratch_bytes);
     };
@@ -409,9 +411,10 @@ class InfiniteSession {
     }
     sum.generated_tokens = L.generated;
     sum.memory = memory_;
-    sum.decode_seconds = seconds_since(t_decode) - engine.slide_seconds();
-    sum.vision_seconds = visual.seconds();           // every page, at start and in slides
-    sum.prefill_seconds = engine.prefill_seconds();  // start and the pages prefilled in slides
+    const DecoderTimings timings = engine.timings();
+    sum.decode_seconds = seconds_since(t_decode) - timings.slide_seconds;
+    sum.vision_seconds = visual.seconds();            // every page, at start and in slides
+    sum.prefill_seconds = timings.prefill_seconds;    // start and the pages prefilled in slides
     sum.text = trim(text);
     sum.empty = !(L.visible || tail.text.find_first_not_of(kWhitespace) != std::string::npos);
 
@@ -422,13 +425,14 @@ class InfiniteSession {
     stats_.forced_boundaries = L.clock.forced_boundaries();
     stats_.early_eos_replaced = L.early_eos_replaced;
     stats_.markers_completed = L.markers_completed;
-    stats_.page_buffer_bytes = engine.page_buffer_bytes();
-    stats_.sparse_summary_bytes = engine.sparse_summary_bytes();
+    const DecoderMemory memory = engine.memory();
+    stats_.page_buffer_bytes = memory.page_buffer_bytes;
+    stats_.sparse_summary_bytes = memory.sparse_summary_bytes;
     if (engine.sparse()) {
       stats_.sparse_rows_attended = engine.sparse()->rows_attended();
       stats_.sparse_rows_dense = engine.sparse()->rows_dense();
     }
-    stats_.slide_seconds = engine.slide_seconds();
+    stats_.slide_seconds = timings.slide_seconds;
     return sum;
   }
 
@@ -717,4 +721,4 @@ class InfiniteSession {
   int64_t token_in_progress_ = 0;  // the generated token the run is at (1 for the first), 0 before it: run()'s out-of-memory message
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <string>
 
-namespace uocr {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
 
 struct LoopGuardParams {
   size_t min_repeats = 16;     // a block must repeat at least this often in a row ...
@@ -81,4 +83,4 @@ class LoopGuard {
   bool in_box_ = false;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -10,8 +10,9 @@
 #include <utility>
 
 #include "uocr/session/output_parser.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class MarkdownFilter {
  public:
@@ -90,4 +91,4 @@ class MarkdownFilter {
   bool emitted_ = false;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

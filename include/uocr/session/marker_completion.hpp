@@ -17,8 +17,9 @@
 
 #include "uocr/session/output_parser.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class MarkerCompletion {
  public:
@@ -57,4 +58,4 @@ class MarkerCompletion {
   std::array<bool, kPageMarker.size()> any_{};
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

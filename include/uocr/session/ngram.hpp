@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class NoRepeatNgram {
  public:
@@ -90,4 +91,4 @@ class NoRepeatNgram {
   int64_t length_ = 0;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

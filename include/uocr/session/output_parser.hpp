@@ -10,7 +10,9 @@
 #include <string>
 #include <string_view>
 
-namespace uocr {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
 
 // What the model writes at the start of every page of a multi-page transcript.
 inline constexpr std::string_view kPageMarker = "<PAGE>";
@@ -136,4 +138,4 @@ class OutputParser {
 // Upstream's de-normalisation: x_px = int(x / 999 * width).
 inline int box_to_pixels(int v, int extent) { return int(double(v) / 999.0 * double(extent)); }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

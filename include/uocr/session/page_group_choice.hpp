@@ -6,8 +6,9 @@
 
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/model/decode_defaults.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 inline void set_position_policy(PageGroupParams& g, PositionPolicy p) {
   g.allow_position_extrapolation = p == PositionPolicy::extrapolate;
@@ -43,4 +44,4 @@ struct PageGroupChoice {
   }
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -34,9 +34,10 @@
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/preprocess.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/encoder.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class PageSource {
  public:
@@ -272,4 +273,4 @@ class EncodedPages final : public PageEmbeddingSource {
   double seconds_ = 0;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

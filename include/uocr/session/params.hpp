@@ -8,13 +8,15 @@
 #include <string>
 
 #include "uocr/core/error.hpp"
-#include "uocr/engine/engine.hpp"
+#include "uocr/engine/backend.hpp"
+#include "uocr/engine/registry.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/output_parser.hpp"
 #include "uocr/session/sampler.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 enum class ImageMode { base, gundam };
 
@@ -48,6 +50,15 @@ struct SessionParams {
   BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
   bool cuda_graphs = true;           // CUDA backend: decode steps replay CUDA graphs (same logits; backends/cuda/README.md)
 };
+
+// The engine a session opens (uocr/engine/open.hpp) besides its backend.
+inline EngineOptions engine_options(const SessionParams& p) {
+  EngineOptions o;
+  o.device_index = p.device_index;
+  o.batching = p.batching;
+  o.cuda_graphs = p.cuda_graphs;
+  return o;
+}
 
 // Checks everything up front, not seconds later after the vision encoder has run.
 inline void validate(const Model& model, const SessionParams& p) {
@@ -109,4 +120,4 @@ struct RunSummary {
   MemoryStats memory;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -8,8 +8,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 inline constexpr const char* kSinglePagePrompt = "<image>document parsing.";
 inline constexpr const char* kMultiPagePrompt = "<image>Multi page parsing.";
@@ -39,4 +40,4 @@ inline Prompt build_prompt(const Model& model, const std::string& text, int64_t 
   return p;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

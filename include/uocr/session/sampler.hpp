@@ -14,8 +14,9 @@
 #endif
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct SamplingParams {
   float temperature = 0.f;  // 0 = greedy
@@ -157,4 +158,4 @@ class Sampler {
   std::vector<int32_t> order_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

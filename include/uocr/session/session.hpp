@@ -20,8 +20,9 @@
 #include "uocr/session/infinite.hpp"
 #include "uocr/session/page_source.hpp"
 #include "uocr/session/params.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class Session {
  public:
@@ -31,7 +32,7 @@ class Session {
     validate(*model_, params_);
     // Opens the backend's device now (the model keeps it for every later run and session), so a
     // backend that is not built in or a missing device is reported here, not by run().
-    open_engine(model_, params_.backend, params_.device_index, params_.batching, params_.cuda_graphs);
+    open_engine(model_, params_.backend, engine_options(params_));
   }
 
   const Model& model() const { return *model_; }
@@ -72,4 +73,4 @@ class Session {
   std::optional<InfiniteSession> runner_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -18,8 +18,9 @@
 #include "uocr/tokenizer/bpe.hpp"
 #include "uocr/tokenizer/unicode_tables.hpp"
 #include "uocr/tokenizer/utf8.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct AddedToken {
   int32_t id = -1;
@@ -196,4 +197,4 @@ class AddedTokens {
   Trie normalized_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -16,8 +16,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/tokenizer/utf8.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // GPT-2's reversible byte <-> printable character mapping used by ByteLevel.
 class ByteMap {
@@ -351,4 +352,4 @@ class Bpe {
   bool ignore_merges_ = false;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -12,8 +12,9 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/tokenizer/bpe.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 struct TokenizerJson {
   nlohmann::json root;    // the whole file except the two members below
@@ -173,4 +174,4 @@ class TokenizerJsonReader final : public nlohmann::json_sax<nlohmann::json> {
   std::vector<std::string> pair_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

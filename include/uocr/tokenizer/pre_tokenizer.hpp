@@ -16,8 +16,9 @@
 #include "uocr/core/error.hpp"
 #include "uocr/tokenizer/unicode_tables.hpp"
 #include "uocr/tokenizer/utf8.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class PreTokenizer {
  public:
@@ -252,4 +253,4 @@ class PreTokenizer {
   bool use_regex_ = false;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

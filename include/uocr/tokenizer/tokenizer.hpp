@@ -21,8 +21,9 @@
 #include "uocr/tokenizer/json_reader.hpp"
 #include "uocr/tokenizer/pre_tokenizer.hpp"
 #include "uocr/tokenizer/utf8.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 class Tokenizer {
  public:
@@ -234,4 +235,4 @@ class Tokenizer {
   int32_t eos_id_ = -1;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <iterator>
 
-namespace uocr::unicode {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace unicode {
 
 enum Flag : uint8_t {
   letter = 1u << 0,  // \p{L}
@@ -337,4 +340,5 @@ inline uint8_t classify(char32_t cp) {
   return static_cast<uint8_t>(run[-1] & 0xFF);
 }
 
-}  // namespace uocr::unicode
+}  // namespace unicode
+UOCR_NAMESPACE_END

@@ -8,7 +8,10 @@
 #include <string>
 #include <string_view>
 
-namespace uocr::utf8 {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace utf8 {
 
 inline constexpr char32_t kReplacement = 0xFFFD;
 
@@ -155,4 +158,5 @@ inline std::string sanitize(std::string_view bytes) {
   return out;
 }
 
-}  // namespace uocr::utf8
+}  // namespace utf8
+UOCR_NAMESPACE_END

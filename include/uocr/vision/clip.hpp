@@ -19,9 +19,11 @@
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/conv.hpp"
 
-namespace uocr::vision {
+UOCR_NAMESPACE_BEGIN
+namespace vision {
 
 namespace detail {
 
@@ -102,4 +104,5 @@ inline const float* clip_forward(const ClipConfig& cfg, const ClipWeights& w, co
   return x;
 }
 
-}  // namespace uocr::vision
+}  // namespace vision
+UOCR_NAMESPACE_END

@@ -24,8 +24,10 @@
 #include "uocr/core/error.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::vision {
+UOCR_NAMESPACE_BEGIN
+namespace vision {
 
 // An h x w map with c channels, channels-last: data[(y*w + x)*c + ch].
 struct FeatureMap {
@@ -224,4 +226,5 @@ inline void softmax_rows(Block&& s) {
   }
 }
 
-}  // namespace uocr::vision
+}  // namespace vision
+UOCR_NAMESPACE_END

@@ -42,9 +42,11 @@
 #include "uocr/core/error.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/encoder.hpp"
 
-namespace uocr::vision {
+UOCR_NAMESPACE_BEGIN
+namespace vision {
 
 // The activation bytes one view holds (its buffers live until the view is encoded), and the most
 // any view held since the encoder's reset_peak().
@@ -269,4 +271,5 @@ class DeviceEncoder {
   std::map<std::pair<int, int>, std::pair<Buffer, Buffer>> rel_;
 };
 
-}  // namespace uocr::vision
+}  // namespace vision
+UOCR_NAMESPACE_END

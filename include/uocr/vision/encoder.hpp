@@ -33,12 +33,13 @@
 #include "uocr/core/error.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/clip.hpp"
 #include "uocr/vision/conv.hpp"
 #include "uocr/vision/sam.hpp"
 #include "uocr/vision/token_layout.hpp"
 
-namespace uocr {
+UOCR_NAMESPACE_BEGIN
 
 // Intermediate tensors of one view, for parity tests and `inspect`. Channels-last maps
 // (vision::FeatureMap); PyTorch's NCHW is their transpose.
@@ -201,4 +202,4 @@ class VisionEncoder {
   const ModelWeights& w_;
 };
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

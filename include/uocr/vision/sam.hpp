@@ -27,9 +27,11 @@
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/conv.hpp"
 
-namespace uocr::vision {
+UOCR_NAMESPACE_BEGIN
+namespace vision {
 
 namespace detail {
 
@@ -232,4 +234,5 @@ inline void sam_forward(const SamConfig& cfg, const SamWeights& w, const float* 
   conv2d(ws.conv_tmp, *w.net3, nullptr, 2, 1, ws.sam_out, ws.buffer(Workspace::columns));
 }
 
-}  // namespace uocr::vision
+}  // namespace vision
+UOCR_NAMESPACE_END

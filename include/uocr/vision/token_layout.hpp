@@ -3,7 +3,9 @@
 #pragma once
 #include <cstddef>
 
-namespace uocr {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
 
 // Tokens per side of a view of `view_size` pixels: 16-pixel patches, then two stride-2 convs
 // (upstream: ceil((view_size // patch) / downsample)).
@@ -26,4 +28,4 @@ inline size_t visual_token_count(int global_size, int tile_size, int tiles_x, in
   return n;
 }
 
-}  // namespace uocr
+UOCR_NAMESPACE_END

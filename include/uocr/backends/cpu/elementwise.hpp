@@ -12,7 +12,10 @@
 
 #include <Eigen/Core>
 
-namespace uocr::cpu {
+#include "uocr/version.hpp"
+
+UOCR_NAMESPACE_BEGIN
+namespace cpu {
 
 // Applies `f(Eigen::Map<Eigen::Array<float, 16, 1>, Eigen::Aligned64>&)`, which updates its
 // argument in place, to x[0, n).
@@ -30,4 +33,5 @@ inline void apply_packets(float* x, int64_t n, F f) {
   }
 }
 
-}  // namespace uocr::cpu
+}  // namespace cpu
+UOCR_NAMESPACE_END

@@ -25,8 +25,10 @@
 #include "uocr/core/dtype.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cpu {
+UOCR_NAMESPACE_BEGIN
+namespace cpu {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatrixMap = Eigen::Map<RowMatrix>;
@@ -412,4 +414,5 @@ inline std::vector<float> linear(const std::vector<float>& x, int64_t m, const L
   return y;
 }
 
-}  // namespace uocr::cpu
+}  // namespace cpu
+UOCR_NAMESPACE_END

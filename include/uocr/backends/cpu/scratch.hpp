@@ -12,9 +12,12 @@
 #include <Eigen/Core>
 #ifdef _OPENMP
 #include <omp.h>
+
+#include "uocr/version.hpp"
 #endif
 
-namespace uocr::cpu {
+UOCR_NAMESPACE_BEGIN
+namespace cpu {
 
 using AlignedFloats = std::vector<float, Eigen::aligned_allocator<float>>;
 
@@ -48,4 +51,5 @@ inline float* thread_slice(float* slices, int64_t per_thread) {
 #endif
 }
 
-}  // namespace uocr::cpu
+}  // namespace cpu
+UOCR_NAMESPACE_END

@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 struct DeviceInfo {
   int index = 0;
@@ -177,4 +179,5 @@ inline Buffer::~Buffer() {
   if (ctx_ && ptr_) ctx_->give_back(ptr_, block_, bytes_);
 }
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

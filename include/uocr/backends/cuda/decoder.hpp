@@ -47,13 +47,16 @@
 #include "uocr/backends/cuda/ops.hpp"
 #include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/backends/cuda/weights.hpp"
+#include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 // Keys and values of one sequence in device memory, laid out and accounted like uocr::KvCache
 // (float32 rows of kv_heads·head_dim; the bookkeeping and checkpoints' visit_rows are
@@ -132,6 +135,9 @@ class CudaKvCache : public ReservedKvRing<CudaKvCache> {
 
 class CudaDecoder {
  public:
+  // batched_decode: dense rows only; SR-SWA documents step alone (decode_batch below).
+  static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ true, /*multi_token_decode*/ false};
+
   // Token→expert assignments up to which MoE runs as grouped mat-vecs without a host round trip.
   static constexpr int64_t kDeviceMoeMaxAssignments = 1024;
   // Rows of logits computed per lm_head pass when a prefill returns every position's logits.
@@ -677,4 +683,5 @@ class CudaDecoder {
   GraphStats graph_stats_;
 };
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -31,9 +31,12 @@
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/engine/device_vision.hpp"
 #include "uocr/engine/engine.hpp"
+#include "uocr/engine/registry.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 // One model's decoder weights on one device. Members are destroyed in reverse order: the
 // Context (which owns the weights' memory) last.
@@ -67,7 +70,7 @@ using CudaVisionEngine = DeviceVisionEngine<DeviceModel>;
 // Continuous batching on one device: the batch CudaDecoder on its own Context (stream, scratch)
 // over the shared weights; the documents' caches stay in their sessions' Contexts.
 struct DeviceBatcher {
-  using Batcher = PageGroupEngine<CudaPageGroups, true>::Batcher;
+  using Batcher = PageGroupEngine<CudaPageGroups>::Batcher;
   DeviceBatcher(const Model& model, std::shared_ptr<DeviceModel> d, const BatchParams& p, bool cuda_graphs)
       : dev(std::move(d)), ctx(dev->ctx.info().index),
         batcher(with_graphs(CudaDecoder(ctx, model.config().decoder, model.weights().decoder, dev->decoder), cuda_graphs),
@@ -116,7 +119,7 @@ class CudaEngine final : public Engine {
     };
     auto owner = std::make_shared<Owner>(model_, dev_);
     const DecoderConfig& c = model_->config().decoder;
-    auto e = std::make_unique<PageGroupEngine<CudaPageGroups, true>>(
+    auto e = std::make_unique<PageGroupEngine<CudaPageGroups>>(
         owner,
         DeviceBatcher::with_graphs(CudaDecoder(owner->ctx, c, model_->weights().decoder, dev_->decoder), graphs_),
         CudaKvCache(owner->ctx, c, window), groups);
@@ -133,4 +136,10 @@ class CudaEngine final : public Engine {
   bool graphs_;                             // decode steps through CUDA graphs
 };
 
-}  // namespace uocr::cuda
+inline const bool cuda_engine_registered = register_engine(
+    Backend::cuda, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
+      return std::make_shared<CudaEngine>(model, options.device_index, options.batching, options.cuda_graphs);
+    });
+
+}  // namespace cuda
+UOCR_NAMESPACE_END

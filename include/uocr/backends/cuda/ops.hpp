@@ -10,8 +10,10 @@
 #include "uocr/backends/cuda/context.hpp"
 #include "uocr/core/dtype.hpp"
 #include "uocr/decoder/sparse_tables.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 // A weight matrix [rows, cols] in its stored type, or `groups` of them stacked back to back
 // ([groups, rows, cols]: the routed experts of one MoE projection); not owning.
@@ -152,4 +154,5 @@ void sam_attention(Context& c, const float* qkv, const float* qkv_bias, const fl
                    int heads, int64_t channels, float* out);
 
 }  // namespace ops
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

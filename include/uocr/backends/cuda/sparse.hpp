@@ -28,8 +28,10 @@
 #include "uocr/backends/cuda/ops.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/decoder/sparse_tables.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 class DeviceSparseReference {
  public:
@@ -123,4 +125,5 @@ class DeviceSparseReference {
   std::vector<Buffer> block_bounds_, node_bounds_;  // per layer
 };
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

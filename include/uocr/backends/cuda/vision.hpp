@@ -19,9 +19,11 @@
 #include "uocr/backends/cuda/context.hpp"
 #include "uocr/backends/cuda/ops.hpp"
 #include "uocr/backends/cuda/weights.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/device_encoder.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 // The ops of vision::DeviceEncoder on CUDA: one object enqueues one view on the Context's stream.
 class VisionOps {
@@ -114,4 +116,5 @@ class VisionOps {
 
 using CudaVisionEncoder = vision::DeviceEncoder<VisionOps>;
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

@@ -14,8 +14,10 @@
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::cuda {
+UOCR_NAMESPACE_BEGIN
+namespace cuda {
 
 // A checkpoint tensor as [dim0, numel / dim0] in its stored type.
 inline DeviceMatrix upload_matrix(Context& c, const TensorView& t) {
@@ -83,4 +85,5 @@ struct DecoderDeviceWeights : DeviceDecoderWeights<DeviceMatrix, Buffer, DeviceM
   }
 };
 
-}  // namespace uocr::cuda
+}  // namespace cuda
+UOCR_NAMESPACE_END

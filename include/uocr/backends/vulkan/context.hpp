@@ -49,8 +49,10 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::vulkan {
+UOCR_NAMESPACE_BEGIN
+namespace vulkan {
 
 inline const char* result_name(VkResult r) {
   switch (r) {
@@ -1370,4 +1372,5 @@ class Recorder {
   int64_t dispatches_ = 0, barriers_ = 0;
 };
 
-}  // namespace uocr::vulkan
+}  // namespace vulkan
+UOCR_NAMESPACE_END

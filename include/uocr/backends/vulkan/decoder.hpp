@@ -44,13 +44,16 @@
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/backends/vulkan/sparse.hpp"
 #include "uocr/backends/device_weights.hpp"
+#include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::vulkan {
+UOCR_NAMESPACE_BEGIN
+namespace vulkan {
 
 // Keys and values of one sequence in device memory, laid out like uocr::KvCache (rows of
 // kv_heads*head_dim floats) with the same accounting (ReservedKvRing's), so sessions can report the same numbers;
@@ -145,6 +148,8 @@ struct DecoderDeviceWeights : DeviceDecoderWeights<DeviceMatrix, Buffer, Stacked
 
 class VulkanDecoder {
  public:
+  static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ false, /*multi_token_decode*/ false};
+
   VulkanDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
                 std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
       : ctx_(ctx), c_(config), w_(weights), host_(config, weights), rope_(config.head_dim, config.rope_theta),
@@ -486,4 +491,5 @@ class VulkanDecoder {
   std::vector<float> logits_;
 };
 
-}  // namespace uocr::vulkan
+}  // namespace vulkan
+UOCR_NAMESPACE_END

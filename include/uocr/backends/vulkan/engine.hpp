@@ -19,9 +19,12 @@
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/engine/device_vision.hpp"
 #include "uocr/engine/engine.hpp"
+#include "uocr/engine/registry.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::vulkan {
+UOCR_NAMESPACE_BEGIN
+namespace vulkan {
 
 // One model's weights on one device. Members are destroyed in reverse order: the Context last.
 struct DeviceModel {
@@ -80,4 +83,12 @@ class VulkanEngine final : public Engine {
   std::shared_ptr<DeviceModel> dev_;
 };
 
-}  // namespace uocr::vulkan
+inline const bool vulkan_engine_registered = register_engine(
+    Backend::vulkan, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
+      require(options.batching.max_batch == 1, Status::unsupported,
+              "continuous batching (max_batch > 1) is not available on the vulkan backend");
+      return std::make_shared<VulkanEngine>(model, options.device_index);
+    });
+
+}  // namespace vulkan
+UOCR_NAMESPACE_END

@@ -13,9 +13,11 @@
 #include "uocr/core/dtype.hpp"
 #include "uocr/decoder/rope.hpp"
 #include "uocr/io/safetensors.hpp"
+#include "uocr/version.hpp"
 #include "uocr_vulkan_spirv.hpp"  // generated at build time (backends/vulkan/meson.build)
 
-namespace uocr::vulkan {
+UOCR_NAMESPACE_BEGIN
+namespace vulkan {
 
 // The pipeline of embedded shader `name` with `bindings` storage buffers.
 inline Pipeline& kernel(Context& c, const char* name, uint32_t bindings) {
@@ -504,4 +506,5 @@ inline void sam_attention(Recorder& r, const Buffer& qkv, const Buffer& qkv_bias
 }
 
 }  // namespace ops
-}  // namespace uocr::vulkan
+}  // namespace vulkan
+UOCR_NAMESPACE_END

@@ -31,8 +31,10 @@
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/decoder/sparse_tables.hpp"
+#include "uocr/version.hpp"
 
-namespace uocr::vulkan {
+UOCR_NAMESPACE_BEGIN
+namespace vulkan {
 
 class DeviceSparseReference {
  public:
@@ -130,4 +132,5 @@ class DeviceSparseReference {
   std::vector<Buffer> block_bounds_, node_bounds_;  // per layer
 };
 
-}  // namespace uocr::vulkan
+}  // namespace vulkan
+UOCR_NAMESPACE_END

@@ -11,9 +11,11 @@
 
 #include "uocr/backends/vulkan/context.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
+#include "uocr/version.hpp"
 #include "uocr/vision/device_encoder.hpp"
 
-namespace uocr::vulkan {
+UOCR_NAMESPACE_BEGIN
+namespace vulkan {
 
 // The ops of vision::DeviceEncoder on Vulkan: one object records one view.
 class VisionOps {
@@ -92,4 +94,5 @@ class VisionOps {
 
 using VulkanVisionEncoder = vision::DeviceEncoder<VisionOps>;
 
-}  // namespace uocr::vulkan
+}  // namespace vulkan
+UOCR_NAMESPACE_END

@@ -1,0 +1,24 @@
+// uocr's C++ API in one include: a model, sessions over page sources, the tokenizer, images,
+// and every backend this build has (the engine registry opens them by name).
+//
+//   #include "uocr/uocr.hpp"
+//   auto model = uocr::Model::load("models/uocr-demo");
+//   uocr::FilePages pages({"page1.png", "page2.png"});
+//   uocr::InfiniteSession session(model, uocr::SessionParams{}, {});
+//   uocr::RunSummary summary = session.run(pages, [](const uocr::Event& e) { return true; });
+//
+// The finer headers below stay available for a program that wants less. Backends beyond the CPU:
+// build with the 'uocr-vulkan' / 'uocr-cuda' meson dependencies (they define UOCR_HAVE_VULKAN /
+// UOCR_HAVE_CUDA and link the backend), or include their engine header yourself.
+#pragma once
+
+#include "uocr/core/error.hpp"
+#include "uocr/engine/open.hpp"
+#include "uocr/image/image.hpp"
+#include "uocr/model/model.hpp"
+#include "uocr/session/infinite.hpp"
+#include "uocr/session/page_source.hpp"
+#include "uocr/session/params.hpp"
+#include "uocr/session/session.hpp"
+#include "uocr/tokenizer/tokenizer.hpp"
+#include "uocr/version.hpp"
