@@ -56,7 +56,7 @@
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
 #ifndef UOCR_BENCH_SHARED_DIR

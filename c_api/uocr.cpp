@@ -20,7 +20,7 @@
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/page_group_choice.hpp"
 #include "uocr/session/page_source.hpp"
 
@@ -161,7 +161,7 @@ struct uocr_session {
   std::shared_ptr<const uocr::Model> model;
   uocr::SessionParams params;
   uocr::DecodeLimits limits;
-  std::unique_ptr<uocr::InfiniteSession> core;  // validated at creation; runs every transcription
+  std::unique_ptr<uocr::Session> core;  // validated at creation; runs every transcription
   uocr::CheckpointOptions checkpoint;
   std::vector<uocr::ImageU8> pages;  // added with uocr_session_add_image_*
   std::string text;  // transcript of the last run
@@ -436,8 +436,8 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
 
 // Page groups and SR-SWA: every field's 0 is the model folder's suggestion (model_defaults) or the
 // core's default.
-uocr::InfiniteParams to_infinite(const uocr_session_params& p, const uocr::DecodeDefaults& folder) {
-  uocr::InfiniteParams c;
+uocr::DocumentParams to_document_params(const uocr_session_params& p, const uocr::DecodeDefaults& folder) {
+  uocr::DocumentParams c;
   uocr::PageGroupParams& g = c.groups;
   if (p.pages_per_group < 0 || p.pages_per_group == 1)
     fail(UOCR_E_INVALID_ARGUMENT, "pages_per_group must be 0 (default) or >= 2, got " + std::to_string(p.pages_per_group));
@@ -629,8 +629,8 @@ uocr_status c_call(const char* what, Body&& body) noexcept {
   return sealed_call(what, [&](const uocr_session*&) { body(); });
 }
 
-template <class Session, class Body>
-uocr_status session_call(Session* session, const char* what, Body&& body) noexcept {
+template <class SessionHandle, class Body>
+uocr_status session_call(SessionHandle* session, const char* what, Body&& body) noexcept {
   return sealed_call(what, [&](const uocr_session*& held) {
     check_session(session);
     BusyGuard busy(session);
@@ -830,7 +830,7 @@ UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_ses
       fail(UOCR_E_INVALID_ARGUMENT, "max_jpeg_scans must be 0 (default) or positive, got " + std::to_string(p.max_jpeg_scans));
     if (p.max_jpeg_scans != 0) s->limits.max_jpeg_scans = p.max_jpeg_scans;
     s->checkpoint = to_checkpoint(p);
-    s->core = std::make_unique<uocr::InfiniteSession>(s->model, s->params, to_infinite(p, s->model->decode_defaults()));  // validates the rest
+    s->core = std::make_unique<uocr::Session>(s->model, s->params, to_document_params(p, s->model->decode_defaults()));  // validates the rest
     register_handle(s.get(), kSessionMagic);
     *out_session = s.release();
   });

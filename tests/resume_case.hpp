@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"
 
 namespace uocr_test {
@@ -25,8 +25,8 @@ inline uocr::SessionParams resume_params(uocr::Backend backend = uocr::Backend::
   return p;
 }
 
-inline uocr::InfiniteParams resume_groups(bool group_positions = false) {
-  uocr::InfiniteParams ip;
+inline uocr::DocumentParams resume_groups(bool group_positions = false) {
+  uocr::DocumentParams ip;
   ip.groups.group_pages = 2;
   ip.groups.overlap_pages = 1;
   ip.groups.group_positions = group_positions;
@@ -44,8 +44,8 @@ struct ResumeRun {
 // after `stop_at` tokens with a checkpoint every 5, or resumed from `path`.
 inline ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend,
                             const std::vector<std::string>& pages, const std::string& path = "", int64_t stop_at = 0,
-                            const uocr::InfiniteParams& groups = resume_groups()) {
-  uocr::InfiniteSession session(model, resume_params(backend), groups);
+                            const uocr::DocumentParams& groups = resume_groups()) {
+  uocr::Session session(model, resume_params(backend), groups);
   uocr::FilePages source(pages);
   uocr::CheckpointOptions ck;
   ck.path = path;

@@ -105,7 +105,7 @@ TEST_CASE("the umbrella header's example runs as written") {
   uocr::FilePages pages({uocr_test::source_dir() + "/samples/data/demo-page1.png"});
   uocr::SessionParams params;
   params.max_new_tokens = 8;
-  uocr::InfiniteSession session(model, params, {});
+  uocr::Session session(model, params, {});
   int events = 0;
   uocr::RunSummary summary = session.run(pages, [&](const uocr::Event&) { return ++events > 0; });
   CHECK(summary.generated_tokens > 0);

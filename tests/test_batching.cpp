@@ -22,7 +22,7 @@
 #include "uocr/engine/open.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"
 
 using uocr::Status;
@@ -361,7 +361,7 @@ Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_aft
   uocr::SessionParams sp;
   sp.max_new_tokens = 120;
   sp.batching = batching;
-  uocr::InfiniteParams ip;
+  uocr::DocumentParams ip;
   std::vector<std::string> files{sample(1 + d % 3)};
   if (d == 3) sp.sampling = {1.5f, 1.0f, 42};  // hot enough to leave the greedy path of a confident model
   if (d == 4) {
@@ -372,7 +372,7 @@ Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_aft
   }
   Transcript out;
   out.status = status_of([&] {
-    uocr::InfiniteSession s(demo_model(), sp, ip);
+    uocr::Session s(demo_model(), sp, ip);
     uocr::FilePages pages(files);
     const uocr::RunSummary sum = s.run(pages, [&](const uocr::Event& e) {
       if (e.type == uocr::Event::Type::token && e.token >= 0) out.tokens.push_back(e.token);
@@ -442,12 +442,12 @@ TEST_CASE("batched sessions: one that is cancelled or fails early does not hold 
     // first at the latest), while the document decodes in the batch, and fails.
     uocr::SessionParams sp;
     sp.batching = batching;
-    uocr::InfiniteParams ip;
+    uocr::DocumentParams ip;
     ip.groups.group_pages = 2;
     ip.groups.overlap_pages = 1;
     ip.page_fallback_tokens = 10;
     got[2].status = status_of([&] {
-      uocr::InfiniteSession s(demo_model(), sp, ip);
+      uocr::Session s(demo_model(), sp, ip);
       uocr::CallbackPages pages(4, [](int64_t i, uocr::ImageU8& page) {
         uocr::require(i < 3, Status::io, "page 4 is unreadable");
         page = uocr::load_image(sample(int(i) + 1));
@@ -478,7 +478,7 @@ TEST_CASE("batching parameters are validated; Vulkan refuses batching") {
   CHECK(status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {4, -1}}); }) == Status::invalid_argument);
   uocr::SessionParams sp;
   sp.batching.max_batch = -3;
-  CHECK(status_of([&] { uocr::InfiniteSession s(demo_model(), sp); }) == Status::invalid_argument);
+  CHECK(status_of([&] { uocr::Session s(demo_model(), sp); }) == Status::invalid_argument);
   const Status vk = status_of([&] { uocr::open_engine(demo_model(), uocr::Backend::vulkan, {0, {4, 10}}); });
   CHECK(vk == Status::unsupported);
 }

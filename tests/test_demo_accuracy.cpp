@@ -10,7 +10,7 @@
 
 #include "cli_process.hpp"
 #include "test_support.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 
 namespace {
 
@@ -159,19 +159,19 @@ TEST_CASE("the demo model reads a six-page session of page groups better with gr
 // The second round repeats the first one's text, so upstream's no-repeat n-gram rule bans the
 // letter that would complete the "<PAGE>" after the repeated page 4: the model writes "<PACE>",
 // the group stays a page behind and page 5 is read twice. A begun marker is completed
-// (InfiniteParams::complete_page_markers, session/marker_completion.hpp).
+// (DocumentParams::complete_page_markers, session/marker_completion.hpp).
 TEST_CASE("the demo model's six-page session keeps its page markers that the n-gram rule would break") {
   std::string reference;
   const std::vector<std::string> files = six_pages(&reference);
   const auto model = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");
   auto run = [&](bool complete) {
-    uocr::InfiniteParams ip;
+    uocr::DocumentParams ip;
     ip.groups.group_pages = 2;
     ip.groups.overlap_pages = 1;
     ip.groups.group_positions = true;
     ip.groups.recompute_on_slide = true;
     ip.complete_page_markers = complete;
-    uocr::InfiniteSession s(model, {}, ip);
+    uocr::Session s(model, {}, ip);
     uocr::FilePages pages(files);
     const uocr::RunSummary sum = s.run(pages);
     return std::make_pair(sum.text, s.stats());

@@ -1,4 +1,4 @@
-// Page groups ("infinite decoding", uocr/decoder/page_groups.hpp) and InfiniteSession:
+// Page groups ("infinite decoding", uocr/decoder/page_groups.hpp) and Session:
 //  - exactness anchor: group >= page count gives the one-shot R-SWA logits bit for bit, on the
 //    3-page tiny-b reference case teacher-forced with "<PAGE>" markers in the stream;
 //  - group < page count: the group slides at the markers, the overlap page's KV is reused
@@ -6,7 +6,7 @@
 //    (the same document in one-shot rows, with the visible rows chosen explicitly);
 //  - 200 synthetic pages (random visual embeddings, the golden tiny-b decoder): reference KV bytes and
 //    allocation flat after the first group, pages pulled just in time, the position policy;
-//  - the page-boundary policy (markers, fallback, forced pages) and InfiniteSession vs Session.
+//  - the page-boundary policy (markers, fallback, forced pages) and Session vs Session.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -28,9 +28,9 @@
 #include "uocr/model/config.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/model/weights.hpp"
-#include "uocr/session/infinite.hpp"
-#include "uocr/session/page_source.hpp"
 #include "uocr/session/session.hpp"
+#include "uocr/session/page_source.hpp"
+#include "uocr/session/one_shot.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
 using uocr::Status;
@@ -705,20 +705,20 @@ std::vector<std::string> page_files(int n) {
 
 }  // namespace
 
-TEST_CASE("InfiniteSession with G >= pages transcribes exactly as Session; with G < pages it slides at the fallback") {
+TEST_CASE("Session with G >= pages transcribes exactly as Session; with G < pages it slides at the fallback") {
   uocr::SessionParams sp;
   sp.max_new_tokens = 20;
   const std::vector<std::string> files = page_files(2);
 
-  uocr::Session one(tiny_model(), sp);
+  uocr::OneShotSession one(tiny_model(), sp);
   for (const std::string& f : files) one.add_page(uocr::load_image(f));
   Recorded r1;
   const uocr::RunSummary a = one.run(recorder(r1));
 
-  uocr::InfiniteParams ip;
+  uocr::DocumentParams ip;
   ip.groups.group_pages = 2;
   ip.groups.overlap_pages = 1;
-  uocr::InfiniteSession inf(tiny_model(), sp, ip);
+  uocr::Session inf(tiny_model(), sp, ip);
   uocr::FilePages pages(files);
   Recorded r2;
   const uocr::RunSummary b = inf.run(pages, recorder(r2));
@@ -736,11 +736,11 @@ TEST_CASE("InfiniteSession with G >= pages transcribes exactly as Session; with 
   CHECK(inf.stats().pages_encoded == 2);
 
   // SR-SWA with budgets covering both pages: the same transcription again.
-  uocr::InfiniteParams ips = ip;
+  uocr::DocumentParams ips = ip;
   ips.groups.sparse = true;
   ips.groups.sparse_params.page_budget = 2;
   ips.groups.sparse_params.block_budget = 0;
-  uocr::InfiniteSession infs(tiny_model(), sp, ips);
+  uocr::Session infs(tiny_model(), sp, ips);
   uocr::FilePages pages_s(files);
   Recorded rs;
   infs.run(pages_s, recorder(rs));
@@ -753,7 +753,7 @@ TEST_CASE("InfiniteSession with G >= pages transcribes exactly as Session; with 
   uocr::SessionParams sp3 = sp;
   sp3.max_new_tokens = 16;
   ip.page_fallback_tokens = 6;
-  uocr::InfiniteSession inf3(tiny_model(), sp3, ip);
+  uocr::Session inf3(tiny_model(), sp3, ip);
   uocr::FilePages pages3(page_files(3));
   Recorded r3;
   const uocr::RunSummary c = inf3.run(pages3, recorder(r3));
@@ -762,7 +762,7 @@ TEST_CASE("InfiniteSession with G >= pages transcribes exactly as Session; with 
   CHECK(c.pages == 3);
   CHECK(c.visual_tokens == 3 * 273);
   CHECK(c.prompt_tokens == 1 + 3 * 273 + (a.prompt_tokens - 1 - 2 * 273));
-  const uocr::InfiniteStats& st = inf3.stats();
+  const uocr::SessionStats& st = inf3.stats();
   CHECK(st.pages_encoded == 3);
   CHECK(st.forced_boundaries == 2);  // tokens 6 and 12
   CHECK(st.slides == 1);             // the second boundary reaches the last page: no slide
@@ -771,14 +771,14 @@ TEST_CASE("InfiniteSession with G >= pages transcribes exactly as Session; with 
   CHECK(c.memory.peak_kv_bytes == c.memory.reference_kv_bytes + 8 * per_token);  // the config's window
   CHECK(st.last_position == c.prompt_tokens + 14);
   CHECK(r3.tokens.size() == 16);
-  MESSAGE("InfiniteSession 3 pages G=2: vision " << c.vision_seconds << " s, prefill " << c.prefill_seconds << " s, decode "
+  MESSAGE("Session 3 pages G=2: vision " << c.vision_seconds << " s, prefill " << c.prefill_seconds << " s, decode "
                                                  << c.decode_seconds << " s, slides " << st.slides << " (" << st.slide_seconds
                                                  << " s)");
 
   // Misuse.
-  uocr::InfiniteParams bad;
+  uocr::DocumentParams bad;
   bad.groups.group_pages = 1;
-  CHECK_THROWS_AS(uocr::InfiniteSession(tiny_model(), sp, bad), uocr::Error);
+  CHECK_THROWS_AS(uocr::Session(tiny_model(), sp, bad), uocr::Error);
   uocr::FilePages none(std::vector<std::string>{});
   CHECK_THROWS_AS(inf.run(none), uocr::Error);
 }

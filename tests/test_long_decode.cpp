@@ -15,7 +15,7 @@
 #endif
 
 #include "test_support.hpp"
-#include "uocr/session/session.hpp"
+#include "uocr/session/one_shot.hpp"
 
 namespace {
 
@@ -39,7 +39,7 @@ size_t bytes_per_token(const uocr::DecoderConfig& c) {
 struct LongRun {
   uocr::RunSummary sum;
   std::vector<int32_t> ids;                // one per token event with an id
-  std::vector<uocr::MemoryStats> memory;   // Session::memory() at each of those events
+  std::vector<uocr::MemoryStats> memory;   // OneShotSession::memory() at each of those events
   int window = -1;
 };
 
@@ -57,7 +57,7 @@ LongRun decode_long(int window, int64_t tokens) {
   p.max_new_tokens = tokens;
   p.min_new_tokens = tokens;
   p.loop_guard = false;
-  uocr::Session s(tiny_b(), p);
+  uocr::OneShotSession s(tiny_b(), p);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   LongRun r;
   r.window = s.effective_window();
@@ -183,14 +183,14 @@ TEST_CASE("R-SWA and full attention pick the same tokens until the ring first ov
 TEST_CASE("min_new_tokens is validated against max_new_tokens") {
   uocr::SessionParams p;
   p.min_new_tokens = -1;
-  CHECK_THROWS_AS(uocr::Session(tiny_b(), p), uocr::Error);
+  CHECK_THROWS_AS(uocr::OneShotSession(tiny_b(), p), uocr::Error);
   p.min_new_tokens = 10;
   p.max_new_tokens = 9;
-  CHECK_THROWS_AS(uocr::Session(tiny_b(), p), uocr::Error);
+  CHECK_THROWS_AS(uocr::OneShotSession(tiny_b(), p), uocr::Error);
   p.max_new_tokens = 0;  // no cap: any minimum is fine
-  CHECK_NOTHROW(uocr::Session(tiny_b(), p));
+  CHECK_NOTHROW(uocr::OneShotSession(tiny_b(), p));
   p.max_new_tokens = 10;
-  CHECK_NOTHROW(uocr::Session(tiny_b(), p));
+  CHECK_NOTHROW(uocr::OneShotSession(tiny_b(), p));
 }
 
 TEST_CASE("an id the model can emit but the tokenizer lacks streams as nothing, as HF's decode drops it") {

@@ -19,7 +19,7 @@
 #endif
 
 #include "test_support.hpp"
-#include "uocr/session/session.hpp"
+#include "uocr/session/one_shot.hpp"
 
 // ---- heap counting (this test executable only) ------------------------------------------------
 
@@ -106,7 +106,7 @@ TEST_CASE("a one-page session reports the KV and scratch bytes the heap holds fo
   p.max_new_tokens = 64;
   p.min_new_tokens = 64;
   p.loop_guard = false;
-  uocr::Session s(model, p);
+  uocr::OneShotSession s(model, p);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   // First run: what a process builds once, whatever the session (the CPU kernels' thread-local
   // weight panels), so that the second run's growth is the session's own.

@@ -1,4 +1,4 @@
-// Crash-safe resume (uocr/session/infinite.hpp, checkpoint.hpp):
+// Crash-safe resume (uocr/session/session.hpp, checkpoint.hpp):
 //  - in process: a sampled 3-page run with sliding page groups is cancelled mid-document, resumed
 //    from its last checkpoint, and the tokens after the checkpoint are those of an uninterrupted
 //    run (KV, positions, page clock, n-gram history, sampler RNG, parser and UTF-8 state restored);
@@ -28,7 +28,7 @@
 #include "resume_case.hpp"
 #include "test_support.hpp"
 #include "uocr/session/checkpoint.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"
 #include "uocr/session/prompt.hpp"
 
@@ -90,7 +90,7 @@ std::vector<int32_t> forged_ids() { return {int32_t(tiny_model()->config().decod
 
 TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as if never stopped") {
   Recorded full;
-  uocr::InfiniteSession ref(tiny_model(), resume_params(), resume_groups());
+  uocr::Session ref(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages ref_pages(page_files());
   const uocr::RunSummary a = ref.run(ref_pages, recorder(full));
   REQUIRE(a.generated_tokens == 40);
@@ -105,7 +105,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   opt.save_caller_state = [&] { return "caller state " + std::to_string(++saves); };
 
   // Stopped at token 23: the last checkpoint is the one of token 20 (after the slide at 16).
-  uocr::InfiniteSession first(tiny_model(), resume_params(), resume_groups());
+  uocr::Session first(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages first_pages(page_files());
   int64_t seen = 0;
   const uocr::RunSummary b = first.run(
@@ -118,7 +118,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   std::string caller;
   opt.restore_caller_state = [&](const std::string& s) { caller = s; };
   Recorded rest;
-  uocr::InfiniteSession second(tiny_model(), resume_params(), resume_groups());
+  uocr::Session second(tiny_model(), resume_params(), resume_groups());
   uocr::FilePages second_pages(page_files());
   const uocr::RunSummary c = second.run(second_pages, recorder(rest), opt);
   CHECK(caller == "caller state 7");  // the token-20 checkpoint's (written after the one of boundary 16)
@@ -138,8 +138,8 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   CHECK(full.text.compare(full.text.size() - rest.text.size(), rest.text.size(), rest.text) == 0);
 
   {  // a checkpoint of other parameters or other pages is refused, saying which
-    auto mismatch = [&](uocr::SessionParams sp, uocr::InfiniteParams ip, std::vector<std::string> files) {
-      uocr::InfiniteSession s(tiny_model(), sp, ip);
+    auto mismatch = [&](uocr::SessionParams sp, uocr::DocumentParams ip, std::vector<std::string> files) {
+      uocr::Session s(tiny_model(), sp, ip);
       uocr::FilePages p(files);
       uocr::CheckpointOptions o;
       o.path = ck;
@@ -152,7 +152,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     const std::string m1 = mismatch(other, resume_groups(), page_files());
     CHECK(m1.find("other parameters") != std::string::npos);
     CHECK(m1.find("seed=7") != std::string::npos);
-    uocr::InfiniteParams bigger = resume_groups();
+    uocr::DocumentParams bigger = resume_groups();
     bigger.groups.group_pages = 3;
     CHECK(mismatch(resume_params(), bigger, page_files()).find("other parameters") != std::string::npos);
     std::vector<std::string> swapped = page_files();
@@ -163,7 +163,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     const std::string good = uocr_test::read_file(ck);
     auto resume_error = [&](const std::string& bytes) {
       write_file(ck, bytes);
-      uocr::InfiniteSession s(tiny_model(), resume_params(), resume_groups());
+      uocr::Session s(tiny_model(), resume_params(), resume_groups());
       uocr::FilePages p(page_files());
       uocr::CheckpointOptions o;
       o.path = ck;
@@ -183,7 +183,7 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
     fs::remove(ck);
     CHECK(resume_error("").find("not a uocr checkpoint") != std::string::npos);
     fs::remove(ck);
-    uocr::InfiniteSession s(tiny_model(), resume_params(), resume_groups());
+    uocr::Session s(tiny_model(), resume_params(), resume_groups());
     uocr::FilePages p(page_files());
     uocr::CheckpointOptions o;
     o.path = ck;
@@ -221,7 +221,7 @@ TEST_CASE("a checkpoint with a right checksum and token ids outside the vocabula
 }
 
 TEST_CASE("with group positions (the window restarting at every slide) a cancelled run resumes exactly") {
-  const uocr::InfiniteParams groups = resume_groups(true);
+  const uocr::DocumentParams groups = resume_groups(true);
   const uocr_test::ResumeRun full = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), "", 0, groups);
   REQUIRE(full.summary.generated_tokens == 40);
   REQUIRE(full.slides == 1);
@@ -243,7 +243,7 @@ TEST_CASE("with slides that recompute the group a cancelled run resumes exactly"
   // the slide after the resume (at token 8, the fallback boundary) rebuilds the group from.
   for (const bool group_positions : {true, false}) {
     INFO("group positions " << group_positions);
-    uocr::InfiniteParams groups = resume_groups(group_positions);
+    uocr::DocumentParams groups = resume_groups(group_positions);
     groups.groups.recompute_on_slide = true;
     const uocr_test::ResumeRun full = uocr_test::resume_run(tiny_model(), uocr::Backend::cpu, page_files(), "", 0, groups);
     REQUIRE(full.slides == 1);

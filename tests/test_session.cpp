@@ -15,7 +15,7 @@
 #include "uocr/session/markdown.hpp"
 #include "uocr/session/marker_completion.hpp"
 #include "uocr/session/output_parser.hpp"
-#include "uocr/session/session.hpp"
+#include "uocr/session/one_shot.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/image/preprocess.hpp"
 #include "uocr/session/prompt.hpp"
@@ -114,7 +114,7 @@ TEST_CASE("a begun page marker: the parser reports its prefix, only its continua
 TEST_CASE("a session streams tokens whose text adds up to the transcript, deterministically") {
   uocr::SessionParams params;
   params.max_new_tokens = 24;
-  uocr::Session s(tiny_model(), params);
+  uocr::OneShotSession s(tiny_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   uocr_test::Recorded streamed;
   const uocr::RunSummary a = s.run(uocr_test::recorder(streamed));
@@ -167,7 +167,7 @@ TEST_CASE("Session is exactly the one-shot decode: full attention, and a gundam 
     params.ngram_size = 0;           // the by-hand decode has no n-gram rule ...
     params.loop_guard = false;       // ... nor a loop guard
     params.mode = gundam ? uocr::ImageMode::gundam : uocr::ImageMode::base;
-    uocr::Session s(tiny_model(), params);
+    uocr::OneShotSession s(tiny_model(), params);
     s.add_page(page);
     std::vector<int32_t> ids;
     const uocr::RunSummary r = s.run([&](const uocr::Event& e) {
@@ -187,7 +187,7 @@ TEST_CASE("a window past the model's context is clamped to it: the ring is not a
   uocr::SessionParams params;
   params.max_new_tokens = 4;
   params.window = 1000000;
-  uocr::Session s(tiny_model(), params);
+  uocr::OneShotSession s(tiny_model(), params);
   const int context = tiny_model()->config().decoder.max_positions;
   CHECK(s.effective_window() == context);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
@@ -200,7 +200,7 @@ TEST_CASE("a window past the model's context is clamped to it: the ring is not a
 TEST_CASE("cancellation from the callback stops the run and says so") {
   uocr::SessionParams params;
   params.max_new_tokens = 50;
-  uocr::Session s(tiny_model(), params);
+  uocr::OneShotSession s(tiny_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   int seen = 0;
   const uocr::RunSummary r = s.run([&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++seen < 5; });
@@ -212,7 +212,7 @@ TEST_CASE("weights that give NaN logits fail the run as an invalid model, naming
   const uocr_test::DamagedModel nan_norm(uocr_test::golden_model_dir(), "model.norm.weight", 0x7FC0);  // the decoder's final norm: every logit NaN
   uocr::SessionParams params;
   params.max_new_tokens = 8;
-  uocr::Session s(uocr::Model::load(nan_norm.dir.string()), params);
+  uocr::OneShotSession s(uocr::Model::load(nan_norm.dir.string()), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   std::string message;
   CHECK(uocr_test::status_of([&] { s.run(); }, &message) == uocr::Status::invalid_model);
@@ -223,7 +223,7 @@ TEST_CASE("an allocation failure during a run is Status::out_of_memory saying ho
   // A std::bad_alloc thrown by the callbacks stands in for one from the engines at the same point.
   uocr::SessionParams params;
   params.max_new_tokens = 8;
-  uocr::Session s(tiny_model(), params);
+  uocr::OneShotSession s(tiny_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   int seen = 0;
   std::string message;
@@ -235,22 +235,22 @@ TEST_CASE("an allocation failure during a run is Status::out_of_memory saying ho
         }, &message) == uocr::Status::out_of_memory);
   CHECK(message == "out of memory while generating token 3");
 
-  uocr::InfiniteSession runner(tiny_model(), params, {});
+  uocr::Session runner(tiny_model(), params, {});
   uocr::CallbackPages pages(2, [](int64_t, uocr::ImageU8&) -> bool { throw std::bad_alloc(); });
   CHECK(uocr_test::status_of([&] { runner.run(pages); }, &message) == uocr::Status::out_of_memory);
   CHECK(message == "out of memory while starting the run (encoding and prefilling the first pages)");
 }
 
 TEST_CASE("session misuse is an error, not a crash") {
-  uocr::Session empty(tiny_model(), {});
+  uocr::OneShotSession empty(tiny_model(), {});
   CHECK_THROWS_AS(empty.run(), uocr::Error);
   CHECK_THROWS_AS(empty.add_page(uocr::ImageU8{}), uocr::Error);
   uocr::SessionParams bad;
   bad.sampling.top_p = 2.f;
-  CHECK_THROWS_AS(uocr::Session(tiny_model(), bad), uocr::Error);
+  CHECK_THROWS_AS(uocr::OneShotSession(tiny_model(), bad), uocr::Error);
   uocr::SessionParams no_image;
   no_image.prompt = "Free OCR.";
-  uocr::Session s(tiny_model(), no_image);
+  uocr::OneShotSession s(tiny_model(), no_image);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   CHECK_THROWS_AS(s.run(), uocr::Error);
 }

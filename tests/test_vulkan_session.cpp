@@ -34,7 +34,7 @@
 #include "uocr/engine/open.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/session.hpp"
+#include "uocr/session/one_shot.hpp"
 
 extern char** environ;
 
@@ -302,7 +302,7 @@ Transcript transcribe(const std::shared_ptr<const uocr::Model>& model, uocr::Bac
   uocr::SessionParams p;
   p.backend = backend;
   const auto t0 = std::chrono::steady_clock::now();
-  uocr::Session session(model, p);
+  uocr::OneShotSession session(model, p);
   for (const std::string& f : pages) session.add_page(uocr::load_image(sample(f)));
   Transcript t;
   const uocr::RunSummary sum = session.run([&](const uocr::Event& e) {
@@ -350,19 +350,19 @@ TEST_CASE("a session with backend = vulkan writes the CPU's transcript (demo mod
 
 TEST_CASE("SR-SWA in a Vulkan session writes the CPU's SR-SWA transcript (demo model, one page)") {
   const auto model = uocr::Model::load(demo_dir());
-  uocr::InfiniteParams ip;
+  uocr::DocumentParams ip;
   ip.groups.sparse = true;
   ip.groups.sparse_params = {16, 1, 4, true};  // 4 of the page's blocks per layer and head
-  auto run = [&](uocr::Backend backend, uocr::InfiniteStats& stats) {
+  auto run = [&](uocr::Backend backend, uocr::SessionStats& stats) {
     uocr::SessionParams p;
     p.backend = backend;
-    uocr::InfiniteSession session(model, p, ip);
+    uocr::Session session(model, p, ip);
     uocr::FilePages pages({sample("demo-page1.png")});
     const uocr::RunSummary sum = session.run(pages);
     stats = session.stats();
     return sum.text;
   };
-  uocr::InfiniteStats cpu, gpu;
+  uocr::SessionStats cpu, gpu;
   const std::string ref = run(uocr::Backend::cpu, cpu);
   CHECK(run(uocr::Backend::vulkan, gpu) == ref);
   CHECK(!ref.empty());

@@ -4,7 +4,7 @@
 //   #include "uocr/uocr.hpp"
 //   auto model = uocr::Model::load("models/uocr-demo");
 //   uocr::FilePages pages({"page1.png", "page2.png"});
-//   uocr::InfiniteSession session(model, uocr::SessionParams{}, {});
+//   uocr::Session session(model, uocr::SessionParams{}, {});
 //   uocr::RunSummary summary = session.run(pages, [](const uocr::Event& e) { return true; });
 //
 // The finer headers below stay available for a program that wants less. Backends beyond the CPU:
@@ -16,7 +16,7 @@
 #include "uocr/engine/open.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/one_shot.hpp"
 #include "uocr/session/page_source.hpp"
 #include "uocr/session/params.hpp"
 #include "uocr/session/session.hpp"

@@ -2,7 +2,7 @@
 //   uocr_ref_ocr [-n MAX_NEW_TOKENS] [--pages-per-group G] [--page-fallback-tokens N] [-o OUT]
 //                MODEL_DIR IMAGE...
 // writes the transcript and a newline (to OUT, else stdout). The pages are decoded as the page
-// groups need them (uocr::InfiniteSession over uocr::FilePages; G defaults to 4, the overlap is
+// groups need them (uocr::Session over uocr::FilePages; G defaults to 4, the overlap is
 // G - 1 as in the C ABI). When MODEL_DIR does not exist it writes "UOCR-SKIP: ..." instead and
 // exits 0, so the binding tests can skip rather than fail.
 #include <cstdio>
@@ -14,12 +14,12 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"
 
 int main(int argc, char** argv) {
   uocr::SessionParams params;
-  uocr::InfiniteParams groups;
+  uocr::DocumentParams groups;
   std::string out_path;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   }
   try {
     groups.groups.overlap_pages = groups.groups.group_pages - 1;
-    uocr::InfiniteSession session(uocr::Model::load(args[0]), params, groups);
+    uocr::Session session(uocr::Model::load(args[0]), params, groups);
     uocr::FilePages pages(std::vector<std::string>(args.begin() + 1, args.end()));
     const uocr::RunSummary sum = session.run(pages);
     out << sum.text << '\n';

@@ -45,7 +45,7 @@
 #include "uocr/model/config.hpp"
 #include "uocr/model/decode_defaults.hpp"
 #include "uocr/session/checkpoint.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/page_group_choice.hpp"
 #include "uocr/session/page_source.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
@@ -250,7 +250,7 @@ namespace detail {
 struct CheckpointCase {
   std::shared_ptr<const uocr::Model> model;
   std::vector<uocr::ImageU8> pages;
-  std::unique_ptr<uocr::InfiniteSession> session;
+  std::unique_ptr<uocr::Session> session;
   std::string payload;  // of token 20, after the slide at token 16
 };
 
@@ -264,11 +264,11 @@ inline CheckpointCase make_checkpoint_case() {
   }
   uocr::SessionParams params;
   params.max_new_tokens = 40;
-  uocr::InfiniteParams groups;
+  uocr::DocumentParams groups;
   groups.groups.group_pages = 2;
   groups.groups.overlap_pages = 1;
   groups.page_fallback_tokens = 8;
-  c.session = std::make_unique<uocr::InfiniteSession>(c.model, params, groups);
+  c.session = std::make_unique<uocr::Session>(c.model, params, groups);
   uocr::CheckpointOptions ck;
   ck.path = scratch().folder("checkpoint") + "/base.ckpt";
   ck.every_tokens = 5;

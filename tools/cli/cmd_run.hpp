@@ -41,7 +41,7 @@
 #include "same_file.hpp"
 #include "uocr/io/read_file.hpp"
 #include "uocr/session/checkpoint.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/session.hpp"
 #include "uocr/session/markdown.hpp"
 #include "uocr/session/page_group_choice.hpp"
 #include "uocr/session/page_source.hpp"
@@ -72,7 +72,7 @@ inline const char* openmp_wait_policy() {
   return v;
 }
 
-inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::InfiniteStats& st, const uocr::PageGroupParams& g,
+inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::SessionStats& st, const uocr::PageGroupParams& g,
                              int window, const uocr::EngineInfo& engine) {
   auto json_string = [](const std::string& v) { return nlohmann::json(v).dump(); };
   const double tps = s.decode_seconds > 0 ? double(s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token)) / s.decode_seconds : 0.0;
@@ -276,7 +276,7 @@ struct RunOptions {
   std::string format, stats, output;
   uocr::SessionParams params;
   uocr::PageGroupChoice groups;  // applied over the model folder's suggestions once it is loaded
-  uocr::InfiniteParams inf;
+  uocr::DocumentParams inf;
   uocr::CheckpointOptions ck;
   bool separate = false;
   int page_timeout = 120;
@@ -349,7 +349,7 @@ inline int cmd_run(const Args& args) {
   uocr::require(!inputs.empty(), uocr::Status::invalid_argument, "uocr run needs at least one image or PDF");
   RunOptions o = parse_run_options(args);
   uocr::SessionParams& params = o.params;
-  uocr::InfiniteParams& inf = o.inf;
+  uocr::DocumentParams& inf = o.inf;
   uocr::CheckpointOptions& ck = o.ck;
   const bool separate = o.separate;
 
@@ -362,7 +362,7 @@ inline int cmd_run(const Args& args) {
 
   const auto model = uocr::Model::load(model_path);
   o.groups.apply(model->decode_defaults(), inf.groups);
-  uocr::InfiniteSession session(model, params, inf);  // validates every parameter before any page is read
+  uocr::Session session(model, params, inf);  // validates every parameter before any page is read
   const std::unique_ptr<uocr::PageSource> pages = open_inputs(inputs, o.dpi, o.limits, o.page_timeout);
 
   if (!ck.resume || out.path.empty()) out.open();
@@ -389,7 +389,7 @@ inline int cmd_run(const Args& args) {
     return g_interrupted == 0;
   };
   uocr::RunSummary sum;
-  uocr::InfiniteStats run_stats;
+  uocr::SessionStats run_stats;
   try {
     if (separate) {
       // Each page opens with the marker a multi-page transcript has, so both read the same downstream.

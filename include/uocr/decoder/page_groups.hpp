@@ -1,5 +1,5 @@
 // Page groups ("infinite decoding"): R-SWA over a document of any length with the reference KV of
-// only G pages held at a time. Decoder-side engine; uocr/session/infinite.hpp drives it from pages.
+// only G pages held at a time. Decoder-side engine; uocr/session/session.hpp drives it from pages.
 //
 //   PageGroupDecoder eng(cfg.decoder, weights.decoder, /*window*/ 128, {/*G*/ 4, /*O*/ 3});
 //   std::vector<float> logits = eng.start(layout, pages);      // pages: PageEmbeddingSource

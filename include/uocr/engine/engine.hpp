@@ -63,7 +63,7 @@ class DecoderEngine {
   // marker_tokens: tokens already fed that begin the new page (its marker's first tokens).
   virtual int64_t next_page(int64_t marker_tokens = 0) = 0;
 
-  // Checkpoints (uocr/session/infinite.hpp): the state besides the KV rows, every KV array in a
+  // Checkpoints (uocr/session/session.hpp): the state besides the KV rows, every KV array in a
   // fixed order (one layout on every backend), and continuing from them instead of start().
   using KvVisitor = std::function<void(float* data, size_t floats)>;
   virtual PageGroupState state() const = 0;

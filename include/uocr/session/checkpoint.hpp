@@ -1,5 +1,5 @@
-// Checkpoint files: the byte format and the crash-safe write that uocr::InfiniteSession uses to
-// save its constant-size state (uocr/session/infinite.hpp says what goes in it).
+// Checkpoint files: the byte format and the crash-safe write that uocr::Session uses to
+// save its constant-size state (uocr/session/session.hpp says what goes in it).
 //
 // File: "UOCRCKPT" | u32 format version | u32 0 | u64 payload bytes | u64 FNV-1a of the payload |
 // payload. Integers are little-endian as the machine writes them (checkpoints are resumed on the
@@ -7,7 +7,7 @@
 // fsync'ed, renamed over PATH and the folder fsync'ed: a crash leaves either the old or the new
 // checkpoint, never a torn one. Anything else (truncated, flipped bits, another format version)
 // is rejected with Status::io and a message saying what is wrong. The checksum does not stop a
-// forged file: the reader checks every value it restores (uocr/session/infinite.hpp).
+// forged file: the reader checks every value it restores (uocr/session/session.hpp).
 #pragma once
 #include <algorithm>
 #include <cerrno>

@@ -1,5 +1,5 @@
 // Completing a "<PAGE>" marker the model has begun. With page groups the marker is what moves the
-// page clock and slides the group (uocr/session/infinite.hpp): a marker begun and then left
+// page clock and slides the group (uocr/session/session.hpp): a marker begun and then left
 // ("<PACE>") leaves the group a page behind the text, and the model then reads a page twice.
 // Seen with the demo model on a document whose pages repeat: upstream's no-repeat n-gram rule
 // banned the marker's next letter, because the page's text and the marker after it had already

@@ -1,5 +1,5 @@
 // Page sources: where a document's pages come from, one page at a time and in order, so that a
-// session never needs every page at once (uocr/session/infinite.hpp pulls them just in time).
+// session never needs every page at once (uocr/session/session.hpp pulls them just in time).
 //
 //   uocr::FilePages pages({"p1.png", "p2.png"});            // decoded when pulled
 //   uocr::ImagePages pages(std::move(images));              // already in memory (handed over)
@@ -11,7 +11,7 @@
 // text and of every generated token depend on it. The CLI's PDF source (tools/cli/pdf.hpp)
 // renders page i inside next(), one page at a time.
 //
-// For crash-safe resume (uocr/session/infinite.hpp) a source also skips pages cheaply (skip())
+// For crash-safe resume (uocr/session/session.hpp) a source also skips pages cheaply (skip())
 // and names its content (identity()), so that a checkpoint of other inputs is refused.
 //
 // EncodedPages turns a PageSource into the visual embeddings the decoder's page groups pull
@@ -87,7 +87,7 @@ class ImagePages final : public PageSource {
   size_t next_ = 0;
 };
 
-// Pages the caller keeps (uocr::Session's): each is copied when pulled, so one page at a time.
+// Pages the caller keeps (uocr::OneShotSession's): each is copied when pulled, so one page at a time.
 class ImageListPages final : public PageSource {
  public:
   explicit ImageListPages(const std::vector<ImageU8>& pages) : pages_(pages) {}

@@ -1,5 +1,5 @@
 // What a transcription is asked to do and what it reports: SessionParams in; Event (streamed)
-// and RunSummary out. Shared by uocr::Session (session.hpp) and uocr::InfiniteSession
+// and RunSummary out. Shared by uocr::OneShotSession (session.hpp) and uocr::Session
 // (infinite.hpp), which run the same generation loop.
 #pragma once
 #include <algorithm>

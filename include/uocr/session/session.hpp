@@ -1,76 +1,724 @@
-// uocr::Session: one transcription over a shared, immutable Model. Pages in, events out:
-// the pages are encoded, the prompt (BOS + visual tokens + prompt text) is prefilled as the
-// R-SWA reference, then tokens are generated with the reference kept and only the last n
-// generated tokens' keys/values in a ring, so memory stays constant however long the output.
+// uocr::Session: a transcription of a document of any length (page groups, see
+// uocr/decoder/page_groups.hpp). This is the one generation loop of uocr: the CLI and the C ABI
+// run it on page sources, and the OneShotSession helper (uocr/session/one_shot.hpp) with every
+// page in one group (one-shot R-SWA, or full attention with window 0). Pages come from a PageSource and are encoded just in time.
 //
-// It is the one-shot case of uocr::InfiniteSession (uocr/session/infinite.hpp): every page in
-// one group, which is exactly one-shot R-SWA (or full attention with window 0), run by the same
-// generation loop. Use InfiniteSession directly for documents too long to hold.
+//   uocr::FilePages pages(paths);
+//   uocr::Session s(model, session_params, {});          // G = 4 pages held, O = 3 kept per slide
+//   uocr::RunSummary sum = s.run(pages, on_event);
 //
-// Thread-safety: a Session is used by one thread at a time; the Model may be shared by many.
+// The prompt, sampling, n-gram rule, loop guard, stop reasons, events and text are the same for
+// every group size: with group_pages >= the page count it is exactly one-shot R-SWA. With fewer,
+// the group slides when the output passes a page boundary:
+//  - marker: the model writes "<PAGE>" at the start of every page (upstream multi-page format).
+//    Marker m (0-based; m = 0 opens page 0) moves the page clock to page m if it is ahead of it.
+//  - fallback, no marker: after `page_fallback_tokens` generated tokens without a marker the clock
+//    advances one page anyway (0 disables). A marker that arrives later for a page the clock has
+//    already reached does not advance it again. Set it well above the longest page's output
+//    (a dense page is ~1-3k tokens); the default 4096 only rescues outputs that lack markers.
+//  - early EOS: EOS while pages remain outside the group (the model has not seen them yet) is
+//    replaced, when force_page_on_early_eos, by the tokens of "<PAGE>": the clock advances one
+//    page and the model goes on. At most one replacement per page, so this ends. EOS with every
+//    remaining page in the group stops the run as usual.
+//  - in a session whose group slides (pages outside it at the start), a marker begun ("<P") before
+//    the last page's marker is completed, when complete_page_markers: only tokens that continue
+//    "<PAGE>" can follow (marker_completion.hpp). The last group's markers count too: a page left
+//    without one loses its page event and boundary.
+// Event page numbers come from the markers in the text (forced boundaries do not renumber them).
+//
+// Crash-safe resume (CheckpointOptions): the state is constant-size, so it is saved after the
+// prefill, at every page boundary and every `every_tokens` tokens, to a checksummed file written
+// atomically (uocr/session/checkpoint.hpp): the KV of the held group and of the R-SWA window,
+// positions and page clock, the next token's logits, n-gram history, sampler RNG, loop guard,
+// output parser and UTF-8 stream state, the bytes of token text emitted, the caller's own state
+// (e.g. how much output it has written), and an identity of the model (config, tokenizer, weight
+// fingerprints), of the parameters and of the input pages. run() with `resume` reads it, refuses
+// a mismatch (Status::invalid_argument) or a damaged or forged file (Status::io: a value no run
+// can write, the field named) with a clear uocr::Error, skips the pages already encoded and
+// goes on: the tokens and events after the checkpoint are exactly those of an uninterrupted run.
+// After a resume, RunSummary::text and the timings cover only the part generated since the
+// checkpoint; generated_tokens and memory cover the whole document (scratch_bytes: what the
+// resumed engines hold now; the peaks: the largest before or after the checkpoint).
+//
+// Memory: bounded by the group (RunSummary::memory: reference KV of head + G pages + tail, the
+// R-SWA window, and the engines' scratch: vision and decoder workspaces sized by the largest page
+// and group), one page's image and embeddings at a time, SR-SWA summaries of G pages. Not
+// bounded: RunSummary::text (keep_text = false leaves it empty: stream the events instead) and
+// 8 bytes per page of page sizes (also in checkpoints). Positions grow with the page count unless
+// PageGroupParams::group_positions (see also allow_position_extrapolation).
+//
+// Thread-safety: a session is used by one thread at a time; the Model may be shared.
 #pragma once
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <filesystem>
 #include <functional>
+#include <limits>
 #include <memory>
-#include <optional>
+#include <new>
+#include <string>
 #include <vector>
 
-#include "uocr/image/image.hpp"
+#include "uocr/decoder/page_groups.hpp"
+#include "uocr/engine/open.hpp"
+#include "uocr/image/preprocess.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/infinite.hpp"
+#include "uocr/session/checkpoint.hpp"
+#include "uocr/session/loop_guard.hpp"
+#include "uocr/session/marker_completion.hpp"
+#include "uocr/session/ngram.hpp"
+#include "uocr/session/output_parser.hpp"
 #include "uocr/session/page_source.hpp"
 #include "uocr/session/params.hpp"
+#include "uocr/session/prompt.hpp"
+#include "uocr/session/sampler.hpp"
+#include "uocr/tokenizer/utf8.hpp"
 #include "uocr/version.hpp"
+#include "uocr/vision/encoder.hpp"
 
 UOCR_NAMESPACE_BEGIN
 
-class Session {
+// Decides when generated text has passed a page boundary (the policy described above).
+class PageClock {
  public:
-  Session(std::shared_ptr<const Model> model, SessionParams params)
-      : model_(std::move(model)), params_(std::move(params)) {
-    require(model_ != nullptr, Status::invalid_argument, "session needs a model");
-    validate(*model_, params_);
-    // Opens the backend's device now (the model keeps it for every later run and session), so a
-    // backend that is not built in or a missing device is reported here, not by run().
-    open_engine(model_, params_.backend, engine_options(params_));
+  explicit PageClock(int64_t fallback_tokens = 4096) : fallback_(fallback_tokens) {
+    require(fallback_ >= 0, Status::invalid_argument, "page fallback tokens must be >= 0");
+    parser_.on_page = [this](int m) {
+      since_marker_ = 0;
+      lead_ = fed_ - 1 - hold_start_;
+      if (m > page_) {
+        pending_ += m - page_;
+        markers_ += m - page_;
+        page_ = m;
+      }
+    };
+  }
+  PageClock(const PageClock&) = delete;  // parser_'s callback points at this object
+  PageClock& operator=(const PageClock&) = delete;
+
+  // Feeds one generated token's text; returns the page boundaries it passed (usually 0 or 1).
+  int64_t feed(const std::string& text) {
+    if (!parser_.holding()) hold_start_ = fed_;  // a marker completed later starts at this token
+    ++fed_;
+    pending_ = 0;
+    ++since_marker_;
+    parser_.feed(text);
+    if (fallback_ > 0 && since_marker_ >= fallback_) force();
+    const int64_t n = pending_;
+    pending_ = 0;
+    return n;
+  }
+  // Advances one page now (fallback, early EOS); returns 1.
+  int64_t force() {
+    lead_ = 0;
+    ++page_;
+    ++forced_;
+    ++pending_;
+    since_marker_ = 0;
+    return 1;
   }
 
-  const Model& model() const { return *model_; }
+  int64_t page() const { return page_; }
+  // Bytes of a "<PAGE>" marker begun and not yet complete (0: none).
+  size_t marker_prefix() const { return parser_.page_marker_prefix(); }
+  int64_t marker_boundaries() const { return markers_; }
+  // Tokens before the last one fed that belong to the boundary it passed (the start of its
+  // marker): they begin the new page's text. 0 for a forced boundary.
+  int64_t marker_lead() const { return lead_; }
+  int64_t forced_boundaries() const { return forced_; }
 
-  void add_page(ImageU8 image) {
-    require(image.width > 0 && image.height > 0, Status::invalid_argument, "page image is empty");
-    pages_.push_back(std::move(image));
-  }
-  size_t page_count() const { return pages_.size(); }
-
-  // Window the run uses: params override, else config's sliding window, else upstream's 128.
-  int effective_window() const { return uocr::effective_window(*model_, params_); }
-
-  // KV memory of the run in progress as of the last token fed back (so at the k-th token event,
-  // read from the callback, it counts k - 1 generated tokens), or of the last run.
-  const MemoryStats& memory() const {
-    static const MemoryStats none;
-    return runner_ ? runner_->memory() : none;
-  }
-
-  // Transcribes the pages added so far. `on_event` returning false cancels the run (the summary
-  // then says so). Can be called again after more pages are added: each run starts afresh.
-  RunSummary run(const std::function<bool(const Event&)>& on_event = {}) {
-    require(!pages_.empty(), Status::invalid_argument, "no pages were added to the session");
-    InfiniteParams one_shot;
-    one_shot.groups.group_pages = std::max<int>(2, int(pages_.size()));  // every page held: no slide ever
-    one_shot.groups.overlap_pages = 1;
-    one_shot.page_fallback_tokens = 0;
-    runner_.emplace(model_, params_, one_shot);
-    ImageListPages source(pages_);
-    return runner_->run(source, on_event);
+  // Between two feed() calls (for checkpoints). marker_lead() is not part of it: it is read
+  // right after the feed() that set it.
+  struct State {
+    OutputParser::State parser;
+    int64_t page = 0, since_marker = 0, markers = 0, forced = 0, fed = 0, hold_start = 0;
+  };
+  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_, fed_, hold_start_}; }
+  void restore(const State& s) {
+    parser_.restore(s.parser);
+    page_ = s.page;
+    since_marker_ = s.since_marker;
+    markers_ = s.markers;
+    forced_ = s.forced;
+    fed_ = s.fed;
+    hold_start_ = s.hold_start;
+    lead_ = 0;
   }
 
  private:
+  OutputParser parser_;
+  int64_t fallback_;
+  int64_t page_ = 0, pending_ = 0, since_marker_ = 0, markers_ = 0, forced_ = 0;
+  int64_t fed_ = 0, hold_start_ = 0, lead_ = 0;  // tokens fed; where the held text began; marker_lead()
+};
+
+// The library's defaults (upstream's); PageGroupChoice{}.apply(model.decode_defaults(), groups)
+// takes the model folder's page-group settings instead, as uocr run and the C API do
+// (session/page_group_choice.hpp).
+struct DocumentParams {
+  PageGroupParams groups;               // G, O, SR-SWA, position policy
+  int64_t page_fallback_tokens = 4096;  // slide after this many tokens without "<PAGE>"; 0 = never
+  bool force_page_on_early_eos = true;  // EOS before the last pages were seen: write "<PAGE>" instead
+  bool complete_page_markers = true;    // "<P" before the last page's marker, groups sliding: only "<PAGE>" can follow
+  bool keep_text = true;                // accumulate RunSummary::text (grows with the output)
+};
+
+// Checkpointing of one run (see the top of this file). Empty path: none.
+struct CheckpointOptions {
+  std::string path;
+  int64_t every_tokens = 0;  // also every N generated tokens; 0: after the prefill and at page boundaries only
+  bool resume = false;       // continue from `path` instead of starting afresh
+  // Called right before each write; what it returns is stored in the checkpoint. Flush your
+  // output here, so that what the checkpoint says was written is on disk.
+  std::function<std::string()> save_caller_state;
+  // On resume, before any event: receives what save_caller_state returned for this checkpoint.
+  std::function<void(const std::string&)> restore_caller_state;
+};
+
+// What a run did beyond RunSummary.
+struct SessionStats {
+  int64_t pages_encoded = 0;       // pages pulled from the source and encoded (a resumed run counts the checkpoint's)
+  int64_t group_pages = 0;         // min(G, N)
+  int64_t slides = 0;
+  int64_t marker_boundaries = 0;   // boundaries from "<PAGE>" markers
+  int64_t forced_boundaries = 0;   // from the fallback or an early EOS
+  int64_t early_eos_replaced = 0;
+  int64_t markers_completed = 0;   // steps where greedy decoding under the n-gram rule would have left a begun marker
+  int64_t last_position = 0;       // largest position fed to the decoder
+  size_t page_buffer_bytes = 0;    // one page's embeddings
+  size_t sparse_summary_bytes = 0;
+  int64_t sparse_rows_attended = 0, sparse_rows_dense = 0;  // SR-SWA reference rows, summed over steps, layers, heads
+  double slide_seconds = 0;        // sliding: encoding + prefilling entering pages
+  int64_t checkpoints_written = 0;
+  int64_t resumed_at_token = -1;   // generated tokens in the checkpoint resumed from; -1: not resumed
+};
+
+// Fingerprint of a model folder's files (config, tokenizer, sampled weights: checkpoint.hpp).
+inline std::string model_identity(const Model& model) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files = {model.dir() + "/config.json", model.dir() + "/tokenizer.json"};
+  std::vector<std::string> shards;
+  for (const auto& e : fs::directory_iterator(model.dir()))
+    if (e.path().extension() == ".safetensors") shards.push_back(e.path().string());
+  std::sort(shards.begin(), shards.end());
+  files.insert(files.end(), shards.begin(), shards.end());
+  Fnv64 h;
+  for (const std::string& f : files) fingerprint_file(h, f);
+  return h.hex();
+}
+
+class Session {
+ public:
+  Session(std::shared_ptr<const Model> model, SessionParams params = {}, DocumentParams document = {})
+      : model_(std::move(model)), params_(std::move(params)), inf_(document) {
+    require(model_ != nullptr, Status::invalid_argument, "session needs a model");
+    validate(*model_, params_);
+    require(inf_.page_fallback_tokens >= 0, Status::invalid_argument, "page_fallback_tokens must be >= 0");
+    PageGroupDecoder::validate(inf_.groups);
+    // Opened now, so a backend that is not built in or a missing device is reported here; the
+    // device and its copy of the weights are shared with the model's other sessions.
+    backend_ = open_engine(model_, params_.backend, engine_options(params_));
+  }
+
+  const Model& model() const { return *model_; }
+  // The backend and device that run this session.
+  EngineInfo engine_info() const { return backend_->info(); }
+  const SessionStats& stats() const { return stats_; }
+  int effective_window() const { return uocr::effective_window(*model_, params_); }
+  // Memory (KV and scratch) of the run in progress as of the last token fed back (at the k-th token event,
+  // read from the callback, it counts k - 1 generated tokens), or of the last run.
+  const MemoryStats& memory() const { return memory_; }
+
+  // Transcribes the pages of `pages` (count() >= 1 required). `on_event` returning false cancels.
+  // An allocation failure is an Error(out_of_memory) saying how far the run got.
+  RunSummary run(PageSource& pages, const std::function<bool(const Event&)>& on_event = {},
+                 const CheckpointOptions& checkpoint = {}) {
+    token_in_progress_ = 0;
+    try {
+      return run_document(pages, on_event, checkpoint);
+    } catch (const std::bad_alloc&) {
+      const std::string where = token_in_progress_ > 0 ? "generating token " + std::to_string(token_in_progress_)
+                                : checkpoint.resume    ? "resuming from the checkpoint"
+                                                       : "starting the run (encoding and prefilling the first pages)";
+      throw Error(Status::out_of_memory, "out of memory while " + where);
+    }
+  }
+
+ private:
+  RunSummary run_document(PageSource& pages, const std::function<bool(const Event&)>& on_event,
+                          const CheckpointOptions& checkpoint) {
+    const int64_t n_pages = pages.count();
+    require(n_pages >= 1 && n_pages <= std::numeric_limits<int32_t>::max(), Status::invalid_argument, [&] {
+      return "a session needs a page source with a known page count in [1, 2^31 - 1] (positions depend on it; "
+             "events number pages in int), got " + std::to_string(n_pages);
+    });
+    require(!checkpoint.resume || !checkpoint.path.empty(), Status::invalid_argument, "resuming needs a checkpoint path");
+    require(checkpoint.every_tokens >= 0, Status::invalid_argument, "checkpoint every_tokens must be >= 0");
+    const ModelConfig& cfg = model_->config();
+    const bool multi = n_pages > 1;
+    stats_ = SessionStats{};
+    memory_ = MemoryStats{};
+    RunSummary sum;
+    sum.pages = n_pages;
+    Identity id;
+    if (!checkpoint.path.empty()) id = {model_identity(*model_), describe_params(), pages.identity()};
+
+    // The engines: the vision encoder behind the page source, the decoder behind the page groups.
+    const std::unique_ptr<VisionEngine> encoder = backend_->vision();
+    const int s = cfg.sam.image_size;
+    EncodedPages visual(pages, *encoder, multi || params_.mode == ImageMode::base ? PreprocessConfig{s, s, false} : preset_gundam());
+    const std::unique_ptr<DecoderEngine> decoder = backend_->decoder(effective_window(), inf_.groups);
+    DecoderEngine& engine = *decoder;
+
+    const std::string prompt_text = !params_.prompt.empty() ? params_.prompt : multi ? kMultiPagePrompt : kSinglePagePrompt;
+    const Prompt one = build_prompt(*model_, prompt_text, 1);  // split around a single placeholder
+    DocumentLayout layout;
+    layout.head.assign(one.ids.begin(), one.ids.begin() + one.image_offset);
+    layout.tail.assign(one.ids.begin() + one.image_offset + 1, one.ids.end());
+    layout.pages = n_pages;
+
+    const int ngram_window = params_.ngram_window >= 0 ? params_.ngram_window : multi ? 1024 : 128;
+    Loop L(params_, ngram_window, inf_.page_fallback_tokens);
+    const Tokenizer& tok = model_->tokenizer();
+    const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
+    if (checkpoint.resume) {
+      load(checkpoint, id, marker_ids, layout, visual, engine, L);
+    } else {
+      layout.page_tokens = visual.first_page_tokens();
+      L.logits = engine.start(layout, visual);
+      L.ngram.push(layout.head.begin(), layout.head.end());
+      L.ngram.push_repeated(model_->image_token_id(), n_pages * layout.page_tokens);
+      L.ngram.push(layout.tail.begin(), layout.tail.end());
+    }
+    sum.visual_tokens = n_pages * layout.page_tokens;
+    sum.prompt_tokens = layout.prompt_length();
+
+    const MarkerCompletion* completion = nullptr;
+    if (inf_.complete_page_markers && engine.pages_pending()) {
+      if (!completion_) completion_ = std::make_unique<const MarkerCompletion>(tok);  // vocabulary x marker prefixes: once per session
+      completion = completion_.get();
+    }
+    bool cancelled = false;
+    auto emit = [&](const Event& e) {
+      if (!cancelled && on_event && !on_event(e)) cancelled = true;
+    };
+    L.parser.on_page = [&](int page) {
+      Event e;
+      e.type = Event::Type::page;
+      e.page = page;
+      emit(e);
+    };
+    L.parser.on_block = [&](const LayoutBlock& b) {
+      Event e;
+      e.type = Event::Type::block;
+      e.page = b.page;
+      e.block = b;
+      const std::pair<int, int> wh = visual.size_of(std::min<int64_t>(b.page, visual.encoded() - 1));
+      for (int k = 0; k < 4; ++k) e.box_px[k] = box_to_pixels(b.box[k], k % 2 ? wh.second : wh.first);
+      emit(e);
+    };
+    auto track_memory = [&] {
+      const DecoderMemory m = engine.memory();
+      memory_.reference_kv_bytes = m.reference_kv_bytes;
+      memory_.window_kv_bytes = m.window_kv_bytes;
+      memory_.kv_allocated_bytes = m.kv_allocated_bytes;
+      memory_.peak_kv_bytes = m.peak_kv_bytes;
+      // Engines keep their working memory once grown (vision and decoder workspaces), so what
+      // they hold between two steps is their largest so far: sampling here sees every peak.
+      memory_.scratch_bytes = encoder->scratch_bytes() + m.scratch_bytes;
+      memory_.peak_scratch_bytes = std::max(memory_.peak_scratch_bytes, memory_.scratch_bytes);
+      memory_.peak_bytes = std::max(memory_.peak_bytes, memory_.kv_allocated_bytes + memory_.scratch_bytes);
+    };
+    track_memory();
+    if (!checkpoint.path.empty() && !checkpoint.resume) save(checkpoint, id, layout, visual, engine, L);
+
+    const auto t_decode = std::chrono::steady_clock::now();
+    const int32_t eos = int32_t(cfg.decoder.eos_id);
+    const int64_t vocab = cfg.decoder.vocab;
+    // Ids are checked where they are read (config, checkpoint); this check keeps a missed one
+    // from ever writing outside the logits.
+    auto ban = [&](int32_t token) {
+      require(token >= 0 && size_t(token) < L.logits.size(), Status::internal,
+              [&] { return "token id " + std::to_string(token) + " to ban is outside the logits"; });
+      L.logits[size_t(token)] = -std::numeric_limits<float>::infinity();
+    };
+    int64_t boundaries = 0;  // passed since the last step: the group slides before the next one
+    std::string text;
+    for (;;) {
+      token_in_progress_ = L.generated + 1;
+      int32_t token;
+      if (!L.forced.empty()) {
+        token = L.forced.front();
+        L.forced.pop_front();
+      } else {
+        if (L.generated < params_.min_new_tokens) ban(eos);
+        const std::vector<int32_t> banned = L.ngram.banned();
+        const size_t marker = L.clock.marker_prefix();
+        if (completion && L.clock.page() + 1 < n_pages && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
+          if (!completion->continues(marker, most_likely(L.logits, banned))) ++L.markers_completed;
+          completion->restrict(marker, L.logits);
+        } else {
+          for (int32_t b : banned) ban(b);
+        }
+        token = L.sampler.pick(L.logits.data(), vocab, token_in_progress_);
+        if (token < 0) { sum.stop = StopReason::no_token; break; }
+        if (token == eos) {
+          if (!(inf_.force_page_on_early_eos && engine.pages_pending() && !marker_ids.empty())) {
+            sum.stop = StopReason::eos;
+            break;
+          }
+          ++L.early_eos_replaced;
+          boundaries += L.clock.force();
+          L.forced.assign(marker_ids.begin(), marker_ids.end());
+          token = L.forced.front();
+          L.forced.pop_front();
+        }
+      }
+      ++L.generated;
+      Event e;
+      e.token = token;
+      e.page = L.parser.current_page();
+      e.text = L.stream.feed(tok.generated_bytes(token));
+      L.emitted_bytes += e.text.size();
+      L.visible = L.visible || e.text.find_first_not_of(kWhitespace) != std::string::npos;
+      if (inf_.keep_text) text += e.text;
+      emit(e);
+      L.parser.feed(e.text);
+      boundaries += L.clock.feed(e.text);
+      if (cancelled) { sum.stop = StopReason::cancelled; break; }
+      if (params_.loop_guard && L.guard.push(e.text)) { sum.stop = StopReason::loop; break; }
+      if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
+      if (engine.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
+      const bool boundary = boundaries > 0;
+      for (; boundaries > 0; --boundaries) engine.next_page(L.clock.marker_lead());
+      stats_.last_position = engine.next_position();
+      L.logits = engine.step(token);
+      L.ngram.push(token);
+      track_memory();
+      if (!checkpoint.path.empty() && (boundary || (checkpoint.every_tokens && L.generated % checkpoint.every_tokens == 0)))
+        save(checkpoint, id, layout, visual, engine, L);
+    }
+    // A character cut off by the last token still reaches the stream (as U+FFFD, like upstream's
+    // decode), in a final token event without an id, so the events always add up to the text.
+    Event tail;
+    tail.text = L.stream.flush();
+    if (!tail.text.empty()) {
+      tail.page = L.parser.current_page();
+      if (inf_.keep_text) text += tail.text;
+      emit(tail);
+    }
+    sum.generated_tokens = L.generated;
+    sum.memory = memory_;
+    const DecoderTimings timings = engine.timings();
+    sum.decode_seconds = seconds_since(t_decode) - timings.slide_seconds;
+    sum.vision_seconds = visual.seconds();            // every page, at start and in slides
+    sum.prefill_seconds = timings.prefill_seconds;    // start and the pages prefilled in slides
+    sum.text = trim(text);
+    sum.empty = !(L.visible || tail.text.find_first_not_of(kWhitespace) != std::string::npos);
+
+    stats_.pages_encoded = visual.encoded();
+    stats_.group_pages = engine.group_size();
+    stats_.slides = engine.slides();
+    stats_.marker_boundaries = L.clock.marker_boundaries();
+    stats_.forced_boundaries = L.clock.forced_boundaries();
+    stats_.early_eos_replaced = L.early_eos_replaced;
+    stats_.markers_completed = L.markers_completed;
+    const DecoderMemory memory = engine.memory();
+    stats_.page_buffer_bytes = memory.page_buffer_bytes;
+    stats_.sparse_summary_bytes = memory.sparse_summary_bytes;
+    if (engine.sparse()) {
+      stats_.sparse_rows_attended = engine.sparse()->rows_attended();
+      stats_.sparse_rows_dense = engine.sparse()->rows_dense();
+    }
+    stats_.slide_seconds = timings.slide_seconds;
+    return sum;
+  }
+
+  // The token greedy decoding would pick with `banned` excluded.
+  static int32_t most_likely(const std::vector<float>& logits, std::vector<int32_t> banned) {
+    std::sort(banned.begin(), banned.end());
+    int32_t best = -1;
+    for (size_t id = 0; id < logits.size(); ++id)
+      if ((best < 0 || logits[id] > logits[size_t(best)]) && !std::binary_search(banned.begin(), banned.end(), int32_t(id)))
+        best = int32_t(id);
+    return best;
+  }
+
+  // Everything the generation loop carries from one token to the next, besides the decoder.
+  struct Loop {
+    Loop(const SessionParams& p, int ngram_window, int64_t fallback)
+        : ngram(p.ngram_size, p.ngram_size ? ngram_window : 0), sampler(p.sampling), guard(p.loop_guard_params), clock(fallback) {}
+    NoRepeatNgram ngram;
+    Sampler sampler;
+    LoopGuard guard;
+    utf8::StreamDecoder stream;
+    OutputParser parser;
+    PageClock clock;
+    std::deque<int32_t> forced;  // "<PAGE>" tokens written in place of an early EOS
+    std::vector<float> logits;   // of the next token
+    int64_t generated = 0, early_eos_replaced = 0, markers_completed = 0;
+    uint64_t emitted_bytes = 0;  // token text streamed so far
+    bool visible = false;        // some of it is not whitespace (the transcript is not empty)
+  };
+
+  // What a checkpoint must match to be resumed: model files, parameters, input pages.
+  struct Identity {
+    std::string model, params, input;
+  };
+
+  // Every parameter that changes the tokens, in a stable text form.
+  std::string describe_params() const {
+    const SessionParams& p = params_;
+    const PageGroupParams& g = inf_.groups;
+    std::string d;
+    auto add = [&](const char* name, const std::string& v) { d += std::string(name) + "=" + v + " "; };
+    auto num = [](double v) { return std::to_string(v); };
+    add("mode", p.mode == ImageMode::gundam ? "gundam" : "base");
+    add("prompt", "'" + p.prompt + "'");
+    add("window", std::to_string(effective_window()));
+    add("max_new_tokens", std::to_string(p.max_new_tokens));
+    add("min_new_tokens", std::to_string(p.min_new_tokens));
+    add("temperature", num(p.sampling.temperature));
+    add("top_p", num(p.sampling.top_p));
+    add("seed", std::to_string(p.sampling.seed));
+    add("ngram", std::to_string(p.ngram_size) + "/" + std::to_string(p.ngram_window));
+    add("loop_guard", p.loop_guard ? std::to_string(p.loop_guard_params.min_repeats) + "/" + std::to_string(p.loop_guard_params.min_span) +
+                                         "/" + std::to_string(p.loop_guard_params.max_period) + "/" +
+                                         std::to_string(p.loop_guard_params.check_every)
+                                   : "off");
+    add("group", std::to_string(g.group_pages) + "/" + std::to_string(g.overlap_pages));
+    add("refresh_tail", std::to_string(g.refresh_tail));
+    add("recompute_on_slide", std::to_string(g.recompute_on_slide));
+    add("extrapolate", std::to_string(g.allow_position_extrapolation));
+    add("group_positions", std::to_string(g.group_positions));
+    add("sparse", g.sparse ? std::to_string(g.sparse_params.block_tokens) + "/" + std::to_string(g.sparse_params.page_budget) +
+                                 "/" + std::to_string(g.sparse_params.block_budget)
+                           : "off");
+    add("page_fallback", std::to_string(inf_.page_fallback_tokens));
+    add("early_eos", std::to_string(inf_.force_page_on_early_eos));
+    add("complete_markers", std::to_string(inf_.complete_page_markers));
+    return d;
+  }
+
+  void save(const CheckpointOptions& ck, const Identity& id, const DocumentLayout& layout, const EncodedPages& visual,
+            DecoderEngine& engine, const Loop& L) {
+    const std::string caller = ck.save_caller_state ? ck.save_caller_state() : std::string();
+    StateWriter w;
+    w.put(id.model);
+    w.put(id.params);
+    w.put(id.input);
+    w.put(layout.pages);
+    w.put(layout.page_tokens);
+    w.put(layout.head);
+    w.put(layout.tail);
+    std::vector<int32_t> sizes;
+    for (const auto& wh : visual.sizes()) sizes.insert(sizes.end(), {wh.first, wh.second});
+    w.put(sizes);
+    const PageGroupState g = engine.state();
+    w.put(g.slot_pages);
+    for (int64_t v : {g.first, g.current, g.loaded, g.generated, g.slides, g.extra_boundaries}) w.put(v);
+    w.put(g.peak_total_bytes);
+    w.put(g.text_starts);
+    w.put(g.position_base);
+    w.put(g.ring_tokens);
+    w.put(g.window_ids);
+    w.put(uint64_t(memory_.peak_scratch_bytes));  // so that a resumed run reports the whole document's peaks
+    w.put(uint64_t(memory_.peak_bytes));
+    engine.visit_kv([&](float* data, size_t n) {
+      w.put(uint64_t(n));
+      w.put_array(data, n);
+    });
+    w.put(L.logits);
+    const NoRepeatNgram::State ng = L.ngram.state();
+    w.put(ng.tail);
+    w.put(ng.length);
+    w.put(L.sampler.rng_state());
+    const LoopGuard::State lg = L.guard.state();
+    w.put(lg.tail);
+    w.put(uint64_t(lg.pending));
+    w.put(uint8_t(lg.in_box));
+    const OutputParser::State op = L.parser.state();
+    w.put(op.pending);
+    w.put(int64_t(op.pages));
+    const PageClock::State pc = L.clock.state();
+    w.put(pc.parser.pending);
+    w.put(int64_t(pc.parser.pages));
+    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced, pc.fed, pc.hold_start}) w.put(v);
+    w.put(L.stream.pending());
+    w.put(std::vector<int32_t>(L.forced.begin(), L.forced.end()));
+    w.put(L.generated);
+    w.put(L.early_eos_replaced);
+    w.put(L.markers_completed);
+    w.put(L.emitted_bytes);
+    w.put(uint8_t(L.visible));
+    w.put(caller);
+    write_checkpoint(ck.path, w.bytes());
+    ++stats_.checkpoints_written;
+  }
+
+  // Reads checkpoint `ck.path` into the layout, the engine and the loop. Every value is checked
+  // against the model, the layout and the parameters before it is used: the checksum guards
+  // against damage, not forgery, so a value that no run can reach refuses the file (Status::io,
+  // the field named), never an access outside the arrays it indexes.
+  void load(const CheckpointOptions& ck, const Identity& id, const std::vector<int32_t>& marker_ids, DocumentLayout& layout,
+            EncodedPages& visual, DecoderEngine& engine, Loop& L) {
+    const std::string payload = read_checkpoint(ck.path);
+    StateReader r(payload, ck.path);
+    Identity saved;
+    r.get(saved.model);
+    r.get(saved.params);
+    r.get(saved.input);
+    auto mismatch = [&](const std::string& what, const std::string& detail) {
+      throw Error(Status::invalid_argument, "checkpoint " + ck.path + " was written for " + what + detail +
+                                                "; it cannot be resumed here (start afresh without resume)");
+    };
+    if (saved.model != id.model) mismatch("another model", " (its files' fingerprint differs)");
+    if (saved.params != id.params) mismatch("other parameters", ": [" + saved.params + "] vs now [" + id.params + "]");
+    if (saved.input != id.input) mismatch("other input pages", " (their fingerprint differs)");
+    int64_t pages = 0;
+    r.get(pages);
+    if (pages != layout.pages)
+      mismatch("a document of " + std::to_string(pages) + " pages", ", not " + std::to_string(layout.pages));
+    std::vector<int32_t> head, tail;
+    r.get(layout.page_tokens);
+    r.get(head);
+    r.get(tail);
+    if (head != layout.head || tail != layout.tail) mismatch("another prompt", "");
+
+    auto bad = [&](const std::string& field, int64_t value, const std::string& should) {
+      r.corrupt(field + " = " + std::to_string(value) + ", it should be " + should);
+    };
+    const int64_t vocab = model_->config().decoder.vocab;
+    // The layout and the parameters match by now: a state a component's restore refuses is the file's.
+    auto restoring = [&](const std::function<void()>& restore) {
+      try {
+        restore();
+      } catch (const Error& e) {
+        if (e.status() != Status::invalid_argument) throw;
+        r.corrupt(e.what());
+      }
+    };
+    const std::pair<int64_t, int64_t> page_tokens = visual.page_token_range();
+    if (layout.page_tokens < page_tokens.first || layout.page_tokens > page_tokens.second)
+      bad("page_tokens", layout.page_tokens,
+          "a page's visual tokens, " + std::to_string(page_tokens.first) + " to " + std::to_string(page_tokens.second));
+    std::vector<int32_t> flat;
+    r.get(flat);
+    PageGroupState g;
+    r.get(g.slot_pages);
+    for (int64_t* v : {&g.first, &g.current, &g.loaded, &g.generated, &g.slides, &g.extra_boundaries}) r.get(*v);
+    r.get(g.peak_total_bytes);
+    r.get(g.text_starts);
+    r.get(g.position_base);
+    r.get(g.ring_tokens);
+    r.get(g.window_ids);
+    memory_.peak_scratch_bytes = size_t(r.get<uint64_t>());
+    memory_.peak_bytes = size_t(r.get<uint64_t>());
+    if (flat.size() % 2 != 0 || int64_t(flat.size() / 2) != g.loaded)
+      bad("the size of page_sizes", int64_t(flat.size()), "2 x the pages loaded (" + std::to_string(g.loaded) + ")");
+    std::vector<std::pair<int, int>> sizes;
+    for (size_t i = 0; i < flat.size(); i += 2) {
+      for (size_t k : {i, i + 1})
+        if (flat[k] <= 0) bad("page_sizes[" + std::to_string(k) + "]", flat[k], "a pixel size > 0");
+      sizes.emplace_back(flat[i], flat[i + 1]);
+    }
+    visual.skip_encoded(std::move(sizes));
+    restoring([&] {
+      engine.resume(layout, visual, g, [&](float* data, size_t n) {
+        if (r.get<uint64_t>() != n) r.corrupt("KV rows do not match the page group");
+        r.get_array(data, n);
+      });
+    });
+    r.get(L.logits);
+    if (int64_t(L.logits.size()) != vocab) bad("the size of logits", int64_t(L.logits.size()), "the vocabulary " + std::to_string(vocab));
+    NoRepeatNgram::State ng;
+    r.get(ng.tail);
+    r.get(ng.length);
+    for (size_t i = 0; i < ng.tail.size(); ++i)  // the vocabulary holds the tokenizer's ids (checked by Model)
+      if (ng.tail[i] < 0 || ng.tail[i] >= vocab)
+        bad("n-gram history[" + std::to_string(i) + "]", ng.tail[i], "a token id of the vocabulary [0, " + std::to_string(vocab) + ")");
+    if (ng.length != layout.prompt_length() + g.generated)
+      bad("n-gram length", ng.length,
+          "the prompt's and the generated tokens (" + std::to_string(layout.prompt_length() + g.generated) + ")");
+    restoring([&] { L.ngram.restore(ng); });
+    L.sampler.restore_rng_state(r.get<uint64_t>());
+    LoopGuard::State lg;
+    r.get(lg.tail);
+    lg.pending = size_t(r.get<uint64_t>());
+    lg.in_box = r.get<uint8_t>() != 0;
+    L.guard.restore(lg);
+    std::string parser_pending, clock_parser_pending;
+    r.get(parser_pending);
+    const int64_t parser_pages = r.get<int64_t>();
+    PageClock::State pc;
+    r.get(clock_parser_pending);
+    const int64_t clock_parser_pages = r.get<int64_t>();
+    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced, &pc.fed, &pc.hold_start}) r.get(*v);
+    std::string stream_pending;
+    r.get(stream_pending);
+    if (!L.stream.feed(stream_pending).empty()) r.corrupt("the UTF-8 stream state is not an incomplete character");
+    std::vector<int32_t> forced;
+    r.get(forced);
+    r.get(L.generated);
+    r.get(L.early_eos_replaced);
+    r.get(L.markers_completed);
+    r.get(L.emitted_bytes);
+    L.visible = r.get<uint8_t>() != 0;
+    std::string caller;
+    r.get(caller);
+    if (!r.at_end()) r.corrupt("unexpected bytes after the state");
+
+    // The counts agree with each other: one token stream fed the page groups, both parsers
+    // (one text) and the page clock, whose page is the boundaries the page groups took.
+    if (L.generated != g.generated) bad("generated", L.generated, "the page groups' " + std::to_string(g.generated));
+    if (parser_pages < 0 || parser_pages > std::numeric_limits<int>::max() ||
+        uint64_t(parser_pages) > L.emitted_bytes / kPageMarker.size())
+      bad("the parser's pages", parser_pages, "the markers in the " + std::to_string(L.emitted_bytes) + " bytes of text");
+    if (clock_parser_pages != parser_pages || clock_parser_pending != parser_pending)
+      bad("the page clock's parser pages", clock_parser_pages, "the parser's, which reads the same text");
+    if (pc.markers < 0 || pc.forced < 0 || pc.page != pc.markers + pc.forced || pc.page != g.current + g.extra_boundaries)
+      bad("the page clock's page", pc.page, "its marker and forced boundaries, the page groups' current and extra boundaries");
+    if (pc.fed != L.generated) bad("the page clock's tokens", pc.fed, "the generated tokens");
+    if (pc.since_marker < 0 || pc.since_marker > pc.fed) bad("the page clock's tokens since a marker", pc.since_marker, "in [0, tokens]");
+    if (pc.hold_start < 0 || pc.hold_start > pc.fed) bad("the page clock's held text start", pc.hold_start, "in [0, tokens]");
+    if (L.early_eos_replaced < 0 || L.early_eos_replaced > pc.forced)
+      bad("early_eos_replaced", L.early_eos_replaced, "in [0, the forced boundaries]");
+    if (L.markers_completed < 0 || L.markers_completed > L.generated)
+      bad("markers_completed", L.markers_completed, "in [0, generated]");
+    // An early EOS writes the marker's tokens: what remains of them is a part of its end.
+    if (!forced.empty() && (forced.size() >= marker_ids.size() ||
+                            !std::equal(forced.begin(), forced.end(), marker_ids.end() - std::ptrdiff_t(forced.size()))))
+      bad("the size of the forced tokens", int64_t(forced.size()), "those left of a page marker's tokens");
+    pc.parser = {clock_parser_pending, int(clock_parser_pages)};
+    L.parser.restore({parser_pending, int(parser_pages)});
+    L.clock.restore(pc);
+    L.forced.assign(forced.begin(), forced.end());
+    stats_.resumed_at_token = L.generated;
+    if (ck.restore_caller_state) ck.restore_caller_state(caller);
+  }
+
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // The ASCII whitespace the model emits, which Python's str.strip() removes.
+  static constexpr const char* kWhitespace = " \t\n\r\f\v";
+  static std::string trim(const std::string& s) {
+    const size_t b = s.find_first_not_of(kWhitespace);
+    if (b == std::string::npos) return "";
+    return s.substr(b, s.find_last_not_of(kWhitespace) - b + 1);
+  }
+
   std::shared_ptr<const Model> model_;
+  std::shared_ptr<Engine> backend_;  // the compute backend (SessionParams::backend)
   SessionParams params_;
-  std::vector<ImageU8> pages_;
-  std::optional<InfiniteSession> runner_;
+  DocumentParams inf_;
+  SessionStats stats_;
+  MemoryStats memory_;
+  std::unique_ptr<const MarkerCompletion> completion_;  // built by the first run with pages outside the group
+  int64_t token_in_progress_ = 0;  // the generated token the run is at (1 for the first), 0 before it: run()'s out-of-memory message
 };
 
 UOCR_NAMESPACE_END
