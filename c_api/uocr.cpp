@@ -70,7 +70,8 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, model_defaults
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, slide_kv) == 144, "slide_kv moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_image_bytes) == 152, "max_image_bytes moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_jpeg_scans) == 160, "max_jpeg_scans moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 168, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, page_time_budget_seconds) == 168, "page_time_budget_seconds moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 176, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -119,6 +120,7 @@ UOCR_PIN_STOP(UOCR_STOP_CONTEXT_LIMIT, context_limit);
 UOCR_PIN_STOP(UOCR_STOP_LOOP, loop);
 UOCR_PIN_STOP(UOCR_STOP_CANCELLED, cancelled);
 UOCR_PIN_STOP(UOCR_STOP_NO_TOKEN, no_token);
+UOCR_PIN_STOP(UOCR_STOP_TIME_BUDGET, time_budget);
 
 // The header's version must match the meson project version (passed by c_api/meson.build).
 #if defined(UOCR_MESON_VERSION_MAJOR)
@@ -431,6 +433,7 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
   if (p.cuda_graphs != UOCR_CUDA_GRAPHS_DEFAULT) c.cuda_graphs = p.cuda_graphs == UOCR_CUDA_GRAPHS_ON;
   if (p.model_defaults != UOCR_MODEL_DEFAULTS_USE && p.model_defaults != UOCR_MODEL_DEFAULTS_IGNORE)
     fail(UOCR_E_INVALID_ARGUMENT, "model_defaults " + std::to_string(p.model_defaults) + " is not a UOCR_MODEL_DEFAULTS_* value");
+  c.page_time_budget_seconds = p.page_time_budget_seconds;  // checked with the rest by the core
   return c;
 }
 
@@ -728,7 +731,8 @@ UOCR_API const char* uocr_stop_reason_string(int32_t stop_reason) {
     case UOCR_STOP_CONTEXT_LIMIT:
     case UOCR_STOP_LOOP:
     case UOCR_STOP_CANCELLED:
-    case UOCR_STOP_NO_TOKEN: return uocr::stop_reason_name(static_cast<uocr::StopReason>(stop_reason));
+    case UOCR_STOP_NO_TOKEN:
+    case UOCR_STOP_TIME_BUDGET: return uocr::stop_reason_name(static_cast<uocr::StopReason>(stop_reason));
     default: return "unknown";
   }
 }

@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 9
+#define UOCR_API_VERSION 10
 
 #ifdef __cplusplus
 extern "C" {
@@ -255,6 +255,11 @@ typedef struct uocr_session_params {
     uint64_t max_image_bytes;  /* width x height x channels x bytes per sample as the file stores them
                                 * (16-bit: 2, HDR: 4), also the largest image file read; 0: 2^30 (1 GiB) */
     int32_t max_jpeg_scans;    /* scans of one JPEG (a progressive scan is a pass over the image); 0: 100 */
+    /* API 10: the time a run may take per page of its document: encoding, prefill and generation.
+     * A run of N pages stops between two tokens once it has taken N times this, with stop_reason
+     * UOCR_STOP_TIME_BUDGET (status OK): the text so far and the last checkpoint are kept, and a
+     * resumed run gets the budget afresh. 0 (default): none; negative or not finite: INVALID_ARGUMENT. */
+    double page_time_budget_seconds;
     /* append-only below this line */
 } uocr_session_params;
 
@@ -361,6 +366,7 @@ typedef int32_t (*uocr_event_callback)(const uocr_event * event, void * user_dat
 #define UOCR_STOP_LOOP 3          /* the loop guard stopped a degenerate repetition */
 #define UOCR_STOP_CANCELLED 4     /* the event callback returned non-zero */
 #define UOCR_STOP_NO_TOKEN 5      /* every token was banned (n-gram rule) */
+#define UOCR_STOP_TIME_BUDGET 6   /* (API 10) page_time_budget_seconds ran out */
 
 /* Static name of a UOCR_STOP_* value ("eos", "max_tokens", ...); "unknown" otherwise. */
 UOCR_API const char * uocr_stop_reason_string(int32_t stop_reason);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -1168,4 +1169,49 @@ TEST_CASE("c_api: a page image too large to allocate is UOCR_E_OUT_OF_MEMORY nam
 #endif
   CHECK(page_count(s) == 0);
   uocr_session_free(s);
+}
+
+TEST_CASE("c_api: the time budget per page (API 10) stops a run between two tokens, and older structs have none") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.page_time_budget_seconds == 0);
+  CHECK(std::string(uocr_stop_reason_string(UOCR_STOP_TIME_BUDGET)) == "time_budget");
+  uocr_session* s = nullptr;
+  for (double bad : {-1.0, std::nan(""), HUGE_VAL}) {
+    sp.page_time_budget_seconds = bad;
+    CHECK(uocr_session_create(shared_model(), &sp, &s) == UOCR_E_INVALID_ARGUMENT);
+    CHECK(contains(uocr_last_error(), "page_time_budget_seconds"));
+  }
+  auto run = [&](const uocr_session_params& p, uocr_run_summary& sum) {
+    REQUIRE(uocr_session_create(shared_model(), &p, &s) == UOCR_OK);
+    for (int i = 0; i < 2; ++i) REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+    uocr_run_summary_init(&sum);
+    REQUIRE(uocr_session_run(s, nullptr, nullptr, &sum) == UOCR_OK);
+    const std::string text = session_text(s);
+    uocr_session_free(s);
+    return text;
+  };
+  // Spent before the first token is fed back: the run stops after one, its text kept.
+  sp.page_time_budget_seconds = 1e-9;
+  sp.max_new_tokens = 40;
+  uocr_run_summary sum;
+  const std::string cut = run(sp, sum);
+  CHECK(sum.stop_reason == UOCR_STOP_TIME_BUDGET);
+  CHECK(sum.generated_tokens == 1);
+  // A budget the run stays within changes nothing.
+  sp.page_time_budget_seconds = 3600;
+  const std::string whole = run(sp, sum);
+  CHECK(sum.stop_reason == UOCR_STOP_MAX_TOKENS);
+  CHECK(sum.generated_tokens == 40);
+  CHECK(whole.rfind(cut, 0) == 0);
+
+  // An API-9 caller's struct ends before the field: no budget, whatever follows in memory.
+  std::vector<unsigned char> older(offsetof(uocr_session_params, page_time_budget_seconds) + 16, 0xFF);
+  sp.page_time_budget_seconds = 0;
+  std::memcpy(older.data(), &sp, offsetof(uocr_session_params, page_time_budget_seconds));
+  const uint32_t size = uint32_t(offsetof(uocr_session_params, page_time_budget_seconds));
+  std::memcpy(older.data(), &size, sizeof size);
+  const std::string api9 = run(*reinterpret_cast<const uocr_session_params*>(older.data()), sum);
+  CHECK(sum.stop_reason == UOCR_STOP_MAX_TOKENS);
+  CHECK(api9 == whole);
 }

@@ -766,3 +766,29 @@ TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temp
     CHECK(gone);
   }
 }
+
+TEST_CASE("uocr run --page-time-budget stops the run between two tokens, keeps the checkpoint, and --resume finishes it") {
+  const std::string page = uocr_test::golden("page.png");
+  const std::string ck = tmp("budget.ckpt"), cut = tmp("budget_cut.md"), whole = tmp("budget_whole.md");
+  const std::string run = "run --model '" + tiny() + "' --max-tokens 24 --format raw --checkpoint '" + ck + "' ";
+  const Run r = run_cli(run + "--page-time-budget 0.000001 -o '" + cut + "' '" + page + "' '" + page + "'");
+  INFO(r.output);
+  CHECK(r.status == 124);
+  CHECK(r.output.find("stopped: time_budget after 1 tokens") != std::string::npos);
+  CHECK(fs::exists(ck));
+  const Run resumed = run_cli(run + "--resume -o '" + cut + "' '" + page + "' '" + page + "'");
+  INFO(resumed.output);
+  CHECK(resumed.status == 3);  // --max-tokens, as an uninterrupted run
+  CHECK_FALSE(fs::exists(ck));
+  const Run plain = run_cli("run --model '" + tiny() + "' --max-tokens 24 --format raw -o '" + whole + "' '" + page + "' '" + page + "'");
+  CHECK(plain.status == 3);
+  CHECK(uocr_test::read_file(cut) == uocr_test::read_file(whole));
+  for (const std::string bad : {"-1", "nan", "inf", "x"}) {
+    const Run b = run_cli("run --model '" + tiny() + "' --page-time-budget " + bad + " '" + page + "'");
+    INFO(bad << ": " << b.output);
+    CHECK(b.status == 2);
+    CHECK(b.output.find("--page-time-budget") != std::string::npos);
+  }
+  fs::remove(cut);
+  fs::remove(whole);
+}

@@ -1,7 +1,8 @@
-// Session: pages in, events out. Output parsing of <PAGE> markers and <|det|> blocks, and real
+// OneShotSession: pages in, events out. Output parsing of <PAGE> markers and <|det|> blocks, and real
 // runs of the golden model (tiny-b) (random weights: the text is gibberish, but deterministic).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -158,7 +159,7 @@ std::vector<int32_t> decode_by_hand(const uocr::ImageU8& page, const uocr::Prepr
 
 }  // namespace
 
-TEST_CASE("Session is exactly the one-shot decode: full attention, and a gundam page with tiles") {
+TEST_CASE("OneShotSession is exactly the one-shot decode: full attention, and a gundam page with tiles") {
   const uocr::ImageU8 page = uocr::load_image(uocr_test::source_dir() + "/tests/data/reference/images/wide_2000x650.png");
   for (const bool gundam : {false, true}) {
     uocr::SessionParams params;
@@ -248,6 +249,12 @@ TEST_CASE("session misuse is an error, not a crash") {
   uocr::SessionParams bad;
   bad.sampling.top_p = 2.f;
   CHECK_THROWS_AS(uocr::OneShotSession(tiny_model(), bad), uocr::Error);
+  for (double budget : {-0.5, std::nan("")}) {
+    uocr::SessionParams bad_budget;
+    bad_budget.page_time_budget_seconds = budget;
+    CHECK(uocr_test::message_of([&] { uocr::OneShotSession(tiny_model(), bad_budget); }).find("page_time_budget_seconds") !=
+          std::string::npos);
+  }
   uocr::SessionParams no_image;
   no_image.prompt = "Free OCR.";
   uocr::OneShotSession s(tiny_model(), no_image);

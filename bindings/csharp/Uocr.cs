@@ -50,7 +50,7 @@ namespace Uocr
 
     public enum EventType { Token = 1, Page = 2, Block = 3 }
 
-    public enum StopReason { Eos = 0, MaxTokens = 1, ContextLimit = 2, Loop = 3, Cancelled = 4, NoToken = 5 }
+    public enum StopReason { Eos = 0, MaxTokens = 1, ContextLimit = 2, Loop = 3, Cancelled = 4, NoToken = 5, TimeBudget = 6 }
 
     public enum Backend { Cpu = 0, Vulkan = 1, Cuda = 2 }
 
@@ -127,6 +127,8 @@ namespace Uocr
         // API version 9
         public ulong MaxImageBytes;
         public int MaxJpegScans;
+        // API version 10
+        public double PageTimeBudgetSeconds;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -192,7 +194,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 9; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 10; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -355,6 +357,9 @@ namespace Uocr
         public ulong MaxImagePixels = 0;     // width x height (0: 100000000)
         public ulong MaxImageBytes = 0;      // width x height x channels x bytes per sample as the file stores them, and the file (0: 2^30)
         public int MaxJpegScans = 0;         // scans of one JPEG (0: 100; negative is refused)
+        // Seconds a run may take per page of its document: it stops between two tokens with
+        // StopReason.TimeBudget, the text so far and the last checkpoint kept (0: none).
+        public double PageTimeBudgetSeconds = 0;
         public Backend Backend = Backend.Cpu;
         public int DeviceIndex = 0;
         public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: the model folder's, else 4)
@@ -447,6 +452,7 @@ namespace Uocr
             p.SlideKv = (int)o.SlideKv;
             p.MaxImageBytes = o.MaxImageBytes;
             p.MaxJpegScans = o.MaxJpegScans;
+            p.PageTimeBudgetSeconds = o.PageTimeBudgetSeconds;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

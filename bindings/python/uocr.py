@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 9  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 10  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -66,7 +66,7 @@ EVENT_TOKEN = 1
 EVENT_PAGE = 2
 EVENT_BLOCK = 3
 
-STOP_EOS, STOP_MAX_TOKENS, STOP_CONTEXT_LIMIT, STOP_LOOP, STOP_CANCELLED, STOP_NO_TOKEN = range(6)
+STOP_EOS, STOP_MAX_TOKENS, STOP_CONTEXT_LIMIT, STOP_LOOP, STOP_CANCELLED, STOP_NO_TOKEN, STOP_TIME_BUDGET = range(7)
 
 
 class ModelParams(ctypes.Structure):
@@ -105,7 +105,9 @@ class SessionParams(ctypes.Structure):
                 # API version 8
                 ("slide_kv", ctypes.c_int32),
                 # API version 9
-                ("max_image_bytes", ctypes.c_uint64), ("max_jpeg_scans", ctypes.c_int32)]
+                ("max_image_bytes", ctypes.c_uint64), ("max_jpeg_scans", ctypes.c_int32),
+                # API version 10
+                ("page_time_budget_seconds", ctypes.c_double)]
 
 
 class EventStruct(ctypes.Structure):
@@ -310,7 +312,7 @@ class Session(_Handle):
     backend, device_index, pages_per_group, overlap_pages, page_fallback_tokens, reference_mode,
     reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
     checkpoint_every_tokens, resume, max_batch, max_batch_wait_us, reference_gate_fan_out,
-    reference_gate_beam, cuda_graphs, model_defaults, slide_kv, max_image_bytes, max_jpeg_scans). cuda_graphs takes a CUDA_GRAPHS_* value or a
+    reference_gate_beam, cuda_graphs, model_defaults, slide_kv, max_image_bytes, max_jpeg_scans, page_time_budget_seconds). cuda_graphs takes a CUDA_GRAPHS_* value or a
     bool (True: on, False: off); model_defaults a MODEL_DEFAULTS_* value or a bool (True: use);
     slide_kv a SLIDE_KV_* value.
     """

@@ -67,7 +67,8 @@ static class ApiCheck
         // uocr_session_params as uocr.h lays it out on 64-bit targets (the binding's struct is compiled in here).
         if (IntPtr.Size == 8)
         {
-            Check(Marshal.SizeOf(typeof(SessionParams)) == 168, "sizeof(uocr_session_params) == 168");
+            Check(Marshal.SizeOf(typeof(SessionParams)) == 176, "sizeof(uocr_session_params) == 176");
+            Check((long)Marshal.OffsetOf(typeof(SessionParams), "PageTimeBudgetSeconds") == 168, "page_time_budget_seconds at offset 168");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxImageBytes") == 152, "max_image_bytes at offset 152");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxJpegScans") == 160, "max_jpeg_scans at offset 160");
         }
@@ -171,6 +172,13 @@ static class ApiCheck
             }
             var scans = Expect<UocrException>(() => model.CreateSession(new SessionOptions { MaxJpegScans = -1 }), "max_jpeg_scans -1");
             Check(scans != null && scans.Status == Status.InvalidArgument && scans.Message.Contains("max_jpeg_scans"), "max_jpeg_scans message");
+            // API 10: a time budget per page that is spent stops the run after its first token.
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 8, PageTimeBudgetSeconds = 1e-9 }))
+            {
+                s.AddImageFile(pages[0]);
+                RunSummary sum = s.Run(e => true);
+                Check(sum.StopReason == (int)StopReason.TimeBudget && sum.GeneratedTokens == 1, "time budget stops the run after one token");
+            }
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

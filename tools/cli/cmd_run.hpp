@@ -12,14 +12,17 @@
 // flushed and fsync'ed before each checkpoint) and the rest is appended, so OUT ends up
 // byte-identical to an uninterrupted run. On stdout, only the text after the checkpoint is
 // written (what the killed run printed after it is printed again). The checkpoint is deleted
-// when the run ends by itself; it is kept after Ctrl-C, so that --resume continues.
+// when the run ends by itself; it is kept after Ctrl-C and when --page-time-budget runs out, so
+// that --resume continues.
 //
 // Exit codes: 0 complete (the model ended the text), 1 error, 2 usage, 3 truncated (token or
 // context limit), 4 stopped by the loop guard or because every token was banned, 5 empty
-// output, 130 interrupted (Ctrl-C; the text so far is kept).
+// output, 124 --page-time-budget ran out, 130 interrupted (Ctrl-C); after 124 and 130 the text so
+// far and the checkpoint are kept.
 #pragma once
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -53,7 +56,7 @@ inline CommandOptions run_options() {
                    {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
                     "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--dpi",
                     "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
-                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout"},
+                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout", "--page-time-budget"},
                    {"--quiet", "--resume", "--separate-pages"},
                    true,
                    {}};
@@ -101,6 +104,7 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
 inline int exit_code_for(const uocr::RunSummary& s) {
   switch (s.stop) {
     case uocr::StopReason::cancelled: return 130;
+    case uocr::StopReason::time_budget: return 124;
     case uocr::StopReason::max_tokens:
     case uocr::StopReason::context_limit: return 3;
     case uocr::StopReason::loop:
@@ -337,6 +341,10 @@ inline RunOptions parse_run_options(const Args& args) {
   o.page_timeout = args.integer("--page-timeout", 120);
   uocr::require(o.page_timeout >= 0 && o.page_timeout <= 86400, uocr::Status::invalid_argument,
                 [&] { return "--page-timeout must be in 0..86400 seconds (0: no limit), got " + std::to_string(o.page_timeout); });
+  // Seconds the run may take per page of the document (SessionParams::page_time_budget_seconds).
+  o.params.page_time_budget_seconds = args.real("--page-time-budget", 0);
+  uocr::require(std::isfinite(o.params.page_time_budget_seconds) && o.params.page_time_budget_seconds >= 0,
+                uocr::Status::invalid_argument, "--page-time-budget must be a number of seconds >= 0 (0: none)");
 
   o.output = args.get("-o", "");
   o.dpi = args.integer("--dpi", 300);
@@ -415,7 +423,8 @@ inline int cmd_run(const Args& args) {
   std::signal(SIGINT, SIG_DFL);
   if (progress) std::fprintf(stderr, "\r\033[K");
   if (o.stats == "json") write_json_stats(stderr, sum, run_stats, inf.groups, session.effective_window(), session.engine_info());
-  if (!ck.path.empty() && sum.stop != uocr::StopReason::cancelled) std::filesystem::remove(ck.path);
+  const bool resumable = sum.stop == uocr::StopReason::cancelled || sum.stop == uocr::StopReason::time_budget;
+  if (!ck.path.empty() && !resumable) std::filesystem::remove(ck.path);
   if (sum.stop != uocr::StopReason::eos)
     std::fprintf(stderr, "uocr: stopped: %s after %lld tokens\n", uocr::stop_reason_name(sum.stop),
                  (long long)sum.generated_tokens);

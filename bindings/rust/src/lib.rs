@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 9;
+pub const API_VERSION: i32 = 10;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -85,6 +85,8 @@ pub mod stop {
     pub const LOOP: i32 = 3;
     pub const CANCELLED: i32 = 4;
     pub const NO_TOKEN: i32 = 5;
+    /// `page_time_budget_seconds` ran out (API 10).
+    pub const TIME_BUDGET: i32 = 6;
 }
 
 // ---- raw ABI ------------------------------------------------------------------------------
@@ -153,6 +155,8 @@ struct RawSessionParams {
     // API version 9
     max_image_bytes: u64,
     max_jpeg_scans: i32,
+    // API version 10
+    page_time_budget_seconds: f64,
 }
 
 #[repr(C)]
@@ -217,7 +221,7 @@ pub struct RunSummary {
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 168);
+    assert!(std::mem::size_of::<RawSessionParams>() == 176);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
     assert!(std::mem::size_of::<RunSummary>() == 136);
@@ -442,6 +446,7 @@ impl Model {
         };
         raw.max_image_bytes = params.max_image_bytes;
         raw.max_jpeg_scans = params.max_jpeg_scans;
+        raw.page_time_budget_seconds = params.page_time_budget_seconds;
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -552,6 +557,9 @@ pub struct SessionParams {
     pub max_image_bytes: u64,
     /// Scans of one JPEG (API 9); 0: 100; a negative value is refused.
     pub max_jpeg_scans: i32,
+    /// Seconds a run may take per page of its document (API 10): it stops between two tokens
+    /// with `stop::TIME_BUDGET`, the text so far and the last checkpoint kept; 0: none.
+    pub page_time_budget_seconds: f64,
     pub backend: Backend,
     pub device_index: i32,
     /// Pages whose KV is held at once (>= 2; 0: the model folder's, else 4).
@@ -599,6 +607,7 @@ impl Default for SessionParams {
             max_image_pixels: raw.max_image_pixels,
             max_image_bytes: raw.max_image_bytes,
             max_jpeg_scans: raw.max_jpeg_scans,
+            page_time_budget_seconds: raw.page_time_budget_seconds,
             backend: Backend::Cpu,
             device_index: raw.device_index,
             pages_per_group: raw.pages_per_group,

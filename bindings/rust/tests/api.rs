@@ -5,7 +5,7 @@
 //!         cargo test --offline --locked --test api -- --test-threads=1
 use std::path::PathBuf;
 
-use uocr::{cuda_graphs, status, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams, SlideKv};
+use uocr::{cuda_graphs, status, stop, stop_reason_name, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams, SlideKv};
 
 fn model() -> Model {
     let dir = std::env::var_os("UOCR_TEST_MODEL").expect("set UOCR_TEST_MODEL to a model folder");
@@ -176,6 +176,17 @@ fn typed_options_reach_the_library() {
     let err = model.session(&SessionParams { max_jpeg_scans: -1, ..Default::default() }).err().unwrap();
     assert_eq!(err.status, status::E_INVALID_ARGUMENT);
     assert!(err.message.contains("max_jpeg_scans"), "{}", err.message);
+    // API 10: a time budget per page that is spent stops the run after its first token.
+    assert_eq!(SessionParams::default().page_time_budget_seconds, 0.0);
+    let err = model.session(&SessionParams { page_time_budget_seconds: -1.0, ..Default::default() }).err().unwrap();
+    assert!(err.message.contains("page_time_budget_seconds"), "{}", err.message);
+    let mut s = model
+        .session(&SessionParams { max_new_tokens: 8, page_time_budget_seconds: 1e-9, ..Default::default() })
+        .unwrap();
+    s.add_image_file(&pages[0]).unwrap();
+    let summary = s.run(|_| true).unwrap();
+    assert_eq!((summary.stop_reason, summary.generated_tokens), (stop::TIME_BUDGET, 1));
+    assert_eq!(stop_reason_name(summary.stop_reason), "time_budget");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 // (infinite.hpp), which run the same generation loop.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,7 +21,8 @@ UOCR_NAMESPACE_BEGIN
 
 enum class ImageMode { base, gundam };
 
-enum class StopReason { eos, max_tokens, context_limit, loop, cancelled, no_token };
+// time_budget: SessionParams::page_time_budget_seconds ran out.
+enum class StopReason { eos, max_tokens, context_limit, loop, cancelled, no_token, time_budget };
 
 inline const char* stop_reason_name(StopReason r) {
   switch (r) {
@@ -30,6 +32,7 @@ inline const char* stop_reason_name(StopReason r) {
     case StopReason::loop: return "loop";
     case StopReason::cancelled: return "cancelled";
     case StopReason::no_token: return "no_token";
+    case StopReason::time_budget: return "time_budget";
   }
   return "?";
 }
@@ -49,6 +52,10 @@ struct SessionParams {
   int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
   BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
   bool cuda_graphs = true;           // CUDA backend: decode steps replay CUDA graphs (same logits; backends/cuda/README.md)
+  // Seconds a run may take per page of its document (encoding, prefill and generation; a run of
+  // N pages stops after N times this, between two tokens, with StopReason::time_budget: the text
+  // so far and the last checkpoint are kept, a resumed run gets the budget afresh). 0: none.
+  double page_time_budget_seconds = 0;
 };
 
 // The engine a session opens (uocr/engine/open.hpp) besides its backend.
@@ -64,6 +71,8 @@ inline EngineOptions engine_options(const SessionParams& p) {
 inline void validate(const Model& model, const SessionParams& p) {
   require(p.window >= -1, Status::invalid_argument, "window must be -1, 0 or positive");
   require(p.max_new_tokens >= 0, Status::invalid_argument, "max_new_tokens must be >= 0");
+  require(std::isfinite(p.page_time_budget_seconds) && p.page_time_budget_seconds >= 0, Status::invalid_argument,
+          [&] { return "page_time_budget_seconds must be a finite number >= 0 (0: none), got " + std::to_string(p.page_time_budget_seconds); });
   require(p.min_new_tokens >= 0 && (p.max_new_tokens == 0 || p.min_new_tokens <= p.max_new_tokens), Status::invalid_argument,
           "min_new_tokens must be >= 0 and not above max_new_tokens");
   require(p.ngram_size >= 0, Status::invalid_argument, "ngram_size must be >= 0");

@@ -258,6 +258,8 @@ class Session {
     require(checkpoint.every_tokens >= 0, Status::invalid_argument, "checkpoint every_tokens must be >= 0");
     const ModelConfig& cfg = model_->config();
     const bool multi = n_pages > 1;
+    const auto t_run = std::chrono::steady_clock::now();
+    const double time_budget = params_.page_time_budget_seconds * double(n_pages);  // 0: none
     stats_ = SessionStats{};
     memory_ = MemoryStats{};
     RunSummary sum;
@@ -388,6 +390,7 @@ class Session {
       L.parser.feed(e.text);
       boundaries += L.clock.feed(e.text);
       if (cancelled) { sum.stop = StopReason::cancelled; break; }
+      if (time_budget > 0 && seconds_since(t_run) >= time_budget) { sum.stop = StopReason::time_budget; break; }
       if (params_.loop_guard && L.guard.push(e.text)) { sum.stop = StopReason::loop; break; }
       if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
       if (engine.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
