@@ -9,6 +9,7 @@
 #include <set>
 
 #include "test_support.hpp"
+#include "uocr/session/logit_chain.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/ngram.hpp"
 #include "uocr/session/sampler.hpp"
@@ -185,6 +186,32 @@ TEST_CASE("a NaN or +inf logit is an invalid-model error naming the generated to
       CAPTURE(at);
       CHECK(uocr_test::status_of([&] { greedy.pick(x.data(), n, 1); }) == uocr::Status::invalid_model);
     }
+}
+
+TEST_CASE("logit chain: EOS waits for min_new_tokens, the n-gram rule bans, and a fully banned step picks nothing") {
+  const int32_t eos = 1;
+  const uocr::LogitChain chain(4, /*min_new_tokens*/ 2, eos, nullptr);
+  uocr::Sampler greedy(uocr::SamplingParams{});
+  uocr::LogitChain::Step step;
+  std::vector<float> logits = {0.f, 9.f, 5.f, 7.f};  // EOS is the most likely
+  step.generated = 1;
+  CHECK(chain.next(logits, step, greedy).token == 3);  // before min_new_tokens: EOS banned
+  CHECK(std::isinf(logits[size_t(eos)]));
+  logits = {0.f, 9.f, 5.f, 7.f};
+  step.generated = 2;
+  CHECK(chain.next(logits, step, greedy).token == eos);
+  logits = {0.f, 9.f, 5.f, 7.f};
+  step.banned = {1, 3};
+  CHECK(chain.next(logits, step, greedy).token == 2);  // the n-gram rule's tokens are out
+  logits = {0.f, 9.f, 5.f, 7.f};
+  step.banned = {0, 1, 2, 3};
+  const uocr::LogitChain::Pick none = chain.next(logits, step, greedy);
+  CHECK(none.token == -1);
+  CHECK_FALSE(none.completed_marker);
+  // An id outside the logits (a corrupt state that slipped past the checks) is an error, never a write.
+  logits = {0.f, 9.f, 5.f, 7.f};
+  step.banned = {4};
+  CHECK(uocr_test::status_of([&] { chain.next(logits, step, greedy); }) == uocr::Status::internal);
 }
 
 TEST_CASE("loop guard: varying box coordinates still count as a loop, real text does not") {

@@ -66,10 +66,12 @@
 #include "uocr/image/preprocess.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/session/checkpoint.hpp"
+#include "uocr/session/logit_chain.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/marker_completion.hpp"
 #include "uocr/session/ngram.hpp"
 #include "uocr/session/output_parser.hpp"
+#include "uocr/session/page_clock.hpp"
 #include "uocr/session/page_source.hpp"
 #include "uocr/session/params.hpp"
 #include "uocr/session/prompt.hpp"
@@ -79,80 +81,6 @@
 #include "uocr/vision/encoder.hpp"
 
 UOCR_NAMESPACE_BEGIN
-
-// Decides when generated text has passed a page boundary (the policy described above).
-class PageClock {
- public:
-  explicit PageClock(int64_t fallback_tokens = 4096) : fallback_(fallback_tokens) {
-    require(fallback_ >= 0, Status::invalid_argument, "page fallback tokens must be >= 0");
-    parser_.on_page = [this](int m) {
-      since_marker_ = 0;
-      lead_ = fed_ - 1 - hold_start_;
-      if (m > page_) {
-        pending_ += m - page_;
-        markers_ += m - page_;
-        page_ = m;
-      }
-    };
-  }
-  PageClock(const PageClock&) = delete;  // parser_'s callback points at this object
-  PageClock& operator=(const PageClock&) = delete;
-
-  // Feeds one generated token's text; returns the page boundaries it passed (usually 0 or 1).
-  int64_t feed(const std::string& text) {
-    if (!parser_.holding()) hold_start_ = fed_;  // a marker completed later starts at this token
-    ++fed_;
-    pending_ = 0;
-    ++since_marker_;
-    parser_.feed(text);
-    if (fallback_ > 0 && since_marker_ >= fallback_) force();
-    const int64_t n = pending_;
-    pending_ = 0;
-    return n;
-  }
-  // Advances one page now (fallback, early EOS); returns 1.
-  int64_t force() {
-    lead_ = 0;
-    ++page_;
-    ++forced_;
-    ++pending_;
-    since_marker_ = 0;
-    return 1;
-  }
-
-  int64_t page() const { return page_; }
-  // Bytes of a "<PAGE>" marker begun and not yet complete (0: none).
-  size_t marker_prefix() const { return parser_.page_marker_prefix(); }
-  int64_t marker_boundaries() const { return markers_; }
-  // Tokens before the last one fed that belong to the boundary it passed (the start of its
-  // marker): they begin the new page's text. 0 for a forced boundary.
-  int64_t marker_lead() const { return lead_; }
-  int64_t forced_boundaries() const { return forced_; }
-
-  // Between two feed() calls (for checkpoints). marker_lead() is not part of it: it is read
-  // right after the feed() that set it.
-  struct State {
-    OutputParser::State parser;
-    int64_t page = 0, since_marker = 0, markers = 0, forced = 0, fed = 0, hold_start = 0;
-  };
-  State state() const { return {parser_.state(), page_, since_marker_, markers_, forced_, fed_, hold_start_}; }
-  void restore(const State& s) {
-    parser_.restore(s.parser);
-    page_ = s.page;
-    since_marker_ = s.since_marker;
-    markers_ = s.markers;
-    forced_ = s.forced;
-    fed_ = s.fed;
-    hold_start_ = s.hold_start;
-    lead_ = 0;
-  }
-
- private:
-  OutputParser parser_;
-  int64_t fallback_;
-  int64_t page_ = 0, pending_ = 0, since_marker_ = 0, markers_ = 0, forced_ = 0;
-  int64_t fed_ = 0, hold_start_ = 0, lead_ = 0;  // tokens fed; where the held text began; marker_lead()
-};
 
 // The library's defaults (upstream's); PageGroupChoice{}.apply(model.decode_defaults(), groups)
 // takes the model folder's page-group settings instead, as uocr run and the C API do
@@ -338,14 +266,7 @@ class Session {
 
     const auto t_decode = std::chrono::steady_clock::now();
     const int32_t eos = int32_t(cfg.decoder.eos_id);
-    const int64_t vocab = cfg.decoder.vocab;
-    // Ids are checked where they are read (config, checkpoint); this check keeps a missed one
-    // from ever writing outside the logits.
-    auto ban = [&](int32_t token) {
-      require(token >= 0 && size_t(token) < L.logits.size(), Status::internal,
-              [&] { return "token id " + std::to_string(token) + " to ban is outside the logits"; });
-      L.logits[size_t(token)] = -std::numeric_limits<float>::infinity();
-    };
+    const LogitChain chain(cfg.decoder.vocab, params_.min_new_tokens, eos, completion);
     int64_t boundaries = 0;  // passed since the last step: the group slides before the next one
     std::string text;
     for (;;) {
@@ -355,16 +276,15 @@ class Session {
         token = L.forced.front();
         L.forced.pop_front();
       } else {
-        if (L.generated < params_.min_new_tokens) ban(eos);
-        const std::vector<int32_t> banned = L.ngram.banned();
-        const size_t marker = L.clock.marker_prefix();
-        if (completion && L.clock.page() + 1 < n_pages && completion->writing(marker)) {  // free of the n-gram rule: marker_completion.hpp
-          if (!completion->continues(marker, most_likely(L.logits, banned))) ++L.markers_completed;
-          completion->restrict(marker, L.logits);
-        } else {
-          for (int32_t b : banned) ban(b);
-        }
-        token = L.sampler.pick(L.logits.data(), vocab, token_in_progress_);
+        LogitChain::Step step;
+        step.generated = L.generated;
+        step.token_number = token_in_progress_;
+        step.marker_prefix = L.clock.marker_prefix();
+        step.pages_follow = L.clock.page() + 1 < n_pages;
+        step.banned = L.ngram.banned();
+        const LogitChain::Pick pick = chain.next(L.logits, step, L.sampler);
+        L.markers_completed += pick.completed_marker;
+        token = pick.token;
         if (token < 0) { sum.stop = StopReason::no_token; break; }
         if (token == eos) {
           if (!(inf_.force_page_on_early_eos && engine.pages_pending() && !marker_ids.empty())) {
@@ -437,16 +357,6 @@ class Session {
     }
     stats_.slide_seconds = timings.slide_seconds;
     return sum;
-  }
-
-  // The token greedy decoding would pick with `banned` excluded.
-  static int32_t most_likely(const std::vector<float>& logits, std::vector<int32_t> banned) {
-    std::sort(banned.begin(), banned.end());
-    int32_t best = -1;
-    for (size_t id = 0; id < logits.size(); ++id)
-      if ((best < 0 || logits[id] > logits[size_t(best)]) && !std::binary_search(banned.begin(), banned.end(), int32_t(id)))
-        best = int32_t(id);
-    return best;
   }
 
   // Everything the generation loop carries from one token to the next, besides the decoder.
