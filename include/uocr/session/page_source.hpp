@@ -31,9 +31,9 @@
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/engine/engine.hpp"
-#include "uocr/session/checkpoint.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/preprocess.hpp"
+#include "uocr/io/fingerprint.hpp"
 #include "uocr/version.hpp"
 #include "uocr/vision/encoder.hpp"
 

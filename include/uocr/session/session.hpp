@@ -66,6 +66,7 @@
 #include "uocr/image/preprocess.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/session/checkpoint.hpp"
+#include "uocr/session/generation_state.hpp"
 #include "uocr/session/logit_chain.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/marker_completion.hpp"
@@ -192,7 +193,7 @@ class Session {
     memory_ = MemoryStats{};
     RunSummary sum;
     sum.pages = n_pages;
-    Identity id;
+    CheckpointIdentity id;
     if (!checkpoint.path.empty()) id = {model_identity(*model_), describe_params(), pages.identity()};
 
     // The engines: the vision encoder behind the page source, the decoder behind the page groups.
@@ -210,7 +211,7 @@ class Session {
     layout.pages = n_pages;
 
     const int ngram_window = params_.ngram_window >= 0 ? params_.ngram_window : multi ? 1024 : 128;
-    Loop L(params_, ngram_window, inf_.page_fallback_tokens);
+    GenerationState L(params_, ngram_window, inf_.page_fallback_tokens);
     const Tokenizer& tok = model_->tokenizer();
     const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
     if (checkpoint.resume) {
@@ -359,28 +360,6 @@ class Session {
     return sum;
   }
 
-  // Everything the generation loop carries from one token to the next, besides the decoder.
-  struct Loop {
-    Loop(const SessionParams& p, int ngram_window, int64_t fallback)
-        : ngram(p.ngram_size, p.ngram_size ? ngram_window : 0), sampler(p.sampling), guard(p.loop_guard_params), clock(fallback) {}
-    NoRepeatNgram ngram;
-    Sampler sampler;
-    LoopGuard guard;
-    utf8::StreamDecoder stream;
-    OutputParser parser;
-    PageClock clock;
-    std::deque<int32_t> forced;  // "<PAGE>" tokens written in place of an early EOS
-    std::vector<float> logits;   // of the next token
-    int64_t generated = 0, early_eos_replaced = 0, markers_completed = 0;
-    uint64_t emitted_bytes = 0;  // token text streamed so far
-    bool visible = false;        // some of it is not whitespace (the transcript is not empty)
-  };
-
-  // What a checkpoint must match to be resumed: model files, parameters, input pages.
-  struct Identity {
-    std::string model, params, input;
-  };
-
   // Every parameter that changes the tokens, in a stable text form.
   std::string describe_params() const {
     const SessionParams& p = params_;
@@ -415,199 +394,17 @@ class Session {
     return d;
   }
 
-  void save(const CheckpointOptions& ck, const Identity& id, const DocumentLayout& layout, const EncodedPages& visual,
-            DecoderEngine& engine, const Loop& L) {
+  void save(const CheckpointOptions& ck, const CheckpointIdentity& id, const DocumentLayout& layout,
+            const EncodedPages& visual, DecoderEngine& engine, const GenerationState& L) {
     const std::string caller = ck.save_caller_state ? ck.save_caller_state() : std::string();
-    StateWriter w;
-    w.put(id.model);
-    w.put(id.params);
-    w.put(id.input);
-    w.put(layout.pages);
-    w.put(layout.page_tokens);
-    w.put(layout.head);
-    w.put(layout.tail);
-    std::vector<int32_t> sizes;
-    for (const auto& wh : visual.sizes()) sizes.insert(sizes.end(), {wh.first, wh.second});
-    w.put(sizes);
-    const PageGroupState g = engine.state();
-    w.put(g.slot_pages);
-    for (int64_t v : {g.first, g.current, g.loaded, g.generated, g.slides, g.extra_boundaries}) w.put(v);
-    w.put(g.peak_total_bytes);
-    w.put(g.text_starts);
-    w.put(g.position_base);
-    w.put(g.ring_tokens);
-    w.put(g.window_ids);
-    w.put(uint64_t(memory_.peak_scratch_bytes));  // so that a resumed run reports the whole document's peaks
-    w.put(uint64_t(memory_.peak_bytes));
-    engine.visit_kv([&](float* data, size_t n) {
-      w.put(uint64_t(n));
-      w.put_array(data, n);
-    });
-    w.put(L.logits);
-    const NoRepeatNgram::State ng = L.ngram.state();
-    w.put(ng.tail);
-    w.put(ng.length);
-    w.put(L.sampler.rng_state());
-    const LoopGuard::State lg = L.guard.state();
-    w.put(lg.tail);
-    w.put(uint64_t(lg.pending));
-    w.put(uint8_t(lg.in_box));
-    const OutputParser::State op = L.parser.state();
-    w.put(op.pending);
-    w.put(int64_t(op.pages));
-    const PageClock::State pc = L.clock.state();
-    w.put(pc.parser.pending);
-    w.put(int64_t(pc.parser.pages));
-    for (int64_t v : {pc.page, pc.since_marker, pc.markers, pc.forced, pc.fed, pc.hold_start}) w.put(v);
-    w.put(L.stream.pending());
-    w.put(std::vector<int32_t>(L.forced.begin(), L.forced.end()));
-    w.put(L.generated);
-    w.put(L.early_eos_replaced);
-    w.put(L.markers_completed);
-    w.put(L.emitted_bytes);
-    w.put(uint8_t(L.visible));
-    w.put(caller);
-    write_checkpoint(ck.path, w.bytes());
+    save_session_checkpoint(ck.path, id, layout, visual, engine, L, memory_, caller);
     ++stats_.checkpoints_written;
   }
 
-  // Reads checkpoint `ck.path` into the layout, the engine and the loop. Every value is checked
-  // against the model, the layout and the parameters before it is used: the checksum guards
-  // against damage, not forgery, so a value that no run can reach refuses the file (Status::io,
-  // the field named), never an access outside the arrays it indexes.
-  void load(const CheckpointOptions& ck, const Identity& id, const std::vector<int32_t>& marker_ids, DocumentLayout& layout,
-            EncodedPages& visual, DecoderEngine& engine, Loop& L) {
-    const std::string payload = read_checkpoint(ck.path);
-    StateReader r(payload, ck.path);
-    Identity saved;
-    r.get(saved.model);
-    r.get(saved.params);
-    r.get(saved.input);
-    auto mismatch = [&](const std::string& what, const std::string& detail) {
-      throw Error(Status::invalid_argument, "checkpoint " + ck.path + " was written for " + what + detail +
-                                                "; it cannot be resumed here (start afresh without resume)");
-    };
-    if (saved.model != id.model) mismatch("another model", " (its files' fingerprint differs)");
-    if (saved.params != id.params) mismatch("other parameters", ": [" + saved.params + "] vs now [" + id.params + "]");
-    if (saved.input != id.input) mismatch("other input pages", " (their fingerprint differs)");
-    int64_t pages = 0;
-    r.get(pages);
-    if (pages != layout.pages)
-      mismatch("a document of " + std::to_string(pages) + " pages", ", not " + std::to_string(layout.pages));
-    std::vector<int32_t> head, tail;
-    r.get(layout.page_tokens);
-    r.get(head);
-    r.get(tail);
-    if (head != layout.head || tail != layout.tail) mismatch("another prompt", "");
-
-    auto bad = [&](const std::string& field, int64_t value, const std::string& should) {
-      r.corrupt(field + " = " + std::to_string(value) + ", it should be " + should);
-    };
-    const int64_t vocab = model_->config().decoder.vocab;
-    // The layout and the parameters match by now: a state a component's restore refuses is the file's.
-    auto restoring = [&](const std::function<void()>& restore) {
-      try {
-        restore();
-      } catch (const Error& e) {
-        if (e.status() != Status::invalid_argument) throw;
-        r.corrupt(e.what());
-      }
-    };
-    const std::pair<int64_t, int64_t> page_tokens = visual.page_token_range();
-    if (layout.page_tokens < page_tokens.first || layout.page_tokens > page_tokens.second)
-      bad("page_tokens", layout.page_tokens,
-          "a page's visual tokens, " + std::to_string(page_tokens.first) + " to " + std::to_string(page_tokens.second));
-    std::vector<int32_t> flat;
-    r.get(flat);
-    PageGroupState g;
-    r.get(g.slot_pages);
-    for (int64_t* v : {&g.first, &g.current, &g.loaded, &g.generated, &g.slides, &g.extra_boundaries}) r.get(*v);
-    r.get(g.peak_total_bytes);
-    r.get(g.text_starts);
-    r.get(g.position_base);
-    r.get(g.ring_tokens);
-    r.get(g.window_ids);
-    memory_.peak_scratch_bytes = size_t(r.get<uint64_t>());
-    memory_.peak_bytes = size_t(r.get<uint64_t>());
-    if (flat.size() % 2 != 0 || int64_t(flat.size() / 2) != g.loaded)
-      bad("the size of page_sizes", int64_t(flat.size()), "2 x the pages loaded (" + std::to_string(g.loaded) + ")");
-    std::vector<std::pair<int, int>> sizes;
-    for (size_t i = 0; i < flat.size(); i += 2) {
-      for (size_t k : {i, i + 1})
-        if (flat[k] <= 0) bad("page_sizes[" + std::to_string(k) + "]", flat[k], "a pixel size > 0");
-      sizes.emplace_back(flat[i], flat[i + 1]);
-    }
-    visual.skip_encoded(std::move(sizes));
-    restoring([&] {
-      engine.resume(layout, visual, g, [&](float* data, size_t n) {
-        if (r.get<uint64_t>() != n) r.corrupt("KV rows do not match the page group");
-        r.get_array(data, n);
-      });
-    });
-    r.get(L.logits);
-    if (int64_t(L.logits.size()) != vocab) bad("the size of logits", int64_t(L.logits.size()), "the vocabulary " + std::to_string(vocab));
-    NoRepeatNgram::State ng;
-    r.get(ng.tail);
-    r.get(ng.length);
-    for (size_t i = 0; i < ng.tail.size(); ++i)  // the vocabulary holds the tokenizer's ids (checked by Model)
-      if (ng.tail[i] < 0 || ng.tail[i] >= vocab)
-        bad("n-gram history[" + std::to_string(i) + "]", ng.tail[i], "a token id of the vocabulary [0, " + std::to_string(vocab) + ")");
-    if (ng.length != layout.prompt_length() + g.generated)
-      bad("n-gram length", ng.length,
-          "the prompt's and the generated tokens (" + std::to_string(layout.prompt_length() + g.generated) + ")");
-    restoring([&] { L.ngram.restore(ng); });
-    L.sampler.restore_rng_state(r.get<uint64_t>());
-    LoopGuard::State lg;
-    r.get(lg.tail);
-    lg.pending = size_t(r.get<uint64_t>());
-    lg.in_box = r.get<uint8_t>() != 0;
-    L.guard.restore(lg);
-    std::string parser_pending, clock_parser_pending;
-    r.get(parser_pending);
-    const int64_t parser_pages = r.get<int64_t>();
-    PageClock::State pc;
-    r.get(clock_parser_pending);
-    const int64_t clock_parser_pages = r.get<int64_t>();
-    for (int64_t* v : {&pc.page, &pc.since_marker, &pc.markers, &pc.forced, &pc.fed, &pc.hold_start}) r.get(*v);
-    std::string stream_pending;
-    r.get(stream_pending);
-    if (!L.stream.feed(stream_pending).empty()) r.corrupt("the UTF-8 stream state is not an incomplete character");
-    std::vector<int32_t> forced;
-    r.get(forced);
-    r.get(L.generated);
-    r.get(L.early_eos_replaced);
-    r.get(L.markers_completed);
-    r.get(L.emitted_bytes);
-    L.visible = r.get<uint8_t>() != 0;
-    std::string caller;
-    r.get(caller);
-    if (!r.at_end()) r.corrupt("unexpected bytes after the state");
-
-    // The counts agree with each other: one token stream fed the page groups, both parsers
-    // (one text) and the page clock, whose page is the boundaries the page groups took.
-    if (L.generated != g.generated) bad("generated", L.generated, "the page groups' " + std::to_string(g.generated));
-    if (parser_pages < 0 || parser_pages > std::numeric_limits<int>::max() ||
-        uint64_t(parser_pages) > L.emitted_bytes / kPageMarker.size())
-      bad("the parser's pages", parser_pages, "the markers in the " + std::to_string(L.emitted_bytes) + " bytes of text");
-    if (clock_parser_pages != parser_pages || clock_parser_pending != parser_pending)
-      bad("the page clock's parser pages", clock_parser_pages, "the parser's, which reads the same text");
-    if (pc.markers < 0 || pc.forced < 0 || pc.page != pc.markers + pc.forced || pc.page != g.current + g.extra_boundaries)
-      bad("the page clock's page", pc.page, "its marker and forced boundaries, the page groups' current and extra boundaries");
-    if (pc.fed != L.generated) bad("the page clock's tokens", pc.fed, "the generated tokens");
-    if (pc.since_marker < 0 || pc.since_marker > pc.fed) bad("the page clock's tokens since a marker", pc.since_marker, "in [0, tokens]");
-    if (pc.hold_start < 0 || pc.hold_start > pc.fed) bad("the page clock's held text start", pc.hold_start, "in [0, tokens]");
-    if (L.early_eos_replaced < 0 || L.early_eos_replaced > pc.forced)
-      bad("early_eos_replaced", L.early_eos_replaced, "in [0, the forced boundaries]");
-    if (L.markers_completed < 0 || L.markers_completed > L.generated)
-      bad("markers_completed", L.markers_completed, "in [0, generated]");
-    // An early EOS writes the marker's tokens: what remains of them is a part of its end.
-    if (!forced.empty() && (forced.size() >= marker_ids.size() ||
-                            !std::equal(forced.begin(), forced.end(), marker_ids.end() - std::ptrdiff_t(forced.size()))))
-      bad("the size of the forced tokens", int64_t(forced.size()), "those left of a page marker's tokens");
-    pc.parser = {clock_parser_pending, int(clock_parser_pages)};
-    L.parser.restore({parser_pending, int(parser_pages)});
-    L.clock.restore(pc);
-    L.forced.assign(forced.begin(), forced.end());
+  void load(const CheckpointOptions& ck, const CheckpointIdentity& id, const std::vector<int32_t>& marker_ids,
+            DocumentLayout& layout, EncodedPages& visual, DecoderEngine& engine, GenerationState& L) {
+    const std::string caller = load_session_checkpoint(ck.path, id, marker_ids, model_->config().decoder.vocab, layout,
+                                                       visual, engine, L, memory_);
     stats_.resumed_at_token = L.generated;
     if (ck.restore_caller_state) ck.restore_caller_state(caller);
   }
