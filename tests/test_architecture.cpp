@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr.h"
 #include "uocr/decoder/backend_contract.hpp"
 #include "uocr/uocr.hpp"

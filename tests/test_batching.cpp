@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/step_batcher.hpp"

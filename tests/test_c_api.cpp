@@ -21,7 +21,7 @@
 
 #include <unistd.h>
 
-#include "damaged_model.hpp"
+#include "support/damaged_model.hpp"
 #include "uocr.h"
 
 namespace {

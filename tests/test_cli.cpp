@@ -22,8 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli_process.hpp"
-#include "test_support.hpp"
+#include "support/cli_process.hpp"
+#include "support/test_support.hpp"
 #include "uocr/io/npy.hpp"
 
 namespace fs = std::filesystem;

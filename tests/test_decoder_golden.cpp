@@ -12,9 +12,9 @@
 
 #include <Eigen/Core>
 
-#include "golden_decoder.hpp"
-#include "logit_agreement.hpp"
-#include "test_support.hpp"
+#include "support/golden_decoder.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/io/npy.hpp"
 #include "uocr/model/checkpoint.hpp"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "cli_process.hpp"
-#include "test_support.hpp"
+#include "support/cli_process.hpp"
+#include "support/test_support.hpp"
 #include "uocr/session/session.hpp"
 
 namespace {

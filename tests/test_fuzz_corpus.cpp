@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "fuzz/targets.hpp"
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/session/logit_chain.hpp"
 #include "uocr/session/loop_guard.hpp"
 #include "uocr/session/ngram.hpp"

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "event_recorder.hpp"
-#include "logit_agreement.hpp"
-#include "multi3_case.hpp"
-#include "test_support.hpp"
+#include "support/event_recorder.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/multi3_case.hpp"
+#include "support/test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/sparse_reference.hpp"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <random>
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/io/npy.hpp"
 #include "uocr/io/safetensors.hpp"

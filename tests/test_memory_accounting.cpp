@@ -18,7 +18,7 @@
 #include <omp.h>
 #endif
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/session/one_shot.hpp"
 
 // ---- heap counting (this test executable only) ------------------------------------------------

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/image/exif.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/image/interpolate.hpp"

@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "logit_agreement.hpp"
-#include "test_support.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/image/image.hpp"

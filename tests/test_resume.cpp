@@ -23,10 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli_process.hpp"
-#include "event_recorder.hpp"
-#include "resume_case.hpp"
-#include "test_support.hpp"
+#include "support/cli_process.hpp"
+#include "support/event_recorder.hpp"
+#include "support/resume_case.hpp"
+#include "support/test_support.hpp"
 #include "uocr/session/checkpoint.hpp"
 #include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"

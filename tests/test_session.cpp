@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "damaged_model.hpp"
-#include "event_recorder.hpp"
-#include "test_support.hpp"
+#include "support/damaged_model.hpp"
+#include "support/event_recorder.hpp"
+#include "support/test_support.hpp"
 #include "uocr/session/markdown.hpp"
 #include "uocr/session/marker_completion.hpp"
 #include "uocr/session/output_parser.hpp"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "logit_agreement.hpp"
-#include "op_reference.hpp"
-#include "test_support.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/op_reference.hpp"
+#include "support/test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/sparse_reference.hpp"

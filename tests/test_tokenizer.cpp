@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/tokenizer/tokenizer.hpp"
 
 using uocr_test::message_of;

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "test_support.hpp"
-#include "vision_stages.hpp"
+#include "support/test_support.hpp"
+#include "support/vision_stages.hpp"
 #include "uocr/io/npy.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"

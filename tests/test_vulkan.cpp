@@ -23,11 +23,11 @@
 
 #include <unistd.h>
 
-#include "golden_decoder.hpp"
-#include "op_reference.hpp"
-#include "test_support.hpp"
-#include "vision_stages.hpp"
-#include "vulkan_env.hpp"
+#include "support/golden_decoder.hpp"
+#include "support/op_reference.hpp"
+#include "support/test_support.hpp"
+#include "support/vision_stages.hpp"
+#include "support/vulkan_env.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/vulkan/decoder.hpp"
 #include "uocr/backends/vulkan/vision.hpp"

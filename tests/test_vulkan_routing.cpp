@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "golden_decoder.hpp"
-#include "op_reference.hpp"
-#include "test_support.hpp"
+#include "support/golden_decoder.hpp"
+#include "support/op_reference.hpp"
+#include "support/test_support.hpp"
 #include "uocr/backends/vulkan/decoder.hpp"
 #include "uocr/decoder/moe.hpp"
 

@@ -22,12 +22,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "logit_agreement.hpp"
-#include "multi3_case.hpp"
-#include "resume_case.hpp"
-#include "cli_process.hpp"
-#include "test_support.hpp"
-#include "vulkan_env.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/multi3_case.hpp"
+#include "support/resume_case.hpp"
+#include "support/cli_process.hpp"
+#include "support/test_support.hpp"
+#include "support/vulkan_env.hpp"
 #include "uocr.h"
 #include "uocr/backends/vulkan/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "sparse_select_cases.hpp"
-#include "vulkan_env.hpp"
+#include "support/sparse_select_cases.hpp"
+#include "support/vulkan_env.hpp"
 #include "uocr/backends/vulkan/sparse.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 

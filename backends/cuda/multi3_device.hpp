@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "logit_agreement.hpp"
-#include "multi3_case.hpp"
-#include "test_support.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/multi3_case.hpp"
+#include "support/test_support.hpp"
 #include "uocr/backends/cuda/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"
 

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "golden_decoder.hpp"
+#include "support/golden_decoder.hpp"
 #include "gpu_test.hpp"
-#include "op_reference.hpp"
-#include "test_support.hpp"
+#include "support/op_reference.hpp"
+#include "support/test_support.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/cuda/decoder.hpp"
 #include "uocr/decoder/attention.hpp"

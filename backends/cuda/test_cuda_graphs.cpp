@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "golden_decoder.hpp"
+#include "support/golden_decoder.hpp"
 #include "gpu_test.hpp"
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 #include "uocr/backends/cuda/decoder.hpp"
 
 namespace cu = uocr::cuda;

@@ -21,7 +21,7 @@
 
 #include "gpu_test.hpp"
 #include "multi3_device.hpp"
-#include "resume_case.hpp"
+#include "support/resume_case.hpp"
 #include "uocr/backends/cuda/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/model/model.hpp"

@@ -20,7 +20,7 @@
 
 #include "gpu_test.hpp"
 #include "multi3_device.hpp"
-#include "sparse_select_cases.hpp"
+#include "support/sparse_select_cases.hpp"
 #include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/backends/cuda/engine.hpp"

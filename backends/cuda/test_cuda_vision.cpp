@@ -13,16 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "golden_decoder.hpp"
+#include "support/golden_decoder.hpp"
 #include "gpu_test.hpp"
-#include "logit_agreement.hpp"
-#include "test_support.hpp"
+#include "support/logit_agreement.hpp"
+#include "support/test_support.hpp"
 #include "uocr/backends/cuda/decoder.hpp"
 #include "uocr/backends/cuda/vision.hpp"
 #include "uocr/engine/open.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/vision/encoder.hpp"
-#include "vision_stages.hpp"
+#include "support/vision_stages.hpp"
 
 namespace cu = uocr::cuda;
 using uocr::Status;

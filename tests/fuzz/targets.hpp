@@ -36,7 +36,7 @@
 #include "../../tools/cli/cmd_run.hpp"
 #include "../../tools/cli/cmd_tokenize.hpp"
 #include "../../tools/cli/decode_limits.hpp"
-#include "../test_support.hpp"
+#include "../support/test_support.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/io/npy.hpp"
@@ -244,7 +244,7 @@ inline int fuzz_image(const uint8_t* data, size_t size) {
 
 namespace detail {
 
-// The document the checkpoint target resumes, as tests/resume_case.hpp's but greedy (sampling
+// The document the checkpoint target resumes, as tests/support/resume_case.hpp's but greedy (sampling
 // sorts the 129k logits at every step): three pages (small synthetic ones), two held at a time,
 // the fallback sliding every 8 tokens.
 struct CheckpointCase {
