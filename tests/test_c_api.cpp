@@ -535,7 +535,7 @@ TEST_CASE("c_api: session params validation and struct-size compatibility") {
 
 TEST_CASE("c_api: page-group fields left 0 take the model folder's uocr_decode.json (API 7, slide_kv API 8)") {
   // The tiny model's files plus the settings file, in a folder of their own.
-  const std::string dir = "/tmp/uocr_c_api_decode_defaults";
+  const std::string dir = "/tmp/uocr_c_api_decode_defaults_" + std::to_string(::getpid());  // runs may overlap
   REQUIRE(std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "' && ln -s '" + model_dir() + "'/* '" + dir + "'/").c_str()) == 0);
   std::ofstream(dir + "/uocr_decode.json")
       << R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group", "slide_kv": "recompute"})";

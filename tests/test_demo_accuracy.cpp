@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "support/cli_process.hpp"
 #include "support/test_support.hpp"
 #include "uocr/session/session.hpp"
@@ -69,8 +71,9 @@ double cer(const std::string& hypothesis, const std::string& reference) {
 std::string sample(const std::string& name) { return uocr_test::source_dir() + "/samples/data/" + name; }
 
 // stdout of `uocr run --format raw [options]` on `pages` with the bundled model (stderr to a log file).
-std::string transcribe(const std::vector<std::string>& pages, const std::string& log,
+std::string transcribe(const std::vector<std::string>& pages, const std::string& log_name,
                        const std::vector<std::string>& options = {}) {
+  const std::string log = log_name + "." + std::to_string(::getpid());  // runs of the suite may overlap
   const std::string out = log + ".out";
   std::vector<std::string> args{"run", "--model", uocr_test::source_dir() + "/models/uocr-demo", "--format", "raw",
                                 "-o", out, "--quiet"};
