@@ -649,6 +649,32 @@ TEST_CASE("a PNG stb_image refuses as too large says so, not \"unknown image typ
   CHECK(stb.find("unknown image type") == std::string::npos);
 }
 
+TEST_CASE("a PNG chunk that claims more bytes than the file has is refused before stb grows a buffer for it") {
+  // A 4x4 PNG whose IDAT says 2^30 bytes follow (stb would reserve that, then find the data
+  // missing), then the same with a chunk that fits but a second one that does not.
+  std::vector<uint8_t> png = png_header(4, 4);
+  std::vector<uint8_t> idat = {0x40, 0x00, 0x00, 0x00, 'I', 'D', 'A', 'T', 0x78, 0x9c, 0x01, 0x02};
+  png.insert(png.end(), idat.begin(), idat.end());
+  std::string msg = message_of([&] { uocr::decode_image(png.data(), png.size()); });
+  CHECK(msg.find("PNG chunk 'IDAT' at byte 33 claims 1073741824 bytes but the file has 0 left") != std::string::npos);
+  std::vector<uint8_t> two = png_header(4, 4);
+  const std::vector<uint8_t> text = uocr::detail::png_chunk("tEXt", {'a', 0, 'b'});
+  two.insert(two.end(), text.begin(), text.end());
+  two.insert(two.end(), idat.begin(), idat.end());
+  msg = message_of([&] { uocr::decode_image(two.data(), two.size()); });
+  CHECK(msg.find("PNG chunk 'IDAT' at byte 48 claims 1073741824 bytes") != std::string::npos);
+  // What the fuzzer found: 681 bytes whose second IDAT claimed enough to make stb allocate 2 GiB.
+  const std::vector<uint8_t> found =
+      read_bytes(uocr_test::source_dir() + "/tests/fuzz/regressions/image/png_chunk_claims_a_gigabyte");
+  msg = message_of([&] { uocr::decode_image(found.data(), found.size()); });
+  CHECK(msg.find("claims") != std::string::npos);
+  // Bytes after IEND are nobody's business: such a file still decodes.
+  const std::vector<uint8_t> good = read_bytes(uocr_test::golden("page.png"));
+  std::vector<uint8_t> trailing = good;
+  trailing.insert(trailing.end(), {0x7f, 0xff, 0xff, 0xff, 'J', 'U', 'N', 'K'});
+  CHECK(uocr::decode_image(trailing.data(), trailing.size()).rgb == uocr::decode_image(good.data(), good.size()).rgb);
+}
+
 TEST_CASE("a top-down BMP (negative height) decodes like the same pixels stored bottom-up") {
   const ImageU8 want = procedural(5, 3, 11);
   const std::vector<uint8_t> up = bmp24(5, 3, want.rgb, false), down = bmp24(5, 3, want.rgb, true);

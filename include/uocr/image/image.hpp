@@ -213,6 +213,22 @@ inline bool png_header(const uint8_t* d, size_t size, ImageHeader& out) {
   return true;
 }
 
+// Refuses a PNG with a chunk that claims more bytes than the file has left: stb_image grows its
+// buffer for an IDAT chunk to the claimed length before reading it, so a few hundred bytes could
+// claim a gigabyte. Chunks after IEND are not read by anyone and are not looked at.
+inline void require_png_chunks_in_file(const uint8_t* d, size_t size) {
+  for (size_t at = 8; size - at >= 12;) {
+    const uint64_t length = uint64_t(d[at]) << 24 | uint64_t(d[at + 1]) << 16 | uint64_t(d[at + 2]) << 8 | d[at + 3];
+    require(length <= size - at - 12, Status::invalid_image, [&] {
+      return "cannot decode image: PNG chunk '" + std::string(reinterpret_cast<const char*>(d + at + 4), 4) + "' at byte " +
+             std::to_string(at) + " claims " + std::to_string(length) + " bytes but the file has " +
+             std::to_string(size - at - 12) + " left (truncated or corrupt)";
+    });
+    if (std::memcmp(d + at + 4, "IEND", 4) == 0) return;
+    at += 12 + size_t(length);
+  }
+}
+
 // The size of any other format stb_image reads, from stbi_info.
 inline ImageHeader stb_header(const uint8_t* data, int len) {
   int w = 0, h = 0, comp = 0;
@@ -261,8 +277,10 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
   });
   const int len = int(size);
   ImageHeader header;
-  if (!detail::png_header(data, size, header)) header = detail::stb_header(data, len);
+  const bool png = detail::png_header(data, size, header);
+  if (!png) header = detail::stb_header(data, len);
   check_decode_budget(header, limits);
+  if (png) detail::require_png_chunks_in_file(data, size);
 
   ImageU8 im;
   int w = 0, h = 0, n = 0;
