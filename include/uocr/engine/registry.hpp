@@ -29,8 +29,9 @@ struct EngineOptions {
 // Opens the backend for a model; options are already validated for what every backend shares.
 using EngineFactory = std::shared_ptr<Engine> (*)(const std::shared_ptr<const Model>& model, const EngineOptions& options);
 
-// The factories by backend, filled while the program starts (registration runs in static
-// initialisation, before any session can open an engine).
+// The factories by backend, filled while the program starts: registration runs in the static
+// initialisation of each translation unit that includes a backend's engine header, so an engine
+// opened from main() on finds every backend; one opened from another static initialiser may not.
 inline std::array<EngineFactory, 3>& engine_factories() {
   static std::array<EngineFactory, 3> factories{};
   return factories;
