@@ -20,9 +20,10 @@
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/model/model.hpp"
-#include "uocr/session/session.hpp"
 #include "uocr/session/page_group_choice.hpp"
 #include "uocr/session/page_source.hpp"
+#include "uocr/session/session.hpp"
+#include "uocr/version.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -128,9 +129,6 @@ static_assert(UOCR_VERSION_MAJOR == UOCR_MESON_VERSION_MAJOR && UOCR_VERSION_MIN
                   UOCR_VERSION_PATCH == UOCR_MESON_VERSION_PATCH,
               "c_api/uocr.h UOCR_VERSION_* differs from the meson project version");
 #endif
-
-#define UOCR_STR2(x) #x
-#define UOCR_STR(x) UOCR_STR2(x)
 
 // ---- handles ------------------------------------------------------------------------------
 
@@ -663,17 +661,14 @@ void free_handle(Handle* h, Check&& check) noexcept {
 
 extern "C" {
 
-UOCR_API const char* uocr_version_string(void) {
-  return UOCR_STR(UOCR_VERSION_MAJOR) "." UOCR_STR(UOCR_VERSION_MINOR) "." UOCR_STR(UOCR_VERSION_PATCH);
-}
+UOCR_API const char* uocr_version_string(void) { return UOCR_VERSION_STRING; }
 
 UOCR_API int32_t uocr_version_number(void) { return UOCR_VERSION_NUMBER; }
 
 UOCR_API int32_t uocr_api_version(void) { return UOCR_API_VERSION; }
 
 UOCR_API const char* uocr_build_info(void) {
-  return "uocr " UOCR_STR(UOCR_VERSION_MAJOR) "." UOCR_STR(UOCR_VERSION_MINOR) "." UOCR_STR(
-      UOCR_VERSION_PATCH) " api " UOCR_STR(UOCR_API_VERSION) "; backends: cpu"
+  return "uocr " UOCR_VERSION_STRING " api " UOCR_STRINGIZE(UOCR_API_VERSION) "; backends: cpu"
 #if UOCR_HAVE_VULKAN
                           ", vulkan"
 #endif
