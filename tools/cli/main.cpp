@@ -16,6 +16,9 @@
 #include "cmd_inspect.hpp"
 #include "cmd_run.hpp"
 #include "cmd_tokenize.hpp"
+#ifdef UOCR_CLI_SERVE
+#include "../serve/cmd_serve.hpp"
+#endif
 
 namespace {
 
@@ -40,6 +43,15 @@ int usage(FILE* out) {
                "      document (default 0 = none); when it runs out the text so far and the checkpoint are kept\n"
                "      exit: 0 complete, 1 error, 2 usage, 3 truncated, 4 loop stopped, 5 empty, 124 time budget spent,\n"
                "      130 interrupted\n"
+               "  serve [--config FILE.json] [--model DIR] [--backend cpu|vulkan|cuda] [--device N] [--host ADDR] [--port N]\n"
+               "      [--served-model-name NAME[,NAME...]] [--max-concurrency N] [--max-pages-per-request N]\n"
+               "      [--request-timeout-seconds S] [--visual-cache-bytes N] [--queue-max-size N] [--long-document-pages N]\n"
+               "      [--max-long-running N] [--max-body-bytes N] [--max-streams N] [--api-keys-file FILE]\n"
+               "      [--log-level debug|info|warning|error]\n"
+               "      the OCR service: OpenAI-compatible POST /v1/chat/completions (streamed or not), GET /v1/models,\n"
+               "      /health, /healthz, /readyz, /metrics (docs/SERVING.md); defaults: 127.0.0.1:8000, 16 documents at\n"
+               "      once, 300 pages, 300 s per page, 8 GiB of KV, 64 waiting per pool (short, long: over 16 pages);\n"
+               "      --config: a JSON object of these settings (names with underscores); the options override it\n"
                "  inspect model    [--model DIR] [--verify [--checksums SHA256SUMS|JSON]]\n"
                "                   --verify: shards complete, tensors and tokenizer load, checksums match; exit 1 if not\n"
                "  inspect tokenize [--model DIR] (--text STR | --ids ID,ID,...)\n"
@@ -91,6 +103,9 @@ int main(int argc, char** argv) {
       {uocr_cli::inspect_tokenize_options(), uocr_cli::cmd_inspect_tokenize},
       {uocr_cli::inspect_vision_options(), uocr_cli::cmd_inspect_vision},
       {uocr_cli::inspect_logits_options(), uocr_cli::cmd_inspect_logits},
+#ifdef UOCR_CLI_SERVE
+      {uocr_serve::serve_options(), uocr_serve::cmd_serve},
+#endif
   };
   try {
     for (const Command& c : commands) {
@@ -101,6 +116,12 @@ int main(int argc, char** argv) {
       for (std::string w; words >> w; ++n) match = match && n < args.size() && args[n] == w;
       if (match) return c.run(uocr_cli::Args(std::vector<std::string>(args.begin() + long(n), args.end()), c.options));
     }
+#ifndef UOCR_CLI_SERVE
+    if (args[0] == "serve") {
+      std::fprintf(stderr, "uocr: this uocr was built without the server (libcpp-httplib-dev was not found when it was configured)\n");
+      return 1;
+    }
+#endif
     const std::string given = args[0] + (args[0] == "inspect" && args.size() > 1 ? " " + args[1] : "");
     std::fprintf(stderr, "uocr: unknown command '%s'\n", given.c_str());
     return usage(stderr);

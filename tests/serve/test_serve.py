@@ -1,0 +1,378 @@
+"""`uocr serve` tested with real clients: requests built exactly as Baidu's infer.py builds them,
+the `openai` package as the vLLM recipe uses it, and raw HTTP for bad input, overload, timeouts,
+disconnects, metrics and shutdown. Each server runs on 127.0.0.1 with the bundled demo model; its
+transcripts must equal `uocr run --format raw` on the same pages.
+
+Needs the PyPI packages `openai` and `requests` (.ci/run installs them); exits 77 (skipped)
+without them. Environment: UOCR_CLI (the uocr binary), UOCR_SOURCE_DIR."""
+import base64
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import zlib
+
+try:
+    import openai
+    import requests
+except ImportError as e:  # pragma: no cover
+    print(f"skipped: {e} (pip install openai requests)")
+    sys.exit(77)
+
+CLI = os.environ["UOCR_CLI"]
+SOURCE = os.environ["UOCR_SOURCE_DIR"]
+MODEL = os.path.join(SOURCE, "models", "uocr-demo")
+PAGES = [os.path.join(SOURCE, "samples", "data", f"demo-page{i}.png") for i in (1, 2, 3)]
+
+
+def data_uri(path):
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    mime = "image/jpeg" if ext in ("jpg", "jpeg") else f"image/{ext}"
+    with open(path, "rb") as f:
+        return f"data:{mime};base64,{base64.b64encode(f.read()).decode()}"
+
+
+def png_bytes(width, height, rows=None):
+    """A PNG of the given size; `rows` (bytes of filtered scanlines) may be short: an image bomb's
+    header claims a size its data does not hold."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    if rows is None:
+        rows = b"".join(b"\x00" + b"\x80" * (3 * width) for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def uocr_run(pages, *options):
+    """`uocr run --format raw`'s transcript (its trailing newline removed); exit 3: cut at --max-tokens."""
+    out = subprocess.run([CLI, "run", "--model", MODEL, "--format", "raw", *options, *pages], capture_output=True, timeout=300)
+    assert out.returncode in (0, 3), out.stderr.decode()
+    return out.stdout.decode()[:-1]
+
+
+class Server:
+    """`uocr serve --port 0` with the demo model; the port comes from its "listening" log line."""
+
+    def __init__(self, *options, names="Unlimited-OCR,baidu/Unlimited-OCR"):
+        self.log_path = tempfile.mktemp(prefix="uocr-serve-", suffix=".log")
+        self.log = open(self.log_path, "w+b")
+        self.proc = subprocess.Popen([CLI, "serve", "--model", MODEL, "--port", "0", "--served-model-name", names, *options],
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        self.port = None
+        deadline = time.time() + 60
+        while self.port is None and time.time() < deadline and self.proc.poll() is None:
+            for line in self.lines():
+                if line.get("event") == "listening":
+                    self.port = line["port"]
+            time.sleep(0.05)
+        if self.port is None:
+            self.stop()
+            with open(self.log_path) as f:
+                raise RuntimeError("uocr serve did not start: " + f.read())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def lines(self):
+        with open(self.log_path) as f:
+            return [json.loads(l) for l in f if l.startswith("{")]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def infer_py_payload(image_paths, text="document parsing.", mode="base", ngram_window=128, stream=True):
+    """The body Baidu's infer.py (and its README's multi-page client) sends, field for field."""
+    content = [{"type": "text", "text": text}] + [{"type": "image_url", "image_url": {"url": data_uri(p)}} for p in image_paths]
+    payload = {"model": "Unlimited-OCR", "messages": [{"role": "user", "content": content}],
+               "temperature": 0, "skip_special_tokens": False, "stream": stream,
+               "images_config": {"image_mode": mode}}
+    payload["custom_logit_processor"] = '{"callable": "gASVZgAAAAAAAACMF19fbWFpbl9fLlByb2Nlc3NvcpSTlC4="}'
+    payload["custom_params"] = {"ngram_size": 35, "window_size": ngram_window}
+    return payload
+
+
+def infer_py_stream(url, payload, timeout=300):
+    """infer.py's reply parsing: `data:` lines until [DONE], the deltas' content joined."""
+    r = requests.post(f"{url}/v1/chat/completions", json=payload, stream=True, timeout=timeout)
+    assert r.status_code == 200, (r.status_code, r.text)
+    text, chunks = "", []
+    for line in r.iter_lines():
+        if not line:
+            continue
+        line = line.decode("utf-8")
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        chunks.append(chunk)
+        if chunk.get("choices"):
+            text += chunk["choices"][0]["delta"].get("content") or ""
+    return text, chunks
+
+
+class RealClients(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+
+    def test_health_and_models(self):
+        self.assertEqual(requests.get(f"{self.server.url}/health", timeout=10).status_code, 200)
+        self.assertEqual(requests.get(f"{self.server.url}/healthz", timeout=10).status_code, 200)
+        self.assertEqual(requests.get(f"{self.server.url}/readyz", timeout=10).status_code, 200)
+        models = requests.get(f"{self.server.url}/v1/models", timeout=10).json()
+        self.assertEqual(models["object"], "list")
+        self.assertEqual([m["id"] for m in models["data"]], ["Unlimited-OCR", "baidu/Unlimited-OCR"])
+
+    def test_infer_py_single_page_equals_uocr_run(self):
+        text, chunks = infer_py_stream(self.server.url, infer_py_payload(PAGES[:1]))
+        self.assertEqual(text, uocr_run(PAGES[:1], "--mode", "base"))
+        self.assertTrue(text.strip())
+        self.assertEqual(chunks[0]["choices"][0]["delta"]["role"], "assistant")
+        self.assertEqual(chunks[0]["object"], "chat.completion.chunk")
+        last = chunks[-1]
+        self.assertEqual(last["choices"][0]["finish_reason"], "stop")
+        self.assertGreater(last["usage"]["completion_tokens"], 0)
+        self.assertEqual(len({c["id"] for c in chunks}), 1)
+
+    def test_readme_multi_page_client_equals_uocr_run(self):
+        payload = infer_py_payload(PAGES, text="Multi page parsing.", mode="base", ngram_window=1024)
+        text, _ = infer_py_stream(self.server.url, payload)
+        self.assertEqual(text, uocr_run(PAGES))
+        self.assertEqual(text.count("<PAGE>"), uocr_run(PAGES).count("<PAGE>"))
+
+    def test_vllm_recipe_openai_client_equals_uocr_run(self):
+        client = openai.OpenAI(base_url=f"{self.server.url}/v1", api_key="EMPTY", timeout=3600)
+        reply = client.chat.completions.create(
+            model="baidu/Unlimited-OCR",
+            messages=[{"role": "user", "content": [
+                {"type": "text", "text": "<image>document parsing."},
+                {"type": "image_url", "image_url": {"url": data_uri(PAGES[1])}}]}],
+            max_tokens=8192, temperature=0.0,
+            extra_body={"skip_special_tokens": False, "vllm_xargs": {"ngram_size": 35, "window_size": 128}})
+        self.assertEqual(reply.choices[0].message.content, uocr_run(PAGES[1:2]))
+        self.assertEqual(reply.choices[0].finish_reason, "stop")
+        self.assertGreater(reply.usage.completion_tokens, 0)
+        self.assertEqual(reply.usage.total_tokens, reply.usage.prompt_tokens + reply.usage.completion_tokens)
+
+    def test_openai_client_streams_and_max_tokens_gives_length(self):
+        client = openai.OpenAI(base_url=f"{self.server.url}/v1", api_key="EMPTY", timeout=600)
+        stream = client.chat.completions.create(
+            model="Unlimited-OCR", stream=True, max_tokens=5, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": [{"type": "text", "text": "<image>document parsing."},
+                                                   {"type": "image_url", "image_url": {"url": data_uri(PAGES[0])}}]}])
+        text, finish, usage = "", None, None
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage:
+                usage = chunk.usage
+        self.assertEqual(finish, "length")
+        self.assertEqual(usage.completion_tokens, 5)
+        self.assertEqual(text, uocr_run(PAGES[:1], "--max-tokens", "5"))
+
+    def test_openai_client_sees_errors_as_exceptions(self):
+        client = openai.OpenAI(base_url=f"{self.server.url}/v1", api_key="EMPTY", timeout=60, max_retries=0)
+        with self.assertRaises(openai.NotFoundError):
+            client.chat.completions.create(model="no-such-model", messages=[{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": data_uri(PAGES[0])}}]}])
+        with self.assertRaises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="Unlimited-OCR", messages=[{"role": "user", "content": "no image here"}])
+        self.assertIn("no image", str(e.exception))
+
+
+class BadInput(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.keys = tempfile.mktemp(prefix="uocr-keys-")
+        with open(cls.keys, "w") as f:
+            f.write("# the service's keys\nsecret-key-1\n\nsecret-key-2\n")
+        cls.server = Server("--api-keys-file", cls.keys, "--max-body-bytes", str(16 << 20))
+        cls.auth = {"Authorization": "Bearer secret-key-2"}
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.server.stop() == 0
+        os.unlink(cls.keys)
+        with open(cls.server.log_path) as f:
+            log = f.read()
+        assert "secret-key" not in log, "an API key reached the log"
+
+    def post(self, body, headers=None, raw=False):
+        h = dict(self.auth, **(headers or {}))
+        data = body if raw else json.dumps(body)
+        return requests.post(f"{self.server.url}/v1/chat/completions", data=data, headers=h, timeout=60)
+
+    def assert_error(self, r, status, text=None, param=None):
+        self.assertEqual(r.status_code, status, r.text)
+        err = r.json()["error"]
+        self.assertEqual(set(err), {"message", "type", "param", "code"})
+        self.assertEqual(err["code"], status)
+        if text:
+            self.assertIn(text, err["message"])
+        if param:
+            self.assertEqual(err["param"], param)
+
+    def message(self, *parts):
+        return {"model": "Unlimited-OCR", "messages": [{"role": "user", "content": list(parts)}]}
+
+    def image(self, uri):
+        return {"type": "image_url", "image_url": {"url": uri}}
+
+    def test_each_bad_request_gets_its_error_and_the_server_keeps_serving(self):
+        self.assert_error(self.post(b"{not json", raw=True), 400, "not valid JSON")
+        self.assert_error(self.post([1, 2]), 400, "JSON object")
+        self.assert_error(self.post({"messages": "hello"}), 400, param="messages")
+        self.assert_error(self.post(dict(self.message(self.image(data_uri(PAGES[0]))), temperature="hot")), 400, param="temperature")
+        self.assert_error(self.post(dict(self.message(self.image(data_uri(PAGES[0]))), max_tokens=0)), 400, param="max_tokens")
+        self.assert_error(self.post(dict(self.message(self.image(data_uri(PAGES[0]))), n=2)), 400, param="n")
+        self.assert_error(self.post(dict(self.message(self.image(data_uri(PAGES[0]))), images_config={"image_mode": "huge"})), 400,
+                          param="images_config.image_mode")
+        self.assert_error(self.post(self.message({"type": "text", "text": "document parsing."})), 400, "no image")
+        self.assert_error(self.post(self.message(self.image("data:text/plain;base64,aGVsbG8="))), 400, "not an image")
+        self.assert_error(self.post(self.message(self.image("data:image/png;base64," + base64.b64encode(b"hello, not a png").decode()))),
+                          400, "not a usable image")
+        self.assert_error(self.post(self.message(self.image("data:image/png;base64,%%%%"))), 400, "base64")
+        self.assert_error(self.post(self.message(self.image("https://intranet.example/secret.png"))), 400, "data: URI")
+        bomb = png_bytes(60000, 60000, rows=b"\x00" * 1000)  # 140 bytes of file, 10.8 GB of pixels
+        self.assert_error(self.post(self.message(self.image("data:image/png;base64," + base64.b64encode(bomb).decode()))), 400, "page 1")
+        tiny = "data:image/png;base64," + base64.b64encode(png_bytes(8, 8)).decode()
+        self.assert_error(self.post(self.message(*[self.image(tiny)] * 301)), 413, "300 pages")
+        self.assert_error(self.post({"model": "Unlimited-OCR", "messages": [{"role": "system", "content": "x"}]}), 400, param="messages[0].role")
+        # still serving
+        r = self.post(self.message({"type": "text", "text": "document parsing."}, self.image(data_uri(PAGES[0]))))
+        self.assertEqual(r.status_code, 200, r.text)
+        self.assertEqual(r.json()["choices"][0]["message"]["content"], uocr_run(PAGES[:1]))
+
+    def test_oversized_body_is_refused_from_its_headers(self):
+        r = self.post(b"x" * (17 << 20), raw=True)
+        self.assert_error(r, 413, "max_body_bytes")
+
+    def test_keys(self):
+        body = self.message(self.image(data_uri(PAGES[0])))
+        self.assert_error(requests.post(f"{self.server.url}/v1/chat/completions", json=body, timeout=60), 401)
+        self.assert_error(requests.post(f"{self.server.url}/v1/chat/completions", json=body, timeout=60,
+                                        headers={"Authorization": "Bearer secret-key-3"}), 401)
+        self.assert_error(requests.get(f"{self.server.url}/v1/models", timeout=60, headers={"Authorization": "secret-key-1"}), 401)
+        self.assertEqual(requests.get(f"{self.server.url}/v1/models", timeout=60, headers={"Authorization": "Bearer secret-key-1"}).status_code, 200)
+        self.assertEqual(requests.get(f"{self.server.url}/health", timeout=60).status_code, 200)  # probes need no key
+
+    def test_unknown_routes(self):
+        self.assert_error(requests.get(f"{self.server.url}/v1/jobs/../../etc/passwd", headers=self.auth, timeout=60), 404)
+        self.assert_error(requests.get(f"{self.server.url}/nothing", timeout=60), 404)
+
+    def test_client_that_disconnects_mid_stream_cancels_its_work(self):
+        payload = infer_py_payload(PAGES * 20, text="Multi page parsing.", ngram_window=1024)  # 60 pages: seconds of work
+        payload["max_tokens"] = 100000
+        r = requests.post(f"{self.server.url}/v1/chat/completions", json=payload, headers=self.auth, stream=True, timeout=60)
+        self.assertEqual(r.status_code, 200)
+        for line in r.iter_lines():
+            if line.startswith(b"data:"):
+                break  # the first chunk arrived: the document is running
+        r.close()
+        deadline = time.time() + 60
+        ended = []
+        while time.time() < deadline and not ended:
+            ended = [l for l in self.server.lines() if l.get("event") == "request" and l.get("pages") == 60]
+            time.sleep(0.1)
+        self.assertEqual(len(ended), 1, "the cancelled document did not end")
+        self.assertEqual(ended[0]["status"], 499)
+        self.assertEqual(ended[0]["stop"], "cancelled")
+        metrics = requests.get(f"{self.server.url}/metrics", timeout=60).text
+        self.assertIn('uocr:num_requests_running{model_name="Unlimited-OCR"} 0', metrics)
+
+
+class Limits(unittest.TestCase):
+    def test_overload_is_refused_fast_with_retry_after_and_every_accepted_request_is_right(self):
+        server = Server("--max-concurrency", "1", "--queue-max-size", "2", "--long-document-pages", "100")
+        try:
+            payload = infer_py_payload(PAGES * 4, text="Multi page parsing.", ngram_window=1024, stream=False)
+            expected = uocr_run(PAGES * 4)
+            body = json.dumps(payload)
+            barrier = threading.Barrier(20)
+
+            def one(_):
+                barrier.wait(timeout=60)
+                t = time.time()
+                r = requests.post(f"{server.url}/v1/chat/completions", data=body, timeout=600,
+                                  headers={"Content-Type": "application/json"})
+                return r, time.time() - t
+
+            with concurrent.futures.ThreadPoolExecutor(20) as pool:
+                results = list(pool.map(one, range(20)))
+            ok = [r for r, _ in results if r.status_code == 200]
+            refused = [(r, s) for r, s in results if r.status_code == 503]
+            self.assertEqual(len(ok) + len(refused), 20, [r.status_code for r, _ in results])
+            self.assertGreaterEqual(len(ok), 1)
+            self.assertGreaterEqual(len(refused), 10)
+            for r in ok:
+                self.assertEqual(r.json()["choices"][0]["message"]["content"], expected)
+            for r, seconds in refused:
+                self.assertGreaterEqual(int(r.headers["Retry-After"]), 1)
+                self.assertEqual(r.json()["error"]["code"], 503)
+            p99 = sorted(s for _, s in refused)[int(0.99 * (len(refused) - 1))]
+            print(f"overload: {len(ok)} accepted, {len(refused)} refused, refusal p99 {p99 * 1000:.1f} ms", file=sys.stderr)
+            self.assertLess(p99, 5.0)
+            metrics = requests.get(f"{server.url}/metrics", timeout=60).text
+            self.assertIn(f'uocr:errors_total{{model_name="Unlimited-OCR",code="503"}} {len(refused)}', metrics)
+            self.assertIn(f'uocr:request_success_total{{model_name="Unlimited-OCR",finished_reason="stop"}} {len(ok)}', metrics)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_timeout_stops_the_work(self):
+        server = Server("--request-timeout-seconds", "0.001")
+        try:
+            r = requests.post(f"{server.url}/v1/chat/completions", json=infer_py_payload(PAGES[:1], stream=False), timeout=60)
+            self.assertEqual(r.status_code, 504, r.text)
+            self.assertEqual(r.json()["error"]["type"], "timeout")
+            text, chunks = None, []
+            r = requests.post(f"{server.url}/v1/chat/completions", json=infer_py_payload(PAGES[:1]), stream=True, timeout=60)
+            self.assertEqual(r.status_code, 200)
+            events = [json.loads(l[5:]) for l in r.iter_lines() if l.startswith(b"data:") and l != b"data: [DONE]"]
+            self.assertEqual(events[-1]["error"]["code"], 504)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_metrics_and_sigterm(self):
+        server = Server()
+        try:
+            infer_py_stream(server.url, infer_py_payload(PAGES[:1]))
+            metrics = requests.get(f"{server.url}/metrics", timeout=60).text
+            for name in ("uocr:num_requests_running", 'uocr:num_requests_waiting{model_name="Unlimited-OCR",pool="long"}',
+                         "uocr:time_to_first_token_seconds_bucket", "uocr:e2e_request_latency_seconds_count",
+                         "uocr:page_latency_seconds_sum", "uocr:visual_cache_bytes", "uocr:process_cpu_seconds",
+                         "uocr:process_resident_memory_bytes", 'uocr:pages_total{model_name="Unlimited-OCR"} 1'):
+                self.assertIn(name, metrics)
+            tokens = [l for l in metrics.splitlines() if l.startswith("uocr:generation_tokens_total")]
+            self.assertGreater(float(tokens[0].split()[-1]), 0)
+        finally:
+            self.assertEqual(server.stop(), 0)
+        events = [l["event"] for l in server.lines()]
+        self.assertEqual(events[:3], ["weights_loaded", "workspace_ready", "listening"])
+        self.assertEqual(events[-2:], ["shutting_down", "stopped"])
+        self.assertIn("request", events)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

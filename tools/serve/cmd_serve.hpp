@@ -1,0 +1,58 @@
+// `uocr serve`: the OCR service (docs/SERVING.md). Loads the model once, then answers HTTP until
+// SIGTERM or SIGINT, when it stops taking requests, ends the running ones (their clients get an
+// error, not a cut-off text) and exits 0. Start-up writes three log lines: weights_loaded,
+// workspace_ready, listening (with the port, useful with --port 0).
+#pragma once
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "../cli/args.hpp"
+#include "server.hpp"
+
+namespace uocr_serve {
+
+inline int cmd_serve(const uocr_cli::Args& args) {
+  // Every thread started from here on (HTTP pool, workers, OpenMP) inherits this mask, so the
+  // signals reach only the sigwait below; a client that goes away must not kill the process.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const ServeConfig config = load_serve_config(args);
+  Log log(config.log_level);
+  const std::set<std::string> keys = load_api_keys(config.api_keys_file);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto model = uocr::Model::load(config.model);
+  const uocr::DecoderConfig& d = model->config().decoder;
+  log.info("weights_loaded", {{"model", config.model},
+                              {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
+                              {"layers", d.layers}, {"hidden", d.hidden}, {"vocab", d.vocab}});
+
+  uocr::SessionParams engine;  // opened once now: a backend that is not built in or a missing device fails here
+  engine.backend = uocr::parse_backend(config.backend);
+  engine.device_index = config.device;
+  const uocr::EngineInfo info = uocr::open_engine(model, engine.backend, uocr::engine_options(engine))->info();
+  Server server(config, model, keys, log);
+  log.info("workspace_ready", {{"backend", config.backend}, {"device", info.device}, {"max_concurrency", config.max_concurrency},
+                               {"visual_cache_bytes", config.visual_cache_bytes}, {"queue_max_size", config.queue_max_size},
+                               {"api_keys", keys.size()}});
+  const int port = server.bind();
+  log.info("listening", {{"host", config.host}, {"port", port}});
+  std::thread http([&] { server.listen(); });
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  log.info("shutting_down", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  server.stop();
+  http.join();
+  log.info("stopped");
+  return 0;
+}
+
+}  // namespace uocr_serve

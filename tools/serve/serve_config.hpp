@@ -1,0 +1,185 @@
+// `uocr serve`'s settings: a JSON file (--config FILE) whose keys are the options' names with
+// underscores, overridden by the options given on the command line:
+//   {"model": "/models/Unlimited-OCR", "port": 8000, "max_concurrency": 16, "queue_max_size": 64,
+//    "api_keys_file": "/etc/uocr/keys"}
+// Unknown keys and values of the wrong type are refused by name.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../cli/args.hpp"
+#include "../cli/model_dir.hpp"
+#include "uocr/core/error.hpp"
+#include "uocr/engine/backend.hpp"
+#include "uocr/io/read_file.hpp"
+
+namespace uocr_serve {
+
+enum class LogLevel { debug, info, warning, error };
+
+struct ServeConfig {
+  std::string model;                       // model folder (uocr run's rules when unset)
+  std::string backend = "cpu";             // cpu | vulkan | cuda
+  int device = 0;
+  std::string host = "127.0.0.1";
+  int port = 8000;                         // 0: any free port (the "listening" log line names it)
+  std::vector<std::string> served_model_names;  // what clients put in "model"; default: the folder's name
+  int max_concurrency = 16;                // documents decoded at once (their steps are batched)
+  int max_pages_per_request = 300;
+  double request_timeout_seconds = 300;    // per page: a document of N pages gets N times this
+  uint64_t visual_cache_bytes = uint64_t(8) << 30;  // KV that running documents may hold together
+  int queue_max_size = 64;                 // waiting documents per pool (short, long)
+  int long_document_pages = 16;            // documents of more pages use the long pool
+  int max_long_running = 0;                // long documents decoded at once; 0: half of max_concurrency
+  uint64_t max_body_bytes = uint64_t(512) << 20;
+  int max_streams = 64;                    // open streamed responses
+  std::string api_keys_file;               // one key per line; none: no authentication
+  LogLevel log_level = LogLevel::info;
+
+  int long_running_limit() const { return max_long_running > 0 ? max_long_running : std::max(1, max_concurrency / 2); }
+};
+
+inline uocr_cli::CommandOptions serve_options() {
+  return {"serve",
+          {"--config", "--model", "--backend", "--device", "--host", "--port", "--served-model-name", "--max-concurrency",
+           "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes", "--queue-max-size",
+           "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level"},
+          {},
+          false,
+          {}};
+}
+
+inline LogLevel parse_log_level(const std::string& s) {
+  if (s == "debug") return LogLevel::debug;
+  if (s == "info") return LogLevel::info;
+  if (s == "warning") return LogLevel::warning;
+  if (s == "error") return LogLevel::error;
+  throw uocr::Error(uocr::Status::invalid_argument, "log_level must be debug, info, warning or error, got '" + s + "'");
+}
+
+inline std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> names;
+  std::stringstream in(list);
+  for (std::string n; std::getline(in, n, ',');)
+    if (!n.empty()) names.push_back(n);
+  return names;
+}
+
+// The settings file's values, then the command line's.
+inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
+  ServeConfig c;
+  if (args.has("--config")) {
+    const std::string path = args.get("--config", "");
+    nlohmann::json j;
+    try {
+      const std::vector<uint8_t> bytes = uocr::read_file_capped(path, uint64_t(1) << 20, "serve config");
+      j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    } catch (const nlohmann::json::exception& e) {
+      throw uocr::Error(uocr::Status::invalid_argument, path + " is not JSON: " + e.what());
+    }
+    uocr::require(j.is_object(), uocr::Status::invalid_argument, [&] { return path + " must hold a JSON object"; });
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& k = it.key();
+      const nlohmann::json& v = it.value();
+      auto want = [&](bool ok, const char* what) {
+        uocr::require(ok, uocr::Status::invalid_argument, [&] { return path + ": \"" + k + "\" must be " + what; });
+      };
+      auto integer = [&](int64_t lo, int64_t hi) {
+        want(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, "an integer in range");
+        return v.get<int64_t>();
+      };
+      auto text = [&] {
+        want(v.is_string(), "a string");
+        return v.get<std::string>();
+      };
+      if (k == "model") c.model = text();
+      else if (k == "backend") c.backend = text();
+      else if (k == "device") c.device = int(integer(0, 1 << 16));
+      else if (k == "host") c.host = text();
+      else if (k == "port") c.port = int(integer(0, 65535));
+      else if (k == "served_model_name") {
+        want(v.is_string() || v.is_array(), "a string or a list of strings");
+        if (v.is_string()) c.served_model_names = split_names(v.get<std::string>());
+        else
+          for (const auto& n : v) {
+            want(n.is_string(), "a list of strings");
+            c.served_model_names.push_back(n.get<std::string>());
+          }
+      } else if (k == "max_concurrency") c.max_concurrency = int(integer(1, 4096));
+      else if (k == "max_pages_per_request") c.max_pages_per_request = int(integer(1, 1 << 24));
+      else if (k == "request_timeout_seconds") {
+        want(v.is_number() && v.get<double>() > 0, "a number of seconds > 0");
+        c.request_timeout_seconds = v.get<double>();
+      } else if (k == "visual_cache_bytes") c.visual_cache_bytes = uint64_t(integer(1, INT64_MAX));
+      else if (k == "queue_max_size") c.queue_max_size = int(integer(0, 1 << 20));
+      else if (k == "long_document_pages") c.long_document_pages = int(integer(1, 1 << 24));
+      else if (k == "max_long_running") c.max_long_running = int(integer(0, 4096));
+      else if (k == "max_body_bytes") c.max_body_bytes = uint64_t(integer(1, INT64_MAX));
+      else if (k == "max_streams") c.max_streams = int(integer(1, 1 << 20));
+      else if (k == "api_keys_file") c.api_keys_file = text();
+      else if (k == "log_level") c.log_level = parse_log_level(text());
+      else throw uocr::Error(uocr::Status::invalid_argument, path + ": unknown setting \"" + k + "\" (see uocr serve --help)");
+    }
+  }
+  if (args.has("--model")) c.model = args.get("--model", "");
+  if (c.model.empty()) c.model = uocr_cli::model_dir(args);
+  c.backend = args.get("--backend", c.backend);
+  (void)uocr::parse_backend(c.backend);  // refuses an unknown name now
+  c.device = args.integer("--device", c.device);
+  c.host = args.get("--host", c.host);
+  c.port = args.integer("--port", c.port);
+  if (args.has("--served-model-name")) c.served_model_names = split_names(args.get("--served-model-name", ""));
+  c.max_concurrency = args.integer("--max-concurrency", c.max_concurrency);
+  c.max_pages_per_request = args.integer("--max-pages-per-request", c.max_pages_per_request);
+  c.request_timeout_seconds = args.number<double>("--request-timeout-seconds", c.request_timeout_seconds);
+  c.visual_cache_bytes = args.number<uint64_t>("--visual-cache-bytes", c.visual_cache_bytes);
+  c.queue_max_size = args.integer("--queue-max-size", c.queue_max_size);
+  c.long_document_pages = args.integer("--long-document-pages", c.long_document_pages);
+  c.max_long_running = args.integer("--max-long-running", c.max_long_running);
+  c.max_body_bytes = args.number<uint64_t>("--max-body-bytes", c.max_body_bytes);
+  c.max_streams = args.integer("--max-streams", c.max_streams);
+  c.api_keys_file = args.get("--api-keys-file", c.api_keys_file);
+  if (args.has("--log-level")) c.log_level = parse_log_level(args.get("--log-level", ""));
+
+  using uocr::require;
+  const auto bad = uocr::Status::invalid_argument;
+  require(c.port >= 0 && c.port <= 65535, bad, "port must be in 0..65535");
+  require(c.device >= 0, bad, "device must be >= 0");
+  require(c.max_concurrency >= 1 && c.max_concurrency <= 4096, bad, "max_concurrency must be in 1..4096");
+  require(c.max_pages_per_request >= 1, bad, "max_pages_per_request must be >= 1");
+  require(c.request_timeout_seconds > 0, bad, "request_timeout_seconds must be > 0");
+  require(c.visual_cache_bytes > 0, bad, "visual_cache_bytes must be > 0");
+  require(c.queue_max_size >= 0, bad, "queue_max_size must be >= 0");
+  require(c.long_document_pages >= 1, bad, "long_document_pages must be >= 1");
+  require(c.max_long_running >= 0 && c.max_long_running <= c.max_concurrency, bad,
+          "max_long_running must be in 0..max_concurrency (0: half of it)");
+  require(c.max_body_bytes > 0, bad, "max_body_bytes must be > 0");
+  require(c.max_streams >= 1, bad, "max_streams must be >= 1");
+  for (const std::string& n : c.served_model_names) require(!n.empty(), bad, "served model names must not be empty");
+  return c;
+}
+
+// The keys of an API keys file: one per line, blank lines and lines starting with '#' ignored.
+inline std::set<std::string> load_api_keys(const std::string& path) {
+  std::set<std::string> keys;
+  if (path.empty()) return keys;
+  const std::vector<uint8_t> bytes = uocr::read_file_capped(path, uint64_t(16) << 20, "API keys file");
+  std::istringstream in(std::string(bytes.begin(), bytes.end()));
+  for (std::string line; std::getline(in, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    const size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos || line[b] == '#') continue;
+    keys.insert(line.substr(b));
+  }
+  uocr::require(!keys.empty(), uocr::Status::invalid_argument, [&] { return path + " holds no API key (one per line)"; });
+  return keys;
+}
+
+}  // namespace uocr_serve

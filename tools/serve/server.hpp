@@ -1,0 +1,392 @@
+// The HTTP side of `uocr serve` (cpp-httplib): routes, authentication, admission before the body
+// is read, OpenAI-shaped answers and errors, vLLM-style streaming, health and metrics. The
+// decoding itself is the Scheduler's (scheduler.hpp).
+//
+//   POST /v1/chat/completions   OpenAI chat completions (chat_request.hpp), streamed or not
+//   GET  /v1/models             the served model names
+//   GET  /health                200 while the engine serves, 503 when not (vLLM's)
+//   GET  /healthz               liveness: 200 while the process answers
+//   GET  /readyz                readiness: model loaded, workers running, short queue not full
+//   GET  /metrics               Prometheus text (metrics.hpp)
+// Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured.
+#pragma once
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "api_error.hpp"
+#include "chat_request.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+#include "scheduler.hpp"
+#include "serve_config.hpp"
+
+namespace uocr_serve {
+
+using json = nlohmann::json;
+
+class Server {
+ public:
+  Server(const ServeConfig& config, std::shared_ptr<const uocr::Model> model, std::set<std::string> api_keys, Log& log)
+      : config_(config), model_(std::move(model)), api_keys_(std::move(api_keys)), log_(log),
+        names_(config.served_model_names), metrics_(names_.empty() ? folder_name() : names_.front()),
+        scheduler_(model_, config_, metrics_, log_), created_(std::time(nullptr)) {
+    if (names_.empty()) names_.push_back(folder_name());
+    // Threads for the requests admission lets in (running, both queues) and for quick answers;
+    // every request past those is refused at once, so a burst does not pile up in httplib's queue.
+    const size_t threads = size_t(config_.max_concurrency) + 2 * size_t(config_.queue_max_size) + 16;
+    http_.new_task_queue = [threads] { return new httplib::ThreadPool(std::min<size_t>(threads, 2048)); };
+    http_.set_payload_max_length(size_t(config_.max_body_bytes));
+    http_.set_read_timeout(60, 0);
+    http_.set_write_timeout(30, 0);
+    routes();
+  }
+
+  // Binds host:port (port 0: a free one) and returns the port; throws uocr::Error(io) when it cannot.
+  int bind() {
+    const int port = config_.port == 0 ? http_.bind_to_any_port(config_.host) : (http_.bind_to_port(config_.host, config_.port) ? config_.port : -1);
+    uocr::require(port > 0, uocr::Status::io, [&] { return "cannot listen on " + config_.host + ":" + std::to_string(config_.port); });
+    return port;
+  }
+  void listen() { http_.listen_after_bind(); }
+  // Ends every document (running ones are cancelled, their clients told), then stops the HTTP server.
+  void stop() {
+    stopping_ = true;
+    scheduler_.shutdown();
+    http_.stop();
+  }
+
+ private:
+  // The model folder's name ("/models/Unlimited-OCR/" -> "Unlimited-OCR"): what clients name the model by default.
+  std::string folder_name() const {
+    std::filesystem::path p = std::filesystem::path(model_->dir()).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    return p.filename().string();
+  }
+
+  static void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status();
+    res.set_content(e.body().dump(), "application/json");
+  }
+
+  // Seconds a refused client should wait: the recent mean request time, spread over the workers.
+  int retry_after() const {
+    const Scheduler::Load l = scheduler_.load();
+    const double mean = mean_request_seconds_.load();
+    const double wait = mean * double(1 + l.waiting_short + l.waiting_long) / double(config_.max_concurrency);
+    return int(std::clamp(std::ceil(wait), 1.0, 600.0));
+  }
+  void send_overloaded(httplib::Response& res, const ApiError& e) {
+    send_error(res, e);
+    res.set_header("Retry-After", std::to_string(retry_after()));
+  }
+
+  bool authorized(const httplib::Request& req) const {
+    if (api_keys_.empty()) return true;
+    const std::string h = req.get_header_value("Authorization");
+    const std::string bearer = "Bearer ";
+    if (h.size() <= bearer.size() || h.compare(0, bearer.size(), bearer) != 0) return false;
+    const std::string key = h.substr(bearer.size());
+    bool found = false;
+    for (const std::string& k : api_keys_) found |= constant_time_equal(k, key);  // every key compared: no timing hint
+    return found;
+  }
+  static bool constant_time_equal(const std::string& a, const std::string& b) {
+    unsigned diff = unsigned(a.size() ^ b.size());
+    for (size_t i = 0; i < a.size(); ++i) diff |= unsigned(uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0));
+    return diff == 0;
+  }
+
+  void routes() {
+    // Before the body is read: authentication, the body's size, and whether any queue has room.
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
+        send_error(res, ApiError(401, "a valid API key is needed: send \"Authorization: Bearer KEY\""));
+        res.set_header("WWW-Authenticate", "Bearer");
+        count_error(401);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.method == "POST" && req.path == "/v1/chat/completions") {
+        const std::string declared = req.get_header_value("Content-Length");
+        const uint64_t length = declared.empty() ? 0 : std::strtoull(declared.c_str(), nullptr, 10);
+        if (length > config_.max_body_bytes) {
+          send_error(res, ApiError(413, "the request body has " + std::to_string(length) + " bytes, more than max_body_bytes (" +
+                                            std::to_string(config_.max_body_bytes) + ")"));
+          count_error(413);
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        if (stopping_ || (scheduler_.full(Pool::short_documents) && scheduler_.full(Pool::long_documents))) {
+          send_overloaded(res, ApiError(503, stopping_ ? "the server is shutting down" : "every document queue is full; retry later"));
+          count_error(503);
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
+                                  : res.status == 413 ? "the request body is larger than max_body_bytes"
+                                                      : "HTTP " + std::to_string(res.status);
+      send_error(res, ApiError(res.status, message));
+    });
+    http_.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      log_.write(LogLevel::error, "internal_error", {{"message", what}});
+      send_error(res, ApiError(500, "internal error: " + what));
+      count_error(500);
+    });
+
+    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
+    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json data = json::array();
+      for (const std::string& n : names_)
+        data.push_back({{"id", n}, {"object", "model"}, {"created", created_}, {"owned_by", "uocr"}, {"root", model_->dir()},
+                        {"parent", nullptr}, {"max_model_len", model_->config().decoder.max_positions}});
+      res.set_content(json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    });
+    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (stopping_ || !scheduler_.workers_alive()) send_error(res, ApiError(503, "the engine is not serving"));
+    });
+    http_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\": \"ok\"}", "application/json"); });
+    http_.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+      const bool ready = !stopping_ && scheduler_.workers_alive() && !scheduler_.full(Pool::short_documents);
+      if (!ready) return send_error(res, ApiError(503, stopping_ ? "shutting down" : "not ready: the short document queue is full"));
+      res.set_content("{\"status\": \"ready\"}", "application/json");
+    });
+    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.render(gauges()), "text/plain; version=0.0.4");
+    });
+  }
+
+  std::vector<Metrics::Gauge> gauges() const {
+    const Scheduler::Load l = scheduler_.load();
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const double cpu = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    long pages_resident = 0, ignored = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &ignored, &pages_resident) != 2) pages_resident = 0;
+      std::fclose(f);
+    }
+    return {
+        {"uocr:num_requests_running", "Documents being decoded.", "", double(l.running)},
+        {"uocr:num_requests_waiting", "Documents waiting in a pool's queue.", "pool=\"short\"", double(l.waiting_short)},
+        {"uocr:num_requests_waiting", "", "pool=\"long\"", double(l.waiting_long)},
+        {"uocr:num_streams_open", "Streamed responses open.", "", double(streams_.load())},
+        {"uocr:visual_cache_bytes", "KV cache bytes the running documents may hold (admission's count).", "", double(l.kv_bytes)},
+        {"uocr:visual_cache_limit_bytes", "visual_cache_bytes: the admission limit.", "", double(config_.visual_cache_bytes)},
+        {"uocr:process_cpu_seconds", "CPU seconds the process used (user + system).", "", cpu},
+        {"uocr:process_resident_memory_bytes", "Resident memory of the process.", "", double(pages_resident) * double(sysconf(_SC_PAGESIZE))},
+    };
+  }
+
+  void count_error(int status) { metrics_.add("uocr:errors_total", 1, "code=\"" + std::to_string(status) + "\""); }
+
+  static std::string new_id() {
+    static std::atomic<uint64_t> counter{0};
+    static const uint64_t salt = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ uint64_t(std::time(nullptr));
+    char b[40];
+    std::snprintf(b, sizeof b, "chatcmpl-%016llx%04llx", (unsigned long long)salt, (unsigned long long)(++counter & 0xffff));
+    return b;
+  }
+
+  static const char* finish_reason(uocr::StopReason s) {
+    return s == uocr::StopReason::max_tokens || s == uocr::StopReason::context_limit ? "length" : "stop";
+  }
+  // Why the model stopped when it did not end the text itself (vLLM's stop_reason field).
+  static json stop_reason(uocr::StopReason s) {
+    return s == uocr::StopReason::eos ? json(nullptr) : json(uocr::stop_reason_name(s));
+  }
+  static json usage(const uocr::RunSummary& s) {
+    return {{"prompt_tokens", s.prompt_tokens}, {"completion_tokens", s.generated_tokens}, {"total_tokens", s.prompt_tokens + s.generated_tokens}};
+  }
+
+  // Metrics and the log line of a request that reached a Document.
+  void finish_request(const Document& d, int status, bool streamed) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - d.arrived()).count();
+    const uocr::RunSummary& s = d.summary();
+    metrics_.observe("uocr:e2e_request_latency_seconds", seconds);
+    if (d.seconds_to_first_token() >= 0) metrics_.observe("uocr:time_to_first_token_seconds", d.seconds_to_first_token());
+    metrics_.add("uocr:generation_tokens_total", double(s.generated_tokens));
+    metrics_.add("uocr:prompt_tokens_total", double(s.prompt_tokens));
+    if (status == 200) {
+      metrics_.add("uocr:pages_total", double(d.pages()));
+      metrics_.observe("uocr:page_latency_seconds", seconds / double(d.pages()));
+      metrics_.add("uocr:request_success_total", 1, std::string("finished_reason=\"") + finish_reason(s.stop) + "\"");
+      const double old = mean_request_seconds_.load();
+      mean_request_seconds_.store(old == 0 ? seconds : 0.8 * old + 0.2 * seconds);
+    } else {
+      count_error(status);
+    }
+    json line = {{"id", d.id()}, {"status", status}, {"stream", streamed}, {"pages", d.pages()}, {"seconds", seconds},
+                 {"prompt_tokens", s.prompt_tokens}, {"generated_tokens", s.generated_tokens}, {"stop", uocr::stop_reason_name(s.stop)}};
+    if (d.seconds_to_first_token() >= 0) line["time_to_first_token"] = d.seconds_to_first_token();
+    if (d.error()) line["error"] = d.error()->what();
+    log_.info("request", line);
+  }
+
+  void chat(const httplib::Request& req, httplib::Response& res) {
+    std::shared_ptr<Document> doc;
+    bool streamed = false;
+    try {
+      ChatRequest r = parse_chat_request(req.body, config_.max_pages_per_request);
+      if (!r.model.empty() && std::find(names_.begin(), names_.end(), r.model) == names_.end())
+        throw ApiError(404, "The model `" + r.model + "` does not exist (this server serves " + names_.front() + ")", "model");
+      if (!r.mode_given) r.params.mode = model_->config().sam.image_size == 1024 ? uocr::ImageMode::gundam : uocr::ImageMode::base;
+      scheduler_.add_server_settings(r.params);
+      try {
+        uocr::validate(*model_, r.params);
+      } catch (const uocr::Error& e) {
+        throw ApiError(400, e.what());
+      }
+      // Every page decoded once now, so that a page that is no image, or too large an image, is
+      // refused before the 200; the pixels are dropped and decoded again when the page is read.
+      std::vector<uocr::ImageU8> sizes;
+      for (size_t i = 0; i < r.images.size(); ++i) {
+        try {
+          const uocr::ImageU8 page = uocr::decode_image(reinterpret_cast<const uint8_t*>(r.images[i].data()), r.images[i].size());
+          sizes.push_back({page.width, page.height, {}});
+        } catch (const uocr::Error& e) {
+          throw ApiError(e.status() == uocr::Status::out_of_memory ? 503 : 400, "page " + std::to_string(i + 1) + " is not a usable image: " + e.what(),
+                         "messages");
+        }
+      }
+      if (r.stream && streams_.load() >= config_.max_streams)
+        throw ApiError(503, "too many open streams (max_streams " + std::to_string(config_.max_streams) + "); retry later");
+      const uint64_t kv = scheduler_.kv_bytes(sizes, r.params);
+      const int64_t pages = int64_t(r.images.size());
+      doc = std::make_shared<Document>(new_id(), std::move(r.images), r.params, config_.request_timeout_seconds * double(pages));
+      scheduler_.submit(doc, kv);
+      streamed = r.stream;
+      if (r.stream) return stream(res, doc, r.include_usage);
+    } catch (const ApiError& e) {
+      e.status() == 503 ? send_overloaded(res, e) : send_error(res, e);
+      if (!doc) count_error(e.status());
+      if (doc) finish_request(*doc, e.status(), streamed);
+      return;
+    }
+    // Not streamed: the whole text, once the document ends.
+    std::string text, part;
+    while (doc->take(part, std::chrono::milliseconds(1000)) != Document::Wait::finished) text += part;
+    if (doc->error()) {
+      send_error(res, *doc->error());
+    } else {
+      const uocr::RunSummary& s = doc->summary();
+      json choice = {{"index", 0}, {"message", {{"role", "assistant"}, {"content", text}}}, {"logprobs", nullptr},
+                     {"finish_reason", finish_reason(s.stop)}, {"stop_reason", stop_reason(s.stop)}};
+      res.set_content(json{{"id", doc->id()}, {"object", "chat.completion"}, {"created", std::time(nullptr)}, {"model", names_.front()},
+                           {"choices", json::array({choice})}, {"usage", usage(s)}}.dump(-1, ' ', false, json::error_handler_t::replace),
+                      "application/json");
+    }
+    finish_request(*doc, doc->error() ? doc->error()->status() : 200, false);
+  }
+
+  // vLLM's stream: a chunk per piece of text (the first with the role), a last chunk with the
+  // finish reason and usage, `data: [DONE]`. An error after the 200 is a `data: {"error": ...}`
+  // event. A client that goes away cancels the document; idle seconds send an SSE comment, which
+  // also finds out whether the client is still there.
+  void stream(httplib::Response& res, const std::shared_ptr<Document>& doc, bool include_usage) {
+    ++streams_;
+    struct State {
+      bool role_sent = false;
+      int status = 200;
+    };
+    auto state = std::make_shared<State>();
+    const std::string model = names_.front();
+    const std::time_t created = std::time(nullptr);
+    auto chunk = [doc, model, created](json delta, json finish, json stop) {
+      json c = {{"id", doc->id()}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
+                {"choices", json::array({{{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", std::move(finish)},
+                                          {"stop_reason", std::move(stop)}}})}};
+      return c;
+    };
+    auto sse = [](const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; };
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, doc, state, chunk, sse, include_usage](size_t, httplib::DataSink& sink) {
+          auto send = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+          if (!state->role_sent) {
+            state->role_sent = true;
+            return send(sse(chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+          }
+          std::string text;
+          switch (doc->take(text, std::chrono::milliseconds(1000))) {
+            case Document::Wait::text: return send(sse(chunk({{"content", text}}, nullptr, nullptr)));
+            case Document::Wait::idle: return send(": keep-alive\n\n");
+            case Document::Wait::finished: break;
+          }
+          std::string tail;
+          if (doc->error()) {
+            state->status = doc->error()->status();
+            tail = sse(doc->error()->body());
+          } else {
+            const uocr::RunSummary& s = doc->summary();
+            json last = chunk(json::object(), finish_reason(s.stop), stop_reason(s.stop));
+            last["usage"] = usage(s);
+            tail = sse(last);
+            if (include_usage) {
+              json u = chunk(json::object(), nullptr, nullptr);
+              u["choices"] = json::array();
+              u["usage"] = usage(s);
+              tail += sse(u);
+            }
+          }
+          tail += "data: [DONE]\n\n";
+          if (!send(tail)) return false;
+          sink.done();
+          return true;
+        },
+        [this, doc, state](bool success) {
+          if (!success) {
+            scheduler_.cancel(doc);  // the client went away: stop the work
+            if (state->status == 200) state->status = 499;
+          }
+          // The worker may still be ending a cancelled document: its summary is read once it has.
+          std::string ignored;
+          while (doc->take(ignored, std::chrono::milliseconds(1000)) != Document::Wait::finished) {}
+          finish_request(*doc, state->status, true);
+          --streams_;
+        });
+  }
+
+  const ServeConfig& config_;
+  std::shared_ptr<const uocr::Model> model_;
+  std::set<std::string> api_keys_;
+  Log& log_;
+  std::vector<std::string> names_;
+  Metrics metrics_;
+  Scheduler scheduler_;
+  std::time_t created_;
+  httplib::Server http_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> streams_{0};
+  std::atomic<double> mean_request_seconds_{0};
+};
+
+}  // namespace uocr_serve
