@@ -7,6 +7,10 @@ Needs the PyPI packages `openai` and `requests` (.ci/run installs them); exits 7
 without them. Environment: UOCR_CLI (the uocr binary), UOCR_SOURCE_DIR."""
 import base64
 import concurrent.futures
+import hashlib
+import hmac
+import http.server
+import shutil
 import json
 import os
 import signal
@@ -31,6 +35,7 @@ CLI = os.environ["UOCR_CLI"]
 SOURCE = os.environ["UOCR_SOURCE_DIR"]
 MODEL = os.path.join(SOURCE, "models", "uocr-demo")
 PAGES = [os.path.join(SOURCE, "samples", "data", f"demo-page{i}.png") for i in (1, 2, 3)]
+PDF = os.path.join(SOURCE, "samples", "data", "demo-doc.pdf")
 
 
 def data_uri(path):
@@ -51,21 +56,32 @@ def png_bytes(width, height, rows=None):
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
-def uocr_run(pages, *options):
-    """`uocr run --format raw`'s transcript (its trailing newline removed); exit 3: cut at --max-tokens."""
-    out = subprocess.run([CLI, "run", "--model", MODEL, "--format", "raw", *options, *pages], capture_output=True, timeout=300)
+def uocr_run(pages, *options, markdown=False):
+    """`uocr run`'s transcript: raw (--format raw, its trailing newline removed), or the Markdown
+    file `uocr run -o` writes; exit 3: cut at --max-tokens."""
+    fmt = [] if markdown else ["--format", "raw"]
+    out = subprocess.run([CLI, "run", "--model", MODEL, *fmt, *options, *pages], capture_output=True, timeout=600)
     assert out.returncode in (0, 3), out.stderr.decode()
-    return out.stdout.decode()[:-1]
+    return out.stdout.decode() if markdown else out.stdout.decode()[:-1]
+
+
+def thirty_page_pdf(folder):
+    """The 3-page sample PDF ten times over (poppler's pdfunite)."""
+    path = os.path.join(folder, "doc30.pdf")
+    subprocess.run(["pdfunite"] + [PDF] * 10 + [path], check=True, timeout=120)
+    return path
 
 
 class Server:
     """`uocr serve --port 0` with the demo model; the port comes from its "listening" log line."""
 
-    def __init__(self, *options, names="Unlimited-OCR,baidu/Unlimited-OCR"):
+    def __init__(self, *options, names="Unlimited-OCR,baidu/Unlimited-OCR", data_dir=None):
         self.log_path = tempfile.mktemp(prefix="uocr-serve-", suffix=".log")
-        self.log = open(self.log_path, "w+b")
-        self.proc = subprocess.Popen([CLI, "serve", "--model", MODEL, "--port", "0", "--served-model-name", names, *options],
-                                     stdout=subprocess.DEVNULL, stderr=self.log)
+        self.log = open(self.log_path, "a+b")
+        self.own_data = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="uocr-serve-data-")
+        self.proc = subprocess.Popen([CLI, "serve", "--model", MODEL, "--port", "0", "--served-model-name", names,
+                                      "--data-dir", self.data_dir, *options], stdout=subprocess.DEVNULL, stderr=self.log)
         self.port = None
         deadline = time.time() + 60
         while self.port is None and time.time() < deadline and self.proc.poll() is None:
@@ -83,7 +99,7 @@ class Server:
         with open(self.log_path) as f:
             return [json.loads(l) for l in f if l.startswith("{")]
 
-    def stop(self):
+    def stop(self, keep_data=False):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -92,7 +108,14 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        if self.own_data and not keep_data:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
         return self.proc.returncode
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
 
 
 def infer_py_payload(image_paths, text="document parsing.", mode="base", ngram_window=128, stream=True):
@@ -372,6 +395,224 @@ class Limits(unittest.TestCase):
         self.assertEqual(events[:3], ["weights_loaded", "workspace_ready", "listening"])
         self.assertEqual(events[-2:], ["shutting_down", "stopped"])
         self.assertIn("request", events)
+
+
+def wait_job(url, job_id, seconds=300, headers=None):
+    """GET /v1/jobs/{id}?wait=... until the job ends (bounded)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        job = requests.get(f"{url}/v1/jobs/{job_id}", params={"wait": 30}, headers=headers, timeout=60).json()
+        if job["state"] not in ("queued", "running"):
+            return job
+    raise AssertionError(f"job {job_id} did not end in {seconds} s")
+
+
+def wait_until(predicate, seconds=60, step=0.1):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("timed out waiting")
+
+
+class Jobs(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.folder = tempfile.mkdtemp(prefix="uocr-jobs-")
+        cls.pdf30 = thirty_page_pdf(cls.folder)
+        cls.expected30 = uocr_run([cls.pdf30], markdown=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.folder, ignore_errors=True)
+
+    def submit_pdf(self, server, path, **fields):
+        with open(path, "rb") as f:
+            r = requests.post(f"{server.url}/v1/jobs", files={"file": ("doc.pdf", f, "application/pdf")},
+                              data={k: str(v) for k, v in fields.items()}, timeout=120)
+        self.assertEqual(r.status_code, 202, r.text)
+        self.assertEqual(r.headers["Location"], "/v1/jobs/" + r.json()["id"])
+        return r.json()
+
+    def test_thirty_page_pdf_polled_to_the_end_equals_uocr_run_and_events_carry_it(self):
+        server = Server()
+        try:
+            job = self.submit_pdf(server, self.pdf30)
+            self.assertEqual(job["pages_total"], 30)
+            events = requests.get(f"{server.url}/v1/jobs/{job['id']}/events", stream=True, timeout=600)
+            text, pages_seen, kinds = "", [], []
+            name = None
+            for line in events.iter_lines():
+                line = line.decode()
+                if line.startswith("event: "):
+                    name = line[7:]
+                    kinds.append(name)
+                elif line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    if name == "text":
+                        text += data["text"]
+                    elif name == "page":
+                        pages_seen.append(data["pages_done"])
+                    elif name == "end":
+                        break
+            events.close()
+            self.assertEqual(kinds[0], "status")
+            self.assertEqual(kinds[-1], "end")
+            self.assertEqual(pages_seen, sorted(pages_seen))
+            self.assertEqual(pages_seen[-1], 30)
+            done = wait_job(server.url, job["id"])
+            self.assertEqual(done["state"], "succeeded")
+            self.assertEqual(done["pages_done"], 30)
+            self.assertEqual([p["state"] for p in done["pages"]], ["done"] * 30)
+            self.assertTrue(all(p["seconds"] > 0 for p in done["pages"]))
+            result = requests.get(f"{server.url}/v1/jobs/{job['id']}/result", timeout=60)
+            self.assertEqual(result.text, self.expected30)
+            self.assertEqual(text, self.expected30)
+            pages = requests.get(f"{server.url}/v1/jobs/{job['id']}/result", params={"format": "json"}, timeout=60).json()
+            self.assertEqual(len(pages["pages"]), 30)
+            self.assertEqual(pages["finish_reason"], "stop")
+            self.assertEqual(pages["pages"][1]["markdown"], self.expected30.split("\n<PAGE>\n")[1])
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_killed_server_resumes_the_job_byte_identically(self):
+        data = tempfile.mkdtemp(prefix="uocr-serve-data-")
+        try:
+            server = Server("--checkpoint-every-tokens", "16", data_dir=data)
+            job = self.submit_pdf(server, self.pdf30)
+            wait_until(lambda: requests.get(f"{server.url}/v1/jobs/{job['id']}", timeout=60).json()["pages_done"] >= 4)
+            server.kill()  # SIGKILL mid-job
+            self.assertTrue(os.path.exists(os.path.join(data, "jobs", job["id"], "checkpoint")))
+            again = Server(data_dir=data)
+            try:
+                done = wait_job(again.url, job["id"])
+                self.assertEqual(done["state"], "succeeded")
+                result = requests.get(f"{again.url}/v1/jobs/{job['id']}/result", timeout=60).text
+                self.assertEqual(result, self.expected30)
+                self.assertIn("job_resumed", [l["event"] for l in again.lines()])
+                self.assertFalse(os.path.exists(os.path.join(data, "jobs", job["id"], "checkpoint")))
+            finally:
+                self.assertEqual(again.stop(), 0)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+    def test_sigterm_keeps_the_running_job_for_the_next_start(self):
+        data = tempfile.mkdtemp(prefix="uocr-serve-data-")
+        try:
+            server = Server(data_dir=data)
+            job = self.submit_pdf(server, self.pdf30)
+            wait_until(lambda: requests.get(f"{server.url}/v1/jobs/{job['id']}", timeout=60).json()["pages_done"] >= 2)
+            self.assertEqual(server.stop(), 0)
+            again = Server(data_dir=data)
+            try:
+                self.assertEqual(wait_job(again.url, job["id"])["state"], "succeeded")
+                self.assertEqual(requests.get(f"{again.url}/v1/jobs/{job['id']}/result", timeout=60).text, self.expected30)
+            finally:
+                self.assertEqual(again.stop(), 0)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+    def test_cancel_stops_the_work(self):
+        server = Server()
+        try:
+            job = self.submit_pdf(server, self.pdf30)
+            wait_until(lambda: requests.get(f"{server.url}/v1/jobs/{job['id']}", timeout=60).json()["state"] == "running")
+            self.assertEqual(requests.get(f"{server.url}/v1/jobs/{job['id']}/result", timeout=60).status_code, 409)
+            t = time.time()
+            cancelled = requests.delete(f"{server.url}/v1/jobs/{job['id']}", timeout=60).json()
+            self.assertEqual(cancelled["state"], "cancelled")
+            self.assertLess(cancelled["pages_done"], 30)
+            self.assertLess(time.time() - t, 10)
+            metrics = requests.get(f"{server.url}/metrics", timeout=60).text
+            self.assertIn('uocr:num_requests_running{model_name="Unlimited-OCR"} 0', metrics)
+            cpu = lambda: float([l for l in requests.get(f"{server.url}/metrics", timeout=60).text.splitlines()
+                                 if l.startswith("uocr:process_cpu_seconds")][0].split()[-1])
+            before = cpu()
+            time.sleep(2)
+            self.assertLess(cpu() - before, 0.5, "the server kept working after the cancel")
+            partial = requests.get(f"{server.url}/v1/jobs/{job['id']}/result", timeout=60)
+            self.assertEqual(partial.headers["X-Job-State"], "cancelled")
+            self.assertTrue(self.expected30.startswith(partial.text[:-1]))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_timeout_ends_the_job_as_timed_out(self):
+        server = Server("--request-timeout-seconds", "0.05")
+        try:
+            job = self.submit_pdf(server, self.pdf30)
+            self.assertEqual(wait_job(server.url, job["id"])["state"], "timed_out")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_json_images_page_range_callback_and_ttl(self):
+        secret = "a-callback-secret-of-some-length"
+        secret_file = os.path.join(self.folder, "secret")
+        with open(secret_file, "w") as f:
+            f.write(secret + "\n")
+        received = []
+
+        class Receiver(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.append((self.headers["X-UOCR-Signature"], body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=receiver.serve_forever, daemon=True).start()
+        server = Server("--callback-secret-file", secret_file, "--result-ttl-seconds", "2")
+        try:
+            body = {"files": [data_uri(p) for p in PAGES], "options": {"pages": "2-3", "window_size": 1024},
+                    "callback_url": f"http://127.0.0.1:{receiver.server_address[1]}/done"}
+            r = requests.post(f"{server.url}/v1/jobs", json=body, timeout=60)
+            self.assertEqual(r.status_code, 202, r.text)
+            job = r.json()
+            self.assertEqual(job["pages_total"], 2)
+            done = wait_job(server.url, job["id"])
+            self.assertEqual(done["state"], "succeeded")
+            self.assertEqual(requests.get(f"{server.url}/v1/jobs/{job['id']}/result", timeout=60).text,
+                             uocr_run(PAGES[1:], markdown=True))
+            wait_until(lambda: received, seconds=30)
+            signature, payload = received[0]
+            self.assertEqual(signature, "sha256=" + hmac.new(secret.encode(), payload, hashlib.sha256).hexdigest())
+            self.assertEqual(json.loads(payload)["id"], job["id"])
+            self.assertEqual(json.loads(payload)["state"], "succeeded")
+            # the TTL: the job and its folder go
+            wait_until(lambda: requests.get(f"{server.url}/v1/jobs/{job['id']}", timeout=60).status_code == 404, seconds=30)
+            self.assertFalse(os.path.exists(os.path.join(server.data_dir, "jobs", job["id"])))
+        finally:
+            self.assertEqual(server.stop(), 0)
+            receiver.shutdown()
+
+    def test_bad_jobs(self):
+        server = Server()
+        try:
+            post = lambda **kw: requests.post(f"{server.url}/v1/jobs", timeout=60, **kw)
+            def error(r, status, text):
+                self.assertEqual(r.status_code, status, r.text)
+                self.assertIn(text, r.json()["error"]["message"])
+            error(post(data=b"{]"), 400, "valid JSON")
+            error(post(json={"options": {}}), 400, "no file")
+            error(post(json={"files": ["data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 garbage").decode()]}), 400, "pdf")
+            error(post(json={"files": [data_uri(PAGES[0])], "options": {"dpi": 5}}), 400, "dpi")
+            error(post(json={"files": [data_uri(PAGES[0])], "options": {"colour": 1}}), 400, "unknown option")
+            error(post(json={"files": [data_uri(PAGES[0])], "pages": "2-3"}), 400, "beyond")
+            error(post(json={"files": [data_uri(PAGES[0])], "callback_url": "http://127.0.0.1:1/x"}), 400, "callback secret")
+            error(post(json={"files": [data_uri(PAGES[0]), data_uri(PAGES[1])], "mode": "gundam"}), 400, "gundam")
+            with open(PDF, "rb") as f:
+                error(post(files={"file": ("x.pdf", f)}, data={"pages": "abc"}), 400, "integer")
+            error(requests.get(f"{server.url}/v1/jobs/job-0000000000000000000000ff", timeout=60), 404, "no job")
+            error(requests.get(f"{server.url}/v1/jobs/..%2F..%2Fetc", timeout=60), 404, "")
+            error(requests.delete(f"{server.url}/v1/jobs/%2e%2e", timeout=60), 404, "")
+            error(requests.get(f"{server.url}/v1/jobs/job-zz/result", timeout=60), 404, "no job")
+            self.assertEqual(os.listdir(os.path.join(server.data_dir, "jobs")), [], "a refused job left files")
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 if __name__ == "__main__":

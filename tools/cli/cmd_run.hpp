@@ -39,7 +39,9 @@
 
 #include "args.hpp"
 #include "decode_limits.hpp"
+#include "inputs.hpp"
 #include "model_dir.hpp"
+#include "output.hpp"
 #include "pdf.hpp"
 #include "same_file.hpp"
 #include "uocr/io/read_file.hpp"
@@ -151,28 +153,6 @@ inline void parse_reference_budget(const std::string& budget, const std::string&
   g.sparse_params.gate_beam = f[1];
 }
 
-// Every input, as one document, pulled page by page.
-inline std::unique_ptr<uocr::PageSource> open_inputs(const std::vector<std::string>& inputs, int dpi, const uocr::DecodeLimits& limits,
-                                                     int page_timeout_s) {
-  std::vector<std::unique_ptr<uocr::PageSource>> parts;
-  std::vector<std::string> images;
-  auto flush_images = [&] {
-    if (!images.empty()) parts.push_back(std::make_unique<uocr::FilePages>(std::move(images), limits));
-    images.clear();
-  };
-  for (const std::string& in : inputs) {
-    if (is_pdf(in)) {
-      flush_images();
-      parts.push_back(std::make_unique<PdfPages>(in, dpi, limits, page_timeout_s));
-    } else {
-      uocr::require_regular_file(in, "image file");  // before the model loads
-      images.push_back(in);
-    }
-  }
-  flush_images();
-  return std::make_unique<uocr::ChainedPages>(std::move(parts));
-}
-
 // One page of a shared source as a document of its own (--separate-pages): pulls the source's
 // next page, so the pages are still read one at a time and in order.
 class NextPageOf final : public uocr::PageSource {
@@ -203,76 +183,6 @@ inline void add_page_run(uocr::RunSummary& all, const uocr::RunSummary& page) {
                      &uocr::MemoryStats::scratch_bytes, &uocr::MemoryStats::peak_scratch_bytes, &uocr::MemoryStats::peak_bytes})
     all.memory.*field = std::max(all.memory.*field, page.memory.*field);
 }
-
-// Where the text goes, and how much of it has been written (for checkpoints). Every write, flush
-// and close is checked: text that did not arrive is an error, not a normal stop.
-struct Output {
-  std::string path;  // "" = stdout
-  FILE* file = nullptr;
-  uint64_t written = 0;
-  uocr::MarkdownFilter filter;
-  bool raw = false;
-
-  // Before any file is opened: a closed stdout's descriptor would go to the next file opened,
-  // which would then receive the text.
-  void check_stdout_open() const {
-    if (path.empty()) check(::fcntl(STDOUT_FILENO, F_GETFD) != -1);
-  }
-  void open() {
-    file = path.empty() ? stdout : std::fopen(path.c_str(), "wb");
-    check(file != nullptr);
-  }
-  void write(const std::string& text) {
-    put(raw ? text : filter.feed(text));
-    check(std::fflush(file) == 0);
-  }
-  // The end of the text: what the filter holds back and a newline, then the file closed.
-  void finish() {
-    put((raw ? std::string() : filter.flush()) + "\n");
-    const int closed = std::fclose(file);
-    file = nullptr;
-    check(closed == 0);
-  }
-  // What a checkpoint records: bytes written and text the filter holds back, on disk first.
-  std::string state() {
-    check(std::fflush(file) == 0);
-    if (file != stdout) uocr::require(::fsync(::fileno(file)) == 0, uocr::Status::io, [&] { return "cannot sync " + path; });
-    uocr::StateWriter w;
-    w.put(written);
-    w.put(filter.pending());
-    return w.bytes();
-  }
-  // Resuming: back to the state of the checkpoint (see the top of this file).
-  void restore(const std::string& bytes, const std::string& checkpoint) {
-    uocr::StateReader r(bytes, checkpoint);
-    r.get(written);
-    std::string pending;
-    r.get(pending);
-    filter.restore(std::move(pending), written > 0);
-    if (path.empty()) return;
-    std::error_code ec;
-    const uint64_t size = std::filesystem::file_size(path, ec);
-    uocr::require(!ec && size >= written, uocr::Status::io, [&] {
-      return "cannot resume into " + path + ": it must hold the " + std::to_string(written) +
-             " bytes written before the checkpoint, but " + (ec ? "it cannot be read" : "it has " + std::to_string(size));
-    });
-    std::filesystem::resize_file(path, written);
-    file = std::fopen(path.c_str(), "ab");
-    check(file != nullptr);
-  }
-
- private:
-  void put(const std::string& text) {
-    check(std::fwrite(text.data(), 1, text.size(), file) == text.size());
-    written += text.size();
-  }
-  // Throws Error(io) naming the output and the reason errno gives, unless `ok`.
-  void check(bool ok) const {
-    const int err = errno;
-    uocr::require(ok, uocr::Status::io,
-                  [&] { return "cannot write " + (path.empty() ? std::string("stdout") : path) + ": " + std::strerror(err); });
-  }
-};
 
 // What `uocr run` reads from its options before it opens the model and the inputs (checked here,
 // so that a bad option fails before anything is loaded).

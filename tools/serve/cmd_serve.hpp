@@ -1,6 +1,7 @@
-// `uocr serve`: the OCR service (docs/SERVING.md). Loads the model once, then answers HTTP until
-// SIGTERM or SIGINT, when it stops taking requests, ends the running ones (their clients get an
-// error, not a cut-off text) and exits 0. Start-up writes three log lines: weights_loaded,
+// `uocr serve`: the OCR service (docs/SERVING.md). Loads the model once, queues the jobs a previous
+// run left unfinished, then answers HTTP until SIGTERM, SIGINT or SIGHUP, when it stops taking
+// requests, ends the running ones (their clients get an error, not a cut-off text; jobs keep
+// their checkpoints and resume at the next start) and exits 0. Start-up writes three log lines: weights_loaded,
 // workspace_ready, listening (with the port, useful with --port 0).
 #pragma once
 #include <pthread.h>
@@ -22,6 +23,7 @@ inline int cmd_serve(const uocr_cli::Args& args) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -42,13 +44,14 @@ inline int cmd_serve(const uocr_cli::Args& args) {
   Server server(config, model, keys, log);
   log.info("workspace_ready", {{"backend", config.backend}, {"device", info.device}, {"max_concurrency", config.max_concurrency},
                                {"visual_cache_bytes", config.visual_cache_bytes}, {"queue_max_size", config.queue_max_size},
-                               {"api_keys", keys.size()}});
+                               {"api_keys", keys.size()}, {"data_dir", config.data_dir}});
+  server.recover_jobs();
   const int port = server.bind();
   log.info("listening", {{"host", config.host}, {"port", port}});
   std::thread http([&] { server.listen(); });
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  log.info("shutting_down", {{"signal", signal == SIGTERM ? "SIGTERM" : "SIGINT"}});
+  log.info("shutting_down", {{"signal", signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP"}});
   server.stop();
   http.join();
   log.info("stopped");

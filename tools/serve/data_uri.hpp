@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "api_error.hpp"
 
@@ -39,21 +40,31 @@ inline std::string decode_base64(const std::string& in, size_t begin, const std:
   return out;
 }
 
-// The bytes of `data:<mime>;base64,<data>` whose mime type is image/*.
-inline std::string decode_image_data_uri(const std::string& uri, const std::string& param) {
+struct DataUri {
+  std::string mime;   // "image/png"
+  std::string bytes;
+};
+
+// `data:<mime>;base64,<data>` with some data.
+inline DataUri decode_data_uri(const std::string& uri, const std::string& param) {
   if (uri.rfind("data:", 0) != 0)
-    throw ApiError(400, "image_url must be a data: URI (data:image/png;base64,...); the server fetches no URLs", param);
+    throw ApiError(400, "files must be data: URIs (data:image/png;base64,...); the server fetches no URLs", param);
   const size_t comma = uri.find(',');
-  if (comma == std::string::npos) throw ApiError(400, "the image's data URI has no ',' before its data", param);
+  if (comma == std::string::npos) throw ApiError(400, "the data URI has no ',' before its data", param);
   const std::string header = uri.substr(5, comma - 5);
   const std::string suffix = ";base64";
   if (header.size() < suffix.size() || header.compare(header.size() - suffix.size(), suffix.size(), suffix) != 0)
-    throw ApiError(400, "the image's data URI must be base64 (data:image/...;base64,...)", param);
-  if (header.rfind("image/", 0) != 0)
-    throw ApiError(400, "the data URI's type is '" + header.substr(0, header.size() - suffix.size()) + "', not an image", param);
-  std::string bytes = decode_base64(uri, comma + 1, param);
-  if (bytes.empty()) throw ApiError(400, "the image's data URI holds no data", param);
-  return bytes;
+    throw ApiError(400, "the data URI must be base64 (data:image/...;base64,...)", param);
+  DataUri d{header.substr(0, header.size() - suffix.size()), decode_base64(uri, comma + 1, param)};
+  if (d.bytes.empty()) throw ApiError(400, "the data URI holds no data", param);
+  return d;
+}
+
+// The bytes of an image's data URI (type image/*).
+inline std::string decode_image_data_uri(const std::string& uri, const std::string& param) {
+  DataUri d = decode_data_uri(uri, param);
+  if (d.mime.rfind("image/", 0) != 0) throw ApiError(400, "the data URI's type is '" + d.mime + "', not an image", param);
+  return std::move(d.bytes);
 }
 
 }  // namespace uocr_serve

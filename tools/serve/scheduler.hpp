@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,11 +40,25 @@ using Clock = std::chrono::steady_clock;
 enum class Pool { short_documents, long_documents };
 inline const char* pool_name(Pool p) { return p == Pool::long_documents ? "long" : "short"; }
 
+class Document;
+
+// What a worker runs for a document besides its session: where the pages come from and, for
+// jobs, the checkpoint and what else sees the run (an output file, progress, the job's state).
+struct DocumentWork {
+  std::function<std::unique_ptr<uocr::PageSource>()> open_pages;  // called by the worker, once
+  uocr::CheckpointOptions checkpoint;                              // path empty: none
+  bool collect_text = true;                                        // keep the text for take() (a chat reply)
+  std::function<void()> on_start;                                  // the worker took the document
+  std::function<void(const uocr::Event&)> on_event;
+  std::function<void(const Document&)> on_end;                     // after the document ended
+};
+
 class Document {
  public:
-  Document(std::string id, std::vector<std::string> images, uocr::SessionParams params, double timeout_seconds)
-      : id_(std::move(id)), images_(std::move(images)), params_(std::move(params)), arrived_(Clock::now()),
-        deadline_(arrived_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds))) {}
+  Document(std::string id, int64_t pages, uocr::SessionParams params, double timeout_seconds, DocumentWork work)
+      : id_(std::move(id)), pages_(pages), params_(std::move(params)), arrived_(Clock::now()),
+        deadline_(arrived_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds))),
+        work_(std::move(work)) {}
 
   const std::string& id() const { return id_; }
   int64_t pages() const { return pages_; }
@@ -84,18 +99,21 @@ class Document {
       std::lock_guard<std::mutex> lock(m_);
       summary_ = std::move(summary);
       error_ = std::move(error);
+    }
+    if (work_.on_end) work_.on_end(*this);
+    work_ = {};  // what the work holds (a request's images) is freed now
+    {
+      std::lock_guard<std::mutex> lock(m_);
       done_ = true;
     }
-    images_.clear();
-    images_.shrink_to_fit();
     cv_.notify_all();
   }
 
   std::string id_;
-  std::vector<std::string> images_;  // encoded; freed when the document ends
-  int64_t pages_ = int64_t(images_.size());
+  int64_t pages_;
   uocr::SessionParams params_;
   Clock::time_point arrived_, deadline_;
+  DocumentWork work_;
   Pool pool_ = Pool::short_documents;
   uint64_t kv_bytes_ = 0;
   double first_token_seconds_ = -1;
@@ -149,9 +167,10 @@ class Scheduler {
     return per_token * (prompt_text + held * page_tokens + uint64_t(uocr::effective_window(*model_, p)));
   }
 
-  // Queues the document. ApiError 503 when its pool's queue is full or the server is stopping,
-  // 413 when it needs more KV than the whole cache may hold.
-  void submit(const std::shared_ptr<Document>& d, uint64_t kv_bytes) {
+  // Queues the document. ApiError 503 when its pool's queue is full (unless `admitted`: a job
+  // taken before a restart) or the server is stopping, 413 when it needs more KV than the whole
+  // cache may hold.
+  void submit(const std::shared_ptr<Document>& d, uint64_t kv_bytes, bool admitted = false) {
     d->pool_ = pool_for(d->pages());
     d->kv_bytes_ = kv_bytes;
     if (kv_bytes > config_.visual_cache_bytes)
@@ -161,7 +180,7 @@ class Scheduler {
       std::lock_guard<std::mutex> lock(m_);
       if (stopping_) throw ApiError(503, "the server is shutting down");
       std::deque<std::shared_ptr<Document>>& q = queue(d->pool_);
-      if (int(q.size()) >= config_.queue_max_size)
+      if (!admitted && int(q.size()) >= config_.queue_max_size)
         throw ApiError(503, std::string("the ") + pool_name(d->pool_) + " document queue is full (queue_max_size " +
                                 std::to_string(config_.queue_max_size) + "); retry later");
       q.push_back(d);
@@ -179,7 +198,7 @@ class Scheduler {
       if (it == q.end()) return;
       q.erase(it);
     }
-    d->end({}, ApiError(499, "cancelled by the client"));
+    d->end({}, cancelled_error());
     cv_.notify_all();
   }
 
@@ -262,36 +281,32 @@ class Scheduler {
     metrics_.observe("uocr:request_queue_time_seconds", std::chrono::duration<double>(started - d.arrived_).count());
     const double left = std::chrono::duration<double>(d.deadline_ - started).count();
     if (d.cancelled_ || left <= 0) {
-      d.end({}, d.cancelled_ ? ApiError(499, "cancelled by the client")
-                             : ApiError(504, "the request timed out while it waited (request_timeout_seconds per page)"));
+      d.end({}, d.cancelled_ ? cancelled_error() : ApiError(504, "the request timed out while it waited (request_timeout_seconds per page)"));
       return;
     }
     uocr::SessionParams p = d.params_;
     p.page_time_budget_seconds = left / double(d.pages_);  // what is left of the request's time, spread over its pages
     try {
+      if (d.work_.on_start) d.work_.on_start();
       uocr::Session session(model_, p, document_);
-      const std::vector<std::string>& images = d.images_;
-      uocr::CallbackPages pages(d.pages_, [&](int64_t i, uocr::ImageU8& page) {
-        const std::string& bytes = images[size_t(i)];
-        page = uocr::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-        return true;
-      });
+      const std::unique_ptr<uocr::PageSource> pages = d.work_.open_pages();
       int64_t tokens = 0;
       auto on_event = [&](const uocr::Event& e) {
         if (e.type == uocr::Event::Type::token) {
           if (tokens++ == 0) d.first_token_seconds_ = std::chrono::duration<double>(Clock::now() - d.arrived_).count();
-          if (!e.text.empty()) d.append(e.text);
+          if (d.work_.collect_text && !e.text.empty()) d.append(e.text);
         } else if (e.type == uocr::Event::Type::page) {
           log_.write(LogLevel::debug, "page", {{"id", d.id_}, {"page", e.page}, {"tokens", tokens}});
         }
+        if (d.work_.on_event) d.work_.on_event(e);
         return !d.cancelled_;
       };
-      uocr::RunSummary sum = session.run(pages, on_event);
+      uocr::RunSummary sum = session.run(*pages, on_event, d.work_.checkpoint);
       std::optional<ApiError> error;
       if (sum.stop == uocr::StopReason::time_budget)
         error = ApiError(504, "the request timed out after " + std::to_string(tokens) + " tokens (request_timeout_seconds per page)");
       else if (sum.stop == uocr::StopReason::cancelled)
-        error = ApiError(499, "cancelled by the client");
+        error = cancelled_error();
       d.end(std::move(sum), std::move(error));
     } catch (const uocr::Error& e) {
       d.end({}, api_error(e));
@@ -300,6 +315,12 @@ class Scheduler {
     } catch (const std::exception& e) {
       d.end({}, ApiError(500, std::string("internal error: ") + e.what()));
     }
+  }
+
+  // Why a cancelled document stopped: its client (499, nginx's "client closed request"), or the
+  // server stopping (503: a job's checkpoint is kept and it resumes at the next start).
+  ApiError cancelled_error() const {
+    return stopping_ ? ApiError(503, "the server is shutting down") : ApiError(499, "cancelled by the client");
   }
 
   std::shared_ptr<const uocr::Model> model_;

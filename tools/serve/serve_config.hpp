@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -41,6 +42,12 @@ struct ServeConfig {
   uint64_t max_body_bytes = uint64_t(512) << 20;
   int max_streams = 64;                    // open streamed responses
   std::string api_keys_file;               // one key per line; none: no authentication
+  std::string data_dir;                    // jobs: uploads, checkpoints, results ("": $XDG_STATE_HOME/uocr-serve)
+  double result_ttl_seconds = 86400;       // ended jobs are deleted this long after they ended
+  int checkpoint_every_tokens = 256;       // jobs: a checkpoint every N tokens, besides every page boundary
+  int page_render_timeout_seconds = 120;   // PDF pages: what rendering one may take (0: no limit)
+  std::string callback_secret_file;        // the key that signs job callbacks (its first line)
+  std::string callback_secret;             // read from callback_secret_file
   LogLevel log_level = LogLevel::info;
 
   int long_running_limit() const { return max_long_running > 0 ? max_long_running : std::max(1, max_concurrency / 2); }
@@ -50,7 +57,8 @@ inline uocr_cli::CommandOptions serve_options() {
   return {"serve",
           {"--config", "--model", "--backend", "--device", "--host", "--port", "--served-model-name", "--max-concurrency",
            "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes", "--queue-max-size",
-           "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level"},
+           "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level",
+           "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file"},
           {},
           false,
           {}};
@@ -70,6 +78,14 @@ inline std::vector<std::string> split_names(const std::string& list) {
   for (std::string n; std::getline(in, n, ',');)
     if (!n.empty()) names.push_back(n);
   return names;
+}
+
+// $XDG_STATE_HOME/uocr-serve, else ~/.local/state/uocr-serve.
+inline std::string default_data_dir() {
+  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state == '/') return std::string(state) + "/uocr-serve";
+  const char* home = std::getenv("HOME");
+  uocr::require(home != nullptr && *home == '/', uocr::Status::invalid_argument, "no data directory: give --data-dir DIR");
+  return std::string(home) + "/.local/state/uocr-serve";
 }
 
 // The settings file's values, then the command line's.
@@ -125,6 +141,13 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
       else if (k == "max_streams") c.max_streams = int(integer(1, 1 << 20));
       else if (k == "api_keys_file") c.api_keys_file = text();
       else if (k == "log_level") c.log_level = parse_log_level(text());
+      else if (k == "data_dir") c.data_dir = text();
+      else if (k == "result_ttl_seconds") {
+        want(v.is_number() && v.get<double>() > 0, "a number of seconds > 0");
+        c.result_ttl_seconds = v.get<double>();
+      } else if (k == "checkpoint_every_tokens") c.checkpoint_every_tokens = int(integer(0, 1 << 30));
+      else if (k == "page_render_timeout_seconds") c.page_render_timeout_seconds = int(integer(0, 86400));
+      else if (k == "callback_secret_file") c.callback_secret_file = text();
       else throw uocr::Error(uocr::Status::invalid_argument, path + ": unknown setting \"" + k + "\" (see uocr serve --help)");
     }
   }
@@ -147,6 +170,19 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
   c.max_streams = args.integer("--max-streams", c.max_streams);
   c.api_keys_file = args.get("--api-keys-file", c.api_keys_file);
   if (args.has("--log-level")) c.log_level = parse_log_level(args.get("--log-level", ""));
+  c.data_dir = args.get("--data-dir", c.data_dir);
+  c.result_ttl_seconds = args.number<double>("--result-ttl-seconds", c.result_ttl_seconds);
+  c.checkpoint_every_tokens = args.integer("--checkpoint-every-tokens", c.checkpoint_every_tokens);
+  c.page_render_timeout_seconds = args.integer("--page-render-timeout-seconds", c.page_render_timeout_seconds);
+  c.callback_secret_file = args.get("--callback-secret-file", c.callback_secret_file);
+  if (c.data_dir.empty()) c.data_dir = default_data_dir();
+  if (!c.callback_secret_file.empty()) {
+    const std::vector<uint8_t> bytes = uocr::read_file_capped(c.callback_secret_file, 4096, "callback secret file");
+    c.callback_secret.assign(bytes.begin(), std::find(bytes.begin(), bytes.end(), uint8_t('\n')));
+    while (!c.callback_secret.empty() && c.callback_secret.back() == '\r') c.callback_secret.pop_back();
+    uocr::require(c.callback_secret.size() >= 16, uocr::Status::invalid_argument,
+                  "the callback secret (first line of callback_secret_file) must have at least 16 bytes");
+  }
 
   using uocr::require;
   const auto bad = uocr::Status::invalid_argument;
@@ -162,6 +198,10 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
           "max_long_running must be in 0..max_concurrency (0: half of it)");
   require(c.max_body_bytes > 0, bad, "max_body_bytes must be > 0");
   require(c.max_streams >= 1, bad, "max_streams must be >= 1");
+  require(c.result_ttl_seconds > 0, bad, "result_ttl_seconds must be > 0");
+  require(c.checkpoint_every_tokens >= 0, bad, "checkpoint_every_tokens must be >= 0 (0: at page boundaries only)");
+  require(c.page_render_timeout_seconds >= 0 && c.page_render_timeout_seconds <= 86400, bad,
+          "page_render_timeout_seconds must be in 0..86400 (0: no limit)");
   for (const std::string& n : c.served_model_names) require(!n.empty(), bad, "served model names must not be empty");
   return c;
 }

@@ -8,6 +8,11 @@
 //   GET  /healthz               liveness: 200 while the process answers
 //   GET  /readyz                readiness: model loaded, workers running, short queue not full
 //   GET  /metrics               Prometheus text (metrics.hpp)
+//   POST /v1/jobs               a document job (job_request.hpp): 202 and the job
+//   GET  /v1/jobs/{id}          its state and progress; ?wait=S: answers when it ends or after S seconds
+//   GET  /v1/jobs/{id}/result   its Markdown in page order; ?format=json: per page
+//   GET  /v1/jobs/{id}/events   SSE: status, text, page and end events
+//   DELETE /v1/jobs/{id}        cancels it (the work stops at the next token)
 // Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured.
 #pragma once
 #include <sys/resource.h>
@@ -33,6 +38,8 @@
 
 #include "api_error.hpp"
 #include "chat_request.hpp"
+#include "job_request.hpp"
+#include "jobs.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
 #include "scheduler.hpp"
@@ -47,7 +54,9 @@ class Server {
   Server(const ServeConfig& config, std::shared_ptr<const uocr::Model> model, std::set<std::string> api_keys, Log& log)
       : config_(config), model_(std::move(model)), api_keys_(std::move(api_keys)), log_(log),
         names_(config.served_model_names), metrics_(names_.empty() ? folder_name() : names_.front()),
-        scheduler_(model_, config_, metrics_, log_), created_(std::time(nullptr)) {
+        scheduler_(model_, config_, metrics_, log_),
+        jobs_(config_, model_, scheduler_, log_, [this](const Document& d, int status) { finish_request(d, status, "job"); }),
+        created_(std::time(nullptr)) {
     if (names_.empty()) names_.push_back(folder_name());
     // Threads for the requests admission lets in (running, both queues) and for quick answers;
     // every request past those is refused at once, so a burst does not pile up in httplib's queue.
@@ -59,16 +68,22 @@ class Server {
     routes();
   }
 
+  ~Server() { stop(); }
+
   // Binds host:port (port 0: a free one) and returns the port; throws uocr::Error(io) when it cannot.
   int bind() {
     const int port = config_.port == 0 ? http_.bind_to_any_port(config_.host) : (http_.bind_to_port(config_.host, config_.port) ? config_.port : -1);
     uocr::require(port > 0, uocr::Status::io, [&] { return "cannot listen on " + config_.host + ":" + std::to_string(config_.port); });
     return port;
   }
+  // Queues the jobs that had not ended when the server last stopped (they resume from their checkpoints).
+  void recover_jobs() { jobs_.recover(); }
   void listen() { http_.listen_after_bind(); }
-  // Ends every document (running ones are cancelled, their clients told), then stops the HTTP server.
+  // Ends every document (running ones are cancelled, their clients told; jobs keep their
+  // checkpoints for the next start), then stops the HTTP server.
   void stop() {
     stopping_ = true;
+    jobs_.stop();
     scheduler_.shutdown();
     http_.stop();
   }
@@ -123,7 +138,7 @@ class Server {
         count_error(401);
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (req.method == "POST" && req.path == "/v1/chat/completions") {
+      if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/jobs")) {
         const std::string declared = req.get_header_value("Content-Length");
         const uint64_t length = declared.empty() ? 0 : std::strtoull(declared.c_str(), nullptr, 10);
         if (length > config_.max_body_bytes) {
@@ -180,6 +195,164 @@ class Server {
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(metrics_.render(gauges()), "text/plain; version=0.0.4");
     });
+
+    http_.Post("/v1/jobs", [this](const httplib::Request& req, httplib::Response& res) {
+      try {
+        const std::shared_ptr<Job> job = jobs_.submit(parse_job_request(req));
+        res.status = 202;
+        res.set_header("Location", "/v1/jobs/" + job->id());
+        res.set_content(job->status_json().dump(), "application/json");
+      } catch (const ApiError& e) {
+        e.status() == 503 ? send_overloaded(res, e) : send_error(res, e);
+        count_error(e.status());
+      }
+    });
+    const std::string job_path = "/v1/jobs/([^/]+)";
+    http_.Get(job_path, [this](const httplib::Request& req, httplib::Response& res) {
+      with_job(req, res, [&](const std::shared_ptr<Job>& job) {
+        const double wait = req.has_param("wait") ? parse_wait(req.get_param_value("wait")) : 0;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait));
+        for (uint64_t v = job->version(); !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until && !stopping_;)
+          v = job->wait_change(v, std::chrono::milliseconds(500));
+        res.set_content(job->status_json().dump(), "application/json");
+      });
+    });
+    http_.Delete(job_path, [this](const httplib::Request& req, httplib::Response& res) {
+      with_job(req, res, [&](const std::shared_ptr<Job>& job) {
+        jobs_.cancel(job);
+        // The work stops at its next token; answer once it has (or after 10 s, still cancelling).
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        for (uint64_t v = job->version(); !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until;)
+          v = job->wait_change(v, std::chrono::milliseconds(200));
+        res.set_content(job->status_json().dump(), "application/json");
+      });
+    });
+    http_.Get(job_path + "/result", [this](const httplib::Request& req, httplib::Response& res) {
+      with_job(req, res, [&](const std::shared_ptr<Job>& job) { job_result(req, res, *job); });
+    });
+    http_.Get(job_path + "/events", [this](const httplib::Request& req, httplib::Response& res) {
+      with_job(req, res, [&](const std::shared_ptr<Job>& job) {
+        if (streams_.load() >= config_.max_streams)
+          throw ApiError(503, "too many open streams (max_streams " + std::to_string(config_.max_streams) + "); retry later");
+        job_events(res, job);
+      });
+    });
+  }
+
+  static double parse_wait(const std::string& v) {
+    char* end = nullptr;
+    const double w = std::strtod(v.c_str(), &end);
+    if (v.empty() || end != v.c_str() + v.size() || !(w >= 0 && w <= 300))
+      throw ApiError(400, "'wait' must be a number of seconds in 0..300", "wait");
+    return w;
+  }
+
+  // Runs `fn` on the job the path names; 404 for an unknown id, any ApiError as its answer.
+  template <class Fn>
+  void with_job(const httplib::Request& req, httplib::Response& res, Fn fn) {
+    try {
+      const std::shared_ptr<Job> job = jobs_.store().find(req.matches[1]);
+      if (!job) throw ApiError(404, "no job " + std::string(req.matches[1]), "id");
+      fn(job);
+    } catch (const ApiError& e) {
+      e.status() == 503 ? send_overloaded(res, e) : send_error(res, e);
+      count_error(e.status());
+    }
+  }
+
+  // The pages of a transcript whose "<PAGE>" markers stand on lines of their own (MarkdownFilter).
+  static std::vector<std::string> split_pages(const std::string& text) {
+    std::vector<std::string> pages;
+    const std::string marker = "<PAGE>";
+    size_t begin = 0;
+    bool opened_by_marker = false;
+    for (size_t at = text.find(marker); ; at = text.find(marker, at + marker.size())) {
+      const bool line_start = at != std::string::npos && (at == 0 || text[at - 1] == '\n');
+      const size_t after = at == std::string::npos ? 0 : at + marker.size();
+      const bool line_end = at != std::string::npos && (after == text.size() || text[after] == '\n');
+      if (at != std::string::npos && !(line_start && line_end)) continue;
+      size_t end = at == std::string::npos ? text.size() : at;
+      std::string page = text.substr(begin, end - begin);
+      while (!page.empty() && page.back() == '\n') page.pop_back();
+      if (opened_by_marker || !page.empty()) pages.push_back(page);
+      if (at == std::string::npos) break;
+      begin = std::min(text.size(), after + 1);
+      opened_by_marker = true;
+    }
+    return pages;
+  }
+
+  void job_result(const httplib::Request& req, httplib::Response& res, const Job& job) {
+    const Job::Progress p = job.progress();
+    if (!job_ended(p.state)) throw ApiError(409, "job " + job.id() + " is " + job_state_name(p.state) + ": poll GET /v1/jobs/" + job.id() + "?wait=60");
+    if (p.state == JobState::failed) throw ApiError(409, "job " + job.id() + " failed: " + p.error);
+    std::string text;
+    if (std::filesystem::exists(job.output_path())) {
+      const std::vector<uint8_t> bytes = uocr::read_file_capped(job.output_path().string(), uint64_t(1) << 34, "job output");
+      text.assign(bytes.begin(), bytes.end());
+    }
+    res.set_header("X-Job-State", job_state_name(p.state));
+    const std::string format = req.has_param("format") ? req.get_param_value("format") : "markdown";
+    if (format == "markdown") return res.set_content(text, "text/markdown; charset=utf-8");
+    if (format != "json") throw ApiError(400, "'format' must be markdown or json", "format");
+    json pages = json::array();
+    const std::vector<std::string> split = split_pages(text);
+    for (size_t i = 0; i < split.size(); ++i) pages.push_back({{"index", i}, {"markdown", split[i]}});
+    json j = {{"id", job.id()}, {"object", "job.result"}, {"state", job_state_name(p.state)}, {"pages_total", job.pages_total},
+              {"pages", pages}, {"usage", {{"prompt_tokens", p.prompt_tokens}, {"completion_tokens", p.tokens}}}};
+    if (!p.finish_reason.empty()) j["finish_reason"] = p.finish_reason;
+    res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+  }
+
+  // SSE of a job: "status" first, then "text" (Markdown as it is written), "page" (pages_done
+  // moved) and "end" (the job's final status), with comments while nothing happens.
+  void job_events(httplib::Response& res, const std::shared_ptr<Job>& job) {
+    ++streams_;
+    struct State {
+      bool status_sent = false;
+      uint64_t offset = 0, version = 0;
+      int64_t pages_done = -1;
+    };
+    auto state = std::make_shared<State>();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, state](size_t, httplib::DataSink& sink) {
+          auto event = [](const char* name, const json& data) {
+            return std::string("event: ") + name + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+          };
+          std::string out;
+          if (!state->status_sent) {
+            state->status_sent = true;
+            state->version = job->version();
+            out = event("status", job->status_json());
+          } else {
+            state->version = job->wait_change(state->version, std::chrono::milliseconds(1000));
+          }
+          const Job::Progress p = job->progress();
+          state->offset = std::min(state->offset, p.output_bytes);  // a resumed job cut its output back
+          if (p.output_bytes > state->offset) {
+            std::ifstream in(job->output_path(), std::ios::binary);
+            in.seekg(std::streamoff(state->offset));
+            std::string text(size_t(p.output_bytes - state->offset), '\0');
+            in.read(text.data(), std::streamsize(text.size()));
+            text.resize(size_t(in.gcount()));
+            state->offset += text.size();
+            if (!text.empty()) out += event("text", {{"text", text}});
+          }
+          if (p.pages_done != state->pages_done) {
+            state->pages_done = p.pages_done;
+            out += event("page", {{"pages_done", p.pages_done}, {"pages_total", job->pages_total}});
+          }
+          const bool ended = job_ended(p.state);
+          if (ended) out += event("end", job->status_json());
+          if (out.empty()) out = ": keep-alive\n\n";
+          if (!sink.write(out.data(), out.size())) return false;
+          if (ended || stopping_) sink.done();
+          return true;
+        },
+        [this](bool) { --streams_; });
   }
 
   std::vector<Metrics::Gauge> gauges() const {
@@ -225,8 +398,8 @@ class Server {
     return {{"prompt_tokens", s.prompt_tokens}, {"completion_tokens", s.generated_tokens}, {"total_tokens", s.prompt_tokens + s.generated_tokens}};
   }
 
-  // Metrics and the log line of a request that reached a Document.
-  void finish_request(const Document& d, int status, bool streamed) {
+  // Metrics and the log line of a request that reached a Document (kind: chat, stream or job).
+  void finish_request(const Document& d, int status, const char* kind) {
     const double seconds = std::chrono::duration<double>(Clock::now() - d.arrived()).count();
     const uocr::RunSummary& s = d.summary();
     metrics_.observe("uocr:e2e_request_latency_seconds", seconds);
@@ -242,7 +415,7 @@ class Server {
     } else {
       count_error(status);
     }
-    json line = {{"id", d.id()}, {"status", status}, {"stream", streamed}, {"pages", d.pages()}, {"seconds", seconds},
+    json line = {{"id", d.id()}, {"kind", kind}, {"status", status}, {"pages", d.pages()}, {"seconds", seconds},
                  {"prompt_tokens", s.prompt_tokens}, {"generated_tokens", s.generated_tokens}, {"stop", uocr::stop_reason_name(s.stop)}};
     if (d.seconds_to_first_token() >= 0) line["time_to_first_token"] = d.seconds_to_first_token();
     if (d.error()) line["error"] = d.error()->what();
@@ -279,14 +452,22 @@ class Server {
         throw ApiError(503, "too many open streams (max_streams " + std::to_string(config_.max_streams) + "); retry later");
       const uint64_t kv = scheduler_.kv_bytes(sizes, r.params);
       const int64_t pages = int64_t(r.images.size());
-      doc = std::make_shared<Document>(new_id(), std::move(r.images), r.params, config_.request_timeout_seconds * double(pages));
+      DocumentWork work;
+      work.open_pages = [images = std::make_shared<std::vector<std::string>>(std::move(r.images))] {
+        return std::make_unique<uocr::CallbackPages>(int64_t(images->size()), [images](int64_t i, uocr::ImageU8& page) {
+          const std::string& bytes = (*images)[size_t(i)];
+          page = uocr::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+          return true;
+        });
+      };
+      doc = std::make_shared<Document>(new_id(), pages, r.params, config_.request_timeout_seconds * double(pages), std::move(work));
       scheduler_.submit(doc, kv);
       streamed = r.stream;
       if (r.stream) return stream(res, doc, r.include_usage);
     } catch (const ApiError& e) {
       e.status() == 503 ? send_overloaded(res, e) : send_error(res, e);
       if (!doc) count_error(e.status());
-      if (doc) finish_request(*doc, e.status(), streamed);
+      if (doc) finish_request(*doc, e.status(), streamed ? "stream" : "chat");
       return;
     }
     // Not streamed: the whole text, once the document ends.
@@ -302,7 +483,7 @@ class Server {
                            {"choices", json::array({choice})}, {"usage", usage(s)}}.dump(-1, ' ', false, json::error_handler_t::replace),
                       "application/json");
     }
-    finish_request(*doc, doc->error() ? doc->error()->status() : 200, false);
+    finish_request(*doc, doc->error() ? doc->error()->status() : 200, "chat");
   }
 
   // vLLM's stream: a chunk per piece of text (the first with the role), a last chunk with the
@@ -370,7 +551,7 @@ class Server {
           // The worker may still be ending a cancelled document: its summary is read once it has.
           std::string ignored;
           while (doc->take(ignored, std::chrono::milliseconds(1000)) != Document::Wait::finished) {}
-          finish_request(*doc, state->status, true);
+          finish_request(*doc, state->status, "stream");
           --streams_;
         });
   }
@@ -382,6 +563,7 @@ class Server {
   std::vector<std::string> names_;
   Metrics metrics_;
   Scheduler scheduler_;
+  Jobs jobs_;
   std::time_t created_;
   httplib::Server http_;
   std::atomic<bool> stopping_{false};

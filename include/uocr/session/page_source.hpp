@@ -161,6 +161,44 @@ class CallbackPages final : public PageSource {
   std::string identity_;
 };
 
+// Pages first .. first + count - 1 (0-based) of another source, which it skips to when the first
+// page is asked for.
+class PageRange final : public PageSource {
+ public:
+  PageRange(std::unique_ptr<PageSource> source, int64_t first, int64_t count)
+      : source_(std::move(source)), first_(first), count_(count) {
+    require(source_ != nullptr && first_ >= 0 && count_ >= 1 && first_ + count_ <= source_->count(), Status::invalid_argument, [&] {
+      return "page range " + std::to_string(first_ + 1) + ".." + std::to_string(first_ + count_) + " is not within the document's " +
+             std::to_string(source_ ? source_->count() : 0) + " pages";
+    });
+  }
+  int64_t count() const override { return count_; }
+  bool next(ImageU8& page) override {
+    reach_first();
+    if (taken_ >= count_ || !source_->next(page)) return false;
+    ++taken_;
+    return true;
+  }
+  void skip(int64_t n) override {
+    reach_first();
+    n = std::min(n, count_ - taken_);
+    source_->skip(n);
+    taken_ += n;
+  }
+  std::string identity() const override {
+    return source_->identity() + "[" + std::to_string(first_ + 1) + ".." + std::to_string(first_ + count_) + "]";
+  }
+
+ private:
+  void reach_first() {
+    if (!at_first_) source_->skip(first_);
+    at_first_ = true;
+  }
+  std::unique_ptr<PageSource> source_;
+  int64_t first_, count_, taken_ = 0;
+  bool at_first_ = false;
+};
+
 // Several sources read one after the other as one document (e.g. `uocr run a.png b.pdf`).
 class ChainedPages final : public PageSource {
  public:

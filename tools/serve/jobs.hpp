@@ -1,0 +1,338 @@
+// Document jobs (POST /v1/jobs and the calls on a job): a job is stored (job_store.hpp), then
+// decoded by the Scheduler like any request, with a checkpoint at every page boundary and every
+// `checkpoint_every_tokens` tokens, its Markdown written to its output file as it comes. At
+// start-up, jobs that had not ended are queued again and resume from their checkpoints. A thread
+// deletes ended jobs after their TTL; the Notifier calls callback URLs.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../cli/inputs.hpp"
+#include "api_error.hpp"
+#include "callback.hpp"
+#include "job_request.hpp"
+#include "job_store.hpp"
+#include "log.hpp"
+#include "scheduler.hpp"
+#include "serve_config.hpp"
+
+namespace uocr_serve {
+
+class Jobs {
+ public:
+  // on_document_end: the server's metrics and request log for a job's document.
+  Jobs(const ServeConfig& config, std::shared_ptr<const uocr::Model> model, Scheduler& scheduler, Log& log,
+       std::function<void(const Document&, int status)> on_document_end)
+      : config_(config), model_(std::move(model)), scheduler_(scheduler), log_(log), store_(config.data_dir, config.result_ttl_seconds, log),
+        notifier_(config.callback_secret, log), on_document_end_(std::move(on_document_end)) {}
+  ~Jobs() { stop(); }
+
+  // Queues again every job that had not ended when the server last stopped; then starts the TTL thread.
+  void recover() {
+    for (const std::shared_ptr<Job>& job : store_.recover()) {
+      log_.info("job_resumed", {{"id", job->id()}, {"pages_done", job->progress().pages_done},
+                                {"checkpoint", std::filesystem::exists(job->checkpoint_path())}});
+      start(job, true);
+    }
+    janitor_ = std::thread([this] { expire_until_stopped(); });
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (janitor_.joinable()) janitor_.join();
+  }
+
+  JobStore& store() { return store_; }
+
+  // POST /v1/jobs: stores the uploads, counts the pages, queues the job. ApiError 400 (bad
+  // input), 413 (too many pages), 503 (queue full: nothing is kept).
+  std::shared_ptr<Job> submit(const JobRequest& request) {
+    const JobOptions& o = request.options;
+    if (!o.callback_url.empty() && !notifier_.has_secret())
+      throw ApiError(400, "this server has no callback secret (callback_secret_file), so it cannot sign callbacks", "callback_url");
+    std::shared_ptr<Job> job = store_.stage(o, request.uploads);
+    try {
+      uint64_t kv = 0;
+      job->pages_total = count_pages(*job, kv);
+      store_.commit(job);
+      start(job, false, kv);
+    } catch (const ApiError&) {
+      store_.discard(job);
+      throw;
+    } catch (const uocr::Error& e) {
+      store_.discard(job);
+      throw api_error(e);
+    }
+    log_.info("job_submitted", {{"id", job->id()}, {"pages", job->pages_total}, {"files", job->inputs.size()}});
+    return job;
+  }
+
+  // DELETE /v1/jobs/{id}: the work stops at the next token.
+  void cancel(const std::shared_ptr<Job>& job) {
+    std::shared_ptr<Document> doc;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      auto it = running_.find(job->id());
+      if (it != running_.end()) doc = it->second;
+    }
+    if (doc) scheduler_.cancel(doc);
+  }
+
+ private:
+  uocr::DecodeLimits limits() const { return {}; }
+
+  std::unique_ptr<uocr::PageSource> open_pages(const Job& job) const {
+    std::unique_ptr<uocr::PageSource> all = uocr_cli::open_inputs(job.input_paths(), job.options.dpi, limits(), config_.page_render_timeout_seconds);
+    const int64_t first = job.options.first_page - 1;
+    const int64_t last = job.options.last_page > 0 ? job.options.last_page : all->count();
+    if (first == 0 && last == all->count()) return all;
+    return std::make_unique<uocr::PageRange>(std::move(all), first, last - first);
+  }
+
+  // The job's page count (its range of the document), every image decoded once to refuse a bad
+  // one now, and the KV the session will hold.
+  int64_t count_pages(const Job& job, uint64_t& kv) const {
+    std::vector<uocr::ImageU8> sizes;
+    int64_t total = 0;
+    const std::vector<std::string> paths = job.input_paths();
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const std::string& path = paths[i];
+      if (uocr_cli::is_pdf(path)) {
+        total += uocr_cli::PdfPages(path, job.options.dpi, limits(), config_.page_render_timeout_seconds).count();
+        continue;
+      }
+      try {
+        const uocr::ImageU8 page = uocr::load_image(path, limits());
+        sizes.push_back({page.width, page.height, {}});
+        ++total;
+      } catch (const uocr::Error& e) {
+        throw ApiError(400, "file " + std::to_string(i + 1) + " is neither a PDF nor a usable image: " + e.what(), "files");
+      }
+    }
+    const JobOptions& o = job.options;
+    if (o.first_page > total || (o.last_page > 0 && o.last_page > total))
+      throw ApiError(400, "option 'pages' asks for pages beyond the document's " + std::to_string(total), "pages");
+    const int64_t pages = (o.last_page > 0 ? o.last_page : total) - o.first_page + 1;
+    if (pages > config_.max_pages_per_request)
+      throw ApiError(413, "the job has " + std::to_string(pages) + " pages, more than max_pages_per_request (" +
+                              std::to_string(config_.max_pages_per_request) + ")", "pages");
+    if (o.mode == "gundam" && !(pages == 1 && job.inputs.size() == 1 && sizes.size() == 1))
+      throw ApiError(400, "mode gundam reads a single image; documents of several pages and PDFs use base", "mode");
+    const uocr::SessionParams p = session_params(o);
+    try {
+      uocr::validate(*model_, p);
+    } catch (const uocr::Error& e) {
+      throw ApiError(400, e.what());
+    }
+    if (sizes.size() != size_t(pages)) sizes.assign(size_t(std::min<int64_t>(pages, 64)), uocr::ImageU8{});  // base views: sizes do not matter
+    kv = scheduler_.kv_bytes(sizes, p);
+    return pages;
+  }
+
+  uocr::SessionParams session_params(const JobOptions& o) const {
+    uocr::SessionParams p;
+    p.mode = o.mode == "gundam" ? uocr::ImageMode::gundam : uocr::ImageMode::base;
+    p.prompt = o.prompt;
+    p.max_new_tokens = o.max_tokens;
+    p.ngram_size = o.ngram_size;
+    p.ngram_window = o.ngram_window;
+    p.sampling.temperature = float(o.temperature);
+    p.sampling.top_p = float(o.top_p);
+    p.sampling.seed = o.seed;
+    scheduler_.add_server_settings(p);
+    return p;
+  }
+
+  // The job's Document, queued. `recovered`: taken before a restart (queued even when the queue is full).
+  void start(const std::shared_ptr<Job>& job, bool recovered, uint64_t kv = 0) {
+    const uocr::SessionParams params = session_params(job->options);
+    if (recovered) {
+      std::vector<uocr::ImageU8> base(size_t(std::min<int64_t>(job->pages_total, 64)));
+      kv = std::min<uint64_t>(scheduler_.kv_bytes(base, params), config_.visual_cache_bytes);
+    }
+    DocumentWork w;
+    w.collect_text = false;
+    w.open_pages = [this, job] { return open_pages(*job); };
+    w.checkpoint.path = job->checkpoint_path().string();
+    w.checkpoint.every_tokens = config_.checkpoint_every_tokens;
+    w.checkpoint.resume = std::filesystem::exists(job->checkpoint_path());
+    w.checkpoint.save_caller_state = [job] {
+      const Job::Progress p = job->progress();
+      uocr::StateWriter s;
+      s.put(job->output.state());
+      s.put(p.pages_done);
+      s.put(p.tokens);
+      s.put(p.page_seconds);
+      return s.bytes();
+    };
+    w.checkpoint.restore_caller_state = [job](const std::string& bytes) {
+      uocr::StateReader r(bytes, job->checkpoint_path().string());
+      std::string output;
+      r.get(output);
+      job->output.path = job->output_path().string();
+      job->output.restore(output, job->checkpoint_path().string());
+      job->update([&](Job::Progress& p) {
+        r.get(p.pages_done);
+        r.get(p.tokens);
+        r.get(p.page_seconds);
+        p.output_bytes = job->output.written;
+      });
+    };
+    const bool fresh = !w.checkpoint.resume;
+    w.on_start = [this, job, fresh] {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        page_started_[job->id()] = std::chrono::steady_clock::now();
+      }
+      job->update([&](Job::Progress& p) {
+        if (fresh) p = Job::Progress{};
+        p.state = JobState::running;
+        if (!p.started) p.started = std::time(nullptr);
+      });
+      if (fresh) {
+        job->output.path = job->output_path().string();
+        job->output.open();
+      }
+      store_.save(*job);
+    };
+    w.on_event = [this, job](const uocr::Event& e) { on_event(*job, e); };
+    w.on_end = [this, job](const Document& d) { on_end(job, d); };
+    auto doc = std::make_shared<Document>(job->id(), job->pages_total, params, config_.request_timeout_seconds * double(job->pages_total), std::move(w));
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      running_[job->id()] = doc;
+    }
+    try {
+      scheduler_.submit(doc, kv, recovered);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m_);
+      running_.erase(job->id());
+      throw;
+    }
+  }
+
+  void on_event(Job& job, const uocr::Event& e) {
+    if (e.type == uocr::Event::Type::token) {
+      job.output.write(e.text);
+      job.update([&](Job::Progress& p) {
+        ++p.tokens;
+        p.output_bytes = job.output.written;
+      });
+    } else if (e.type == uocr::Event::Type::page && e.page > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      double seconds = 0;
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        seconds = std::chrono::duration<double>(now - page_started_[job.id()]).count();
+        page_started_[job.id()] = now;
+      }
+      job.update([&](Job::Progress& p) {
+        if (e.page <= p.pages_done) return;
+        p.pages_done = std::min<int64_t>(e.page, job.pages_total);
+        while (int64_t(p.page_seconds.size()) < p.pages_done) p.page_seconds.push_back(seconds);
+      });
+    }
+  }
+
+  // The job's end: its state and output file, the checkpoint removed, job.json, the callback.
+  // A document ended by the server stopping stays as it is on disk, to resume at the next start.
+  void on_end(const std::shared_ptr<Job>& job, const Document& d) noexcept {
+    double last_page_seconds = 0;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      running_.erase(job->id());
+      auto it = page_started_.find(job->id());
+      if (it != page_started_.end()) last_page_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second).count();
+      page_started_.erase(job->id());
+    }
+    const std::optional<ApiError>& error = d.error();
+    const int status = error ? error->status() : 200;
+    if (status == 503 && stopping_documents()) {
+      job->output.close_unfinished();
+      return;
+    }
+    try {
+      const uocr::RunSummary& s = d.summary();
+      std::string output_error;
+      if (job->output.file != nullptr) {
+        try {
+          job->output.finish();
+        } catch (const uocr::Error& e) {
+          output_error = e.what();
+        }
+      }
+      job->update([&](Job::Progress& p) {
+        p.ended = std::time(nullptr);
+        p.stop = error && status != 504 && status != 499 ? "" : uocr::stop_reason_name(s.stop);
+        p.prompt_tokens = s.prompt_tokens;
+        p.output_bytes = job->output.written;
+        if (!output_error.empty()) {
+          p.state = JobState::failed;
+          p.error_status = 500;
+          p.error = output_error;
+        } else if (!error) {
+          p.state = JobState::succeeded;
+          p.finish_reason = s.stop == uocr::StopReason::max_tokens || s.stop == uocr::StopReason::context_limit ? "length" : "stop";
+          if (s.stop == uocr::StopReason::eos) p.pages_done = job->pages_total;
+          while (int64_t(p.page_seconds.size()) < p.pages_done) p.page_seconds.push_back(last_page_seconds);
+        } else {
+          p.state = status == 504 ? JobState::timed_out : status == 499 ? JobState::cancelled : JobState::failed;
+          p.error_status = status;
+          p.error = error->what();
+        }
+      });
+      std::error_code ec;
+      std::filesystem::remove(job->checkpoint_path(), ec);
+      store_.save(*job);
+      on_document_end_(d, status);
+      if (!job->options.callback_url.empty()) notifier_.post(job->options.callback_url, job->id(), job->status_json().dump());
+      log_.info("job_ended", {{"id", job->id()}, {"state", job_state_name(job->progress().state)}, {"pages", job->pages_total},
+                              {"tokens", job->progress().tokens}});
+    } catch (const std::exception& e) {
+      log_.write(LogLevel::error, "job_end_failed", {{"id", job->id()}, {"reason", e.what()}});
+    }
+  }
+
+  bool stopping_documents() const { return !scheduler_.workers_alive(); }
+
+  void expire_until_stopped() {
+    const auto period = std::chrono::duration<double>(std::clamp(config_.result_ttl_seconds / 4, 1.0, 60.0));
+    std::unique_lock<std::mutex> lock(m_);
+    while (!stopping_) {
+      lock.unlock();
+      store_.expire();
+      lock.lock();
+      cv_.wait_for(lock, period, [&] { return stopping_; });
+    }
+  }
+
+  const ServeConfig& config_;
+  std::shared_ptr<const uocr::Model> model_;
+  Scheduler& scheduler_;
+  Log& log_;
+  JobStore store_;
+  Notifier notifier_;
+  std::function<void(const Document&, int)> on_document_end_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::map<std::string, std::shared_ptr<Document>> running_;  // queued or decoding
+  std::map<std::string, std::chrono::steady_clock::time_point> page_started_;
+  std::thread janitor_;
+};
+
+}  // namespace uocr_serve
