@@ -615,5 +615,58 @@ class Jobs(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+def browser():
+    """Headless Chromium driven by Selenium (Debian chromium + chromium-driver), or None."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        return None
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver:
+        return None
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+class Browser(unittest.TestCase):
+    def test_web_page_transcribes_the_sample_pdf(self):
+        driver = browser()
+        if driver is None:
+            self.skipTest("needs selenium (PyPI) and chromium + chromium-driver (Debian)")
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+        keys = tempfile.mktemp(prefix="uocr-keys-")
+        with open(keys, "w") as f:
+            f.write("browser-key\n")
+        server = Server("--api-keys-file", keys)
+        try:
+            driver.get(server.url + "/")
+            self.assertEqual(driver.title, "uocr")
+            driver.find_element(By.ID, "key").send_keys("browser-key")
+            driver.find_element(By.ID, "files").send_keys(PDF)
+            driver.find_element(By.ID, "start").click()
+            wait = WebDriverWait(driver, 120, poll_frequency=0.2)
+            wait.until(lambda d: d.find_element(By.ID, "state").text == "succeeded")
+            wait.until(lambda d: d.find_element(By.ID, "download").is_displayed())
+            panes = driver.find_elements(By.CSS_SELECTOR, "#pages .markdown")
+            self.assertEqual(len(panes), 3)
+            expected = uocr_run([PDF], markdown=True).split("\n<PAGE>\n")
+            self.assertEqual(panes[0].text.strip(), expected[0].replace("<PAGE>\n", "").strip())
+            headings = [h.text for h in panes[1].find_elements(By.TAG_NAME, "h1")]
+            self.assertEqual(headings, [l[2:] for l in expected[1].splitlines() if l.startswith("# ")])
+            self.assertEqual(driver.find_element(By.ID, "counts").text.split(" / ")[0], "3")
+            wait.until(lambda d: all(d.execute_script("return arguments[0].complete && arguments[0].naturalWidth > 0", img)
+                                     for img in d.find_elements(By.CSS_SELECTOR, "#pages img")))
+            self.assertEqual(driver.find_element(By.ID, "error").text, "")
+        finally:
+            driver.quit()
+            self.assertEqual(server.stop(), 0)
+            os.unlink(keys)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

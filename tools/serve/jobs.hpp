@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <stb/stb_image_write.h>
+
 #include "../cli/inputs.hpp"
 #include "api_error.hpp"
 #include "callback.hpp"
@@ -79,6 +81,22 @@ class Jobs {
     }
     log_.info("job_submitted", {{"id", job->id()}, {"pages", job->pages_total}, {"files", job->inputs.size()}});
     return job;
+  }
+
+  // GET /v1/jobs/{id}/pages/{n}/image: page n (0-based, of the job's range) as PNG, for a page
+  // preview: PDF pages rendered at `preview_dpi`, images as uploaded.
+  std::string page_png(const Job& job, int64_t n) const {
+    if (n < 0 || n >= job.pages_total) throw ApiError(404, "job " + job.id() + " has no page " + std::to_string(n), "page");
+    constexpr int preview_dpi = 96;
+    uocr::PageRange page_only(uocr_cli::open_inputs(job.input_paths(), preview_dpi, limits(), config_.page_render_timeout_seconds),
+                              job.options.first_page - 1 + n, 1);
+    uocr::ImageU8 page;
+    if (!page_only.next(page)) throw ApiError(500, "page " + std::to_string(n) + " could not be read");
+    std::string png;
+    auto append = [](void* out, void* data, int size) { static_cast<std::string*>(out)->append(static_cast<const char*>(data), size_t(size)); };
+    if (stbi_write_png_to_func(append, &png, page.width, page.height, 3, page.rgb.data(), page.width * 3) == 0)
+      throw ApiError(500, "page " + std::to_string(n) + " could not be encoded as PNG");
+    return png;
   }
 
   // DELETE /v1/jobs/{id}: the work stops at the next token.

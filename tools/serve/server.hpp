@@ -12,7 +12,9 @@
 //   GET  /v1/jobs/{id}          its state and progress; ?wait=S: answers when it ends or after S seconds
 //   GET  /v1/jobs/{id}/result   its Markdown in page order; ?format=json: per page
 //   GET  /v1/jobs/{id}/events   SSE: status, text, page and end events
+//   GET  /v1/jobs/{id}/pages/{n}/image   page n (0-based) as PNG, for previews
 //   DELETE /v1/jobs/{id}        cancels it (the work stops at the next token)
+//   GET  /                      the web page (web_page.hpp)
 // Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured.
 #pragma once
 #include <sys/resource.h>
@@ -44,6 +46,7 @@
 #include "metrics.hpp"
 #include "scheduler.hpp"
 #include "serve_config.hpp"
+#include "web_page.hpp"
 
 namespace uocr_serve {
 
@@ -230,6 +233,10 @@ class Server {
     http_.Get(job_path + "/result", [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](const std::shared_ptr<Job>& job) { job_result(req, res, *job); });
     });
+    http_.Get(job_path + "/pages/([0-9]{1,9})/image", [this](const httplib::Request& req, httplib::Response& res) {
+      with_job(req, res, [&](const std::shared_ptr<Job>& job) { res.set_content(jobs_.page_png(*job, std::stoll(req.matches[2])), "image/png"); });
+    });
+    http_.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kWebPage, "text/html; charset=utf-8"); });
     http_.Get(job_path + "/events", [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](const std::shared_ptr<Job>& job) {
         if (streams_.load() >= config_.max_streams)
