@@ -615,6 +615,95 @@ class Jobs(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Load(unittest.TestCase):
+    def test_sixteen_concurrent_a_burst_of_ten_queues_and_a_soak(self):
+        server = Server("--max-concurrency", "16", "--queue-max-size", "8")
+        try:
+            one = infer_py_payload(PAGES[:1])
+            expected_one = uocr_run(PAGES[:1], "--mode", "base")
+            # 16 at once, streamed (infer.py) and not (the vLLM recipe's way)
+            def request(i):
+                if i % 2:
+                    return infer_py_stream(server.url, one)[0]
+                r = requests.post(f"{server.url}/v1/chat/completions", json=dict(one, stream=False), timeout=600)
+                self.assertEqual(r.status_code, 200, r.text)
+                return r.json()["choices"][0]["message"]["content"]
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                self.assertEqual(list(pool.map(request, range(16))), [expected_one] * 16)
+
+            # a burst of 10 x queue_max_size twelve-page documents (long enough that the queues
+            # fill), sent by 80 curl processes at once: their timings are the server's, not a
+            # Python client's
+            body = os.path.join(server.data_dir, "burst.json")
+            with open(body, "w") as f:
+                json.dump(infer_py_payload(PAGES * 4, text="Multi page parsing.", ngram_window=1024, stream=False), f)
+            expected_doc = uocr_run(PAGES * 4)
+            peak = [0]
+            stop = threading.Event()
+            def sample():
+                while not stop.is_set():
+                    peak[0] = max(peak[0], rss_bytes(server.proc.pid))
+                    time.sleep(0.05)
+            sampler = threading.Thread(target=sample)
+            sampler.start()
+            outputs = [os.path.join(server.data_dir, f"burst-{i}.out") for i in range(80)]
+            curls = [subprocess.Popen(["curl", "-s", "-o", out, "-D", out + ".headers", "-w", "%{http_code} %{time_total}",
+                                       "-H", "Content-Type: application/json", "--data-binary", "@" + body,
+                                       "--max-time", "600", f"{server.url}/v1/chat/completions"], stdout=subprocess.PIPE)
+                     for out in outputs]
+            results = [c.communicate(timeout=660)[0].decode().split() for c in curls]
+            stop.set()
+            sampler.join()
+            codes = [r[0] for r in results]
+            self.assertEqual(codes.count("200") + codes.count("503"), 80, sorted(set(codes)))
+            refused = sorted(float(r[1]) for r in results if r[0] == "503")
+            for (code, _), out in zip(results, outputs):
+                with open(out) as f:
+                    answer = json.load(f)
+                if code == "200":
+                    self.assertEqual(answer["choices"][0]["message"]["content"], expected_doc)
+                    continue
+                self.assertEqual(answer["error"]["code"], 503)
+                with open(out + ".headers") as f:
+                    retry = [l.split(":")[1] for l in f if l.lower().startswith("retry-after:")]
+                self.assertGreaterEqual(int(retry[0]), 1)
+            self.assertGreaterEqual(len(refused), 40)  # running 16 and waiting 8, with some ending while others arrive
+            p99 = refused[int(0.99 * (len(refused) - 1))]
+            print(f"\nburst of 80: {codes.count('200')} accepted, {len(refused)} refused in p50 {refused[len(refused) // 2] * 1000:.0f} ms, "
+                  f"p99 {p99 * 1000:.0f} ms; peak RSS {peak[0] / 2**20:.0f} MiB", file=sys.stderr)
+            self.assertLess(p99, 2.0)
+            self.assertLess(peak[0], 2 << 30)
+
+            # soak: 4 clients for a while; RSS must not keep growing
+            samples, end = [], time.time() + float(os.environ.get("UOCR_SOAK_SECONDS", "90"))
+            def client(i):
+                n = 0
+                while time.time() < end:
+                    self.assertEqual(request(i), expected_one)
+                    n += 1
+                return n
+            with concurrent.futures.ThreadPoolExecutor(5) as pool:
+                counts = [pool.submit(client, i) for i in range(4)]
+                while time.time() < end:
+                    samples.append(rss_bytes(server.proc.pid))
+                    time.sleep(1)
+                total = sum(c.result() for c in counts)
+            third = max(1, len(samples) // 3)
+            first, last = max(samples[:third]), max(samples[-third:])
+            print(f"soak: {total} requests, RSS first third {first / 2**20:.1f} MiB, last third {last / 2**20:.1f} MiB", file=sys.stderr)
+            self.assertLess(last, first * 1.05 + (8 << 20), "RSS grew during the soak")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 def browser():
     """Headless Chromium driven by Selenium (Debian chromium + chromium-driver), or None."""
     try:

@@ -9,6 +9,10 @@
 // comes) and the worker that decodes it; cancel() stops the work at the next token, and a
 // document that has waited past its deadline is ended without being decoded.
 #pragma once
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -146,9 +150,11 @@ class Scheduler {
   const uocr::DocumentParams& document_params() const { return document_; }
 
   Pool pool_for(int64_t pages) const { return pages > config_.long_document_pages ? Pool::long_documents : Pool::short_documents; }
+  // Whether a document for pool p would be refused now: its queue holds queue_max_size beyond
+  // what idle workers are about to take.
   bool full(Pool p) const {
     std::lock_guard<std::mutex> lock(m_);
-    return int(queue(p).size()) >= config_.queue_max_size;
+    return full_locked(p);
   }
 
   // KV bytes the document's session holds at most: the reference (prompt text and the visual
@@ -180,7 +186,7 @@ class Scheduler {
       std::lock_guard<std::mutex> lock(m_);
       if (stopping_) throw ApiError(503, "the server is shutting down");
       std::deque<std::shared_ptr<Document>>& q = queue(d->pool_);
-      if (!admitted && int(q.size()) >= config_.queue_max_size)
+      if (!admitted && full_locked(d->pool_))
         throw ApiError(503, std::string("the ") + pool_name(d->pool_) + " document queue is full (queue_max_size " +
                                 std::to_string(config_.queue_max_size) + "); retry later");
       q.push_back(d);
@@ -234,6 +240,10 @@ class Scheduler {
 
  private:
   std::deque<std::shared_ptr<Document>>& queue(Pool p) { return p == Pool::long_documents ? long_ : short_; }
+  bool full_locked(Pool p) const {
+    const int idle = std::max(0, config_.max_concurrency - running_ - int(short_.size() + long_.size()));
+    return int(queue(p).size()) >= config_.queue_max_size + idle;
+  }
   const std::deque<std::shared_ptr<Document>>& queue(Pool p) const { return p == Pool::long_documents ? long_ : short_; }
 
   // The next document that may start: the head of the short queue, else of the long queue, if
@@ -253,6 +263,9 @@ class Scheduler {
   }
 
   void work() {
+    // Decoding runs at a lower priority than the HTTP threads (and the OpenMP threads a worker
+    // starts inherit it): under full load, health checks and refusals still answer at once.
+    ::setpriority(PRIO_PROCESS, pid_t(::syscall(SYS_gettid)), kWorkerNice);
     for (;;) {
       std::shared_ptr<Document> d;
       {
@@ -322,6 +335,8 @@ class Scheduler {
   ApiError cancelled_error() const {
     return stopping_ ? ApiError(503, "the server is shutting down") : ApiError(499, "cancelled by the client");
   }
+
+  static constexpr int kWorkerNice = 10;
 
   std::shared_ptr<const uocr::Model> model_;
   const ServeConfig& config_;

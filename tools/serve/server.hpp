@@ -18,6 +18,7 @@
 // Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured.
 #pragma once
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,8 +76,18 @@ class Server {
 
   // Binds host:port (port 0: a free one) and returns the port; throws uocr::Error(io) when it cannot.
   int bind() {
+    // Debian's cpp-httplib listens with a backlog of 5: a burst of connections would overflow it
+    // and clients would wait seconds for SYN retries. The listening socket's backlog is raised
+    // once bound (listen() again on a listening socket only changes it).
+    int listening = -1;
+    http_.set_socket_options([&listening](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listening = sock;
+    });
     const int port = config_.port == 0 ? http_.bind_to_any_port(config_.host) : (http_.bind_to_port(config_.host, config_.port) ? config_.port : -1);
     uocr::require(port > 0, uocr::Status::io, [&] { return "cannot listen on " + config_.host + ":" + std::to_string(config_.port); });
+    uocr::require(::listen(listening, SOMAXCONN) == 0, uocr::Status::io, "cannot raise the listening socket's backlog");
     return port;
   }
   // Queues the jobs that had not ended when the server last stopped (they resume from their checkpoints).
@@ -437,6 +448,11 @@ class Server {
       if (!r.model.empty() && std::find(names_.begin(), names_.end(), r.model) == names_.end())
         throw ApiError(404, "The model `" + r.model + "` does not exist (this server serves " + names_.front() + ")", "model");
       if (!r.mode_given) r.params.mode = model_->config().sam.image_size == 1024 ? uocr::ImageMode::gundam : uocr::ImageMode::base;
+      // Refused before the pages are decoded: under overload a refusal costs no image work.
+      const Pool pool = scheduler_.pool_for(int64_t(r.images.size()));
+      if (scheduler_.full(pool))
+        throw ApiError(503, std::string("the ") + pool_name(pool) + " document queue is full (queue_max_size " +
+                                std::to_string(config_.queue_max_size) + "); retry later");
       scheduler_.add_server_settings(r.params);
       try {
         uocr::validate(*model_, r.params);
