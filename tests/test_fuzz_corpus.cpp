@@ -32,6 +32,7 @@ const Target kTargets[] = {
     {"tokenizer_json", uocr_fuzz::fuzz_tokenizer_json}, {"tokenizer_codec", uocr_fuzz::fuzz_tokenizer_codec},
     {"npy", uocr_fuzz::fuzz_npy}, {"image", uocr_fuzz::fuzz_image},
     {"checkpoint", uocr_fuzz::fuzz_checkpoint}, {"cli_args", uocr_fuzz::fuzz_cli_args},
+    {"service_request", uocr_fuzz::fuzz_service_request},
 };
 
 const char* const kKinds[] = {"corpus", "regressions"};

@@ -6,6 +6,7 @@ rewrites the same files.
 
     python3 tests/fuzz/make_seeds.py
 """
+import base64
 import json
 import os
 import shutil
@@ -418,6 +419,30 @@ def cli_args_seeds():
         t.add(name, "\0".join(argv).encode())
 
 
+# --- uocr serve's requests ------------------------------------------------------------------------
+
+def service_request_seeds():
+    t = Target("service_request")
+    png = read(os.path.join(PREPROCESS, "grad_64x48.png"))
+    uri = "data:image/png;base64," + base64.b64encode(png).decode()
+    image = {"type": "image_url", "image_url": {"url": uri}}
+    infer_py = {"model": "Unlimited-OCR", "messages": [{"role": "user", "content": [{"type": "text", "text": "document parsing."}, image]}],
+                "temperature": 0, "skip_special_tokens": False, "stream": True, "images_config": {"image_mode": "gundam"},
+                "custom_logit_processor": "{}", "custom_params": {"ngram_size": 35, "window_size": 128}}
+    t.add("infer_py", dumps(infer_py))
+    t.add("vllm_recipe", dumps({"model": "baidu/Unlimited-OCR", "max_tokens": 8192, "temperature": 0.0, "skip_special_tokens": False,
+                                "vllm_xargs": {"ngram_size": 35, "window_size": 128},
+                                "messages": [{"role": "user", "content": [{"type": "text", "text": "<image>document parsing."}, image]}]}))
+    t.add("multi_page", dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": "<image><image>Multi page parsing."},
+                                                                         image, image]}],
+                               "stream_options": {"include_usage": True}, "extra_body": {"seed": 3, "top_p": 0.5}}))
+    t.add("string_content", dumps({"messages": [{"role": "user", "content": "no image"}]}))
+    t.add("bad_uri", dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "data:image/png;base64,=="}]}]}))
+    t.add("job_options", dumps({"mode": "base", "pages": "2-7", "dpi": "150", "window_size": 1024, "temperature": "0.5",
+                                "callback_url": "https://example.com/hook", "max_tokens": 100}))
+    t.add("job_options_bad", dumps({"pages": "7-2", "seed": -1}))
+
+
 def main():
     with open(os.path.join(PUBLISHED, "tokenizer.json"), encoding="utf-8") as f:
         full = json.load(f)
@@ -429,6 +454,7 @@ def main():
     image_seeds()
     checkpoint_seeds()
     cli_args_seeds()
+    service_request_seeds()
 
 
 if __name__ == "__main__":

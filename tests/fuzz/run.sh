@@ -17,13 +17,13 @@ cd "$root"
 seconds=${1:-60}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "usage: $0 [SECONDS-PER-TARGET] [TARGET...]" >&2; exit 2; }
 shift $(($# > 0 ? 1 : 0))
-all=(safetensors config tokenizer_json tokenizer_codec npy image checkpoint cli_args)
+all=(safetensors config tokenizer_json tokenizer_codec npy image checkpoint cli_args service_request)
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
 # Inputs a little larger than the largest seed of each format.
 declare -A max_len=([safetensors]=4096 [config]=8192 [tokenizer_json]=32768 [tokenizer_codec]=2048 [npy]=1024
-                    [image]=16384 [checkpoint]=512 [cli_args]=1024)
+                    [image]=16384 [checkpoint]=512 [cli_args]=1024 [service_request]=4096)
 for t in "${targets[@]}"; do
   [[ -n ${max_len[$t]:-} ]] || { echo "unknown target '$t' (targets: ${all[*]})" >&2; exit 2; }
 done

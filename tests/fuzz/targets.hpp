@@ -36,6 +36,8 @@
 #include "../../tools/cli/cmd_run.hpp"
 #include "../../tools/cli/cmd_tokenize.hpp"
 #include "../../tools/cli/decode_limits.hpp"
+#include "../../tools/serve/chat_request.hpp"
+#include "../../tools/serve/job_options.hpp"
 #include "../support/test_support.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
@@ -373,6 +375,35 @@ inline int fuzz_cli_args(const uint8_t* data, size_t size) {
       }
     });
   }
+  return 0;
+}
+
+// uocr serve's request parsers: the bytes as a chat completions body (tools/serve/chat_request.hpp)
+// and as a job's options (job_options.hpp). An ApiError of status 4xx is the refusal; a prompt
+// without exactly one "<image>", or a request without an image, would be a finding.
+inline int fuzz_service_request(const uint8_t* data, size_t size) {
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  auto refused = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const uocr_serve::ApiError& e) {
+      detail::expect(e.status() >= 400 && e.status() < 500, std::string("a request was refused with ") + std::to_string(e.status()));
+    }
+  };
+  refused([&] {
+    const uocr_serve::ChatRequest r = uocr_serve::parse_chat_request(body, 300);
+    const std::string& prompt = r.params.prompt;
+    const size_t tag = prompt.find("<image>");
+    detail::expect(tag != std::string::npos && prompt.find("<image>", tag + 1) == std::string::npos, "the prompt has one <image>");
+    detail::expect(!r.images.empty() && r.images.size() <= 300, "a request has 1..300 images");
+  });
+  refused([&] {
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded()) return;
+    uocr_serve::JobOptions o;
+    uocr_serve::set_job_options(o, j);
+    detail::expect(o.first_page >= 1 && (o.last_page == 0 || o.last_page >= o.first_page), "a page range is ordered");
+  });
   return 0;
 }
 

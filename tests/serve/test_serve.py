@@ -377,6 +377,20 @@ class Limits(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_rate_limit_per_client(self):
+        server = Server("--rate-limit-per-minute", "2")
+        try:
+            body = infer_py_payload(PAGES[:1], stream=False)
+            for _ in range(2):
+                self.assertEqual(requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60).status_code, 200)
+            r = requests.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+            self.assertEqual(r.status_code, 429, r.text)
+            self.assertEqual(r.json()["error"]["type"], "rate_limit_error")
+            self.assertGreaterEqual(int(r.headers["Retry-After"]), 1)
+            self.assertEqual(requests.get(f"{server.url}/v1/models", timeout=60).status_code, 200)  # reading is not limited
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_metrics_and_sigterm(self):
         server = Server()
         try:

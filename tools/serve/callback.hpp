@@ -14,6 +14,7 @@
 
 #include <httplib.h>
 
+#include "job_options.hpp"
 #include "log.hpp"
 #include "uocr/io/sha256.hpp"
 
@@ -46,19 +47,6 @@ inline std::string hmac_sha256_hex(std::string key, const std::string& message) 
   outer.update(outer_pad);
   outer.update(from_hex(inner.hex()));
   return outer.hex();
-}
-
-// Splits "http://host:port/path" into the part httplib::Client takes and the path; false if it is
-// not an http or https URL.
-inline bool split_url(const std::string& url, std::string& origin, std::string& path) {
-  const size_t scheme = url.find("://");
-  if (scheme == std::string::npos) return false;
-  const std::string s = url.substr(0, scheme);
-  if (s != "http" && s != "https") return false;
-  const size_t slash = url.find('/', scheme + 3);
-  origin = url.substr(0, slash);
-  path = slash == std::string::npos ? "/" : url.substr(slash);
-  return origin.size() > scheme + 3;
 }
 
 class Notifier {

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.hpp"
-#include "callback.hpp"
 #include "data_uri.hpp"
+#include "job_options.hpp"
 #include "job_store.hpp"
 
 namespace uocr_serve {
@@ -37,85 +37,6 @@ inline std::string stored_name(size_t index, const std::string& bytes) {
   return b;
 }
 
-// One option, given as JSON (from a JSON body or the "options" field) or as a form field's text.
-inline void set_job_option(JobOptions& o, const std::string& key, const nlohmann::json& v) {
-  auto text = [&]() -> std::string {
-    if (v.is_string()) return v.get<std::string>();
-    throw ApiError(400, "option '" + key + "' must be a string", key);
-  };
-  auto integer = [&](int64_t lo, int64_t hi) -> int64_t {
-    int64_t n = 0;
-    if (v.is_number_integer()) n = v.get<int64_t>();
-    else if (v.is_string()) {
-      const std::string s = v.get<std::string>();
-      size_t used = 0;
-      try {
-        n = std::stoll(s, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (s.empty() || used != s.size()) throw ApiError(400, "option '" + key + "' must be an integer", key);
-    } else {
-      throw ApiError(400, "option '" + key + "' must be an integer", key);
-    }
-    if (n < lo || n > hi) throw ApiError(400, "option '" + key + "' must be in " + std::to_string(lo) + ".." + std::to_string(hi), key);
-    return n;
-  };
-  auto real = [&](double lo, double hi) -> double {
-    double x = 0;
-    if (v.is_number()) x = v.get<double>();
-    else if (v.is_string()) {
-      try {
-        size_t used = 0;
-        x = std::stod(v.get<std::string>(), &used);
-        if (used != v.get<std::string>().size()) throw std::invalid_argument("");
-      } catch (const std::exception&) {
-        throw ApiError(400, "option '" + key + "' must be a number", key);
-      }
-    } else {
-      throw ApiError(400, "option '" + key + "' must be a number", key);
-    }
-    if (!(x >= lo && x <= hi)) throw ApiError(400, "option '" + key + "' is out of range", key);
-    return x;
-  };
-  if (key == "mode") {
-    o.mode = text();
-    if (o.mode != "base" && o.mode != "gundam") throw ApiError(400, "option 'mode' must be base or gundam", key);
-  } else if (key == "prompt") o.prompt = text();
-  else if (key == "dpi") o.dpi = int(integer(36, 1200));
-  else if (key == "pages") {
-    const std::string r = v.is_number_integer() ? std::to_string(v.get<int64_t>()) : text();
-    const size_t dash = r.find('-');
-    const nlohmann::json first = dash == std::string::npos ? r : r.substr(0, dash);
-    const nlohmann::json last = dash == std::string::npos ? r : r.substr(dash + 1);
-    JobOptions range;
-    set_job_option(range, "first_page", first);
-    set_job_option(range, "last_page", last);
-    if (range.last_page < range.first_page) throw ApiError(400, "option 'pages' must be N or FIRST-LAST with FIRST <= LAST", key);
-    o.first_page = range.first_page;
-    o.last_page = range.last_page;
-  } else if (key == "first_page") o.first_page = integer(1, INT32_MAX);
-  else if (key == "last_page") o.last_page = integer(1, INT32_MAX);
-  else if (key == "max_tokens") o.max_tokens = integer(1, INT32_MAX);
-  else if (key == "ngram_size") o.ngram_size = int(integer(0, 1 << 20));
-  else if (key == "window_size" || key == "ngram_window") o.ngram_window = int(integer(1, 1 << 24));
-  else if (key == "temperature") o.temperature = real(0, 100);
-  else if (key == "top_p") o.top_p = real(1e-6, 1);
-  else if (key == "seed") o.seed = uint64_t(integer(0, INT64_MAX));
-  else if (key == "callback_url") {
-    o.callback_url = text();
-    std::string origin, path;
-    if (!split_url(o.callback_url, origin, path)) throw ApiError(400, "option 'callback_url' must be an http:// or https:// URL", key);
-  } else {
-    throw ApiError(400, "unknown option '" + key + "'", key);
-  }
-}
-
-inline void set_job_options(JobOptions& o, const nlohmann::json& options) {
-  if (!options.is_object()) throw ApiError(400, "'options' must be a JSON object", "options");
-  for (auto it = options.begin(); it != options.end(); ++it) set_job_option(o, it.key(), it.value());
-}
-
 }  // namespace detail
 
 inline JobRequest parse_job_request(const httplib::Request& req) {
@@ -129,9 +50,9 @@ inline JobRequest parse_job_request(const httplib::Request& req) {
       } else if (name == "options") {
         const nlohmann::json j = nlohmann::json::parse(part.content, nullptr, false);
         if (j.is_discarded()) throw ApiError(400, "the 'options' field is not valid JSON", "options");
-        detail::set_job_options(r.options, j);
+        set_job_options(r.options, j);
       } else {
-        detail::set_job_option(r.options, name, part.content);
+        set_job_option(r.options, name, part.content);
       }
     }
   } else {
@@ -147,9 +68,9 @@ inline JobRequest parse_job_request(const httplib::Request& req) {
           files.push_back(decode_data_uri((*it)[i].get<std::string>(), at).bytes);
         }
       } else if (it.key() == "options") {
-        detail::set_job_options(r.options, *it);
+        set_job_options(r.options, *it);
       } else {
-        detail::set_job_option(r.options, it.key(), *it);
+        set_job_option(r.options, it.key(), *it);
       }
     }
   }

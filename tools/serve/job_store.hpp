@@ -32,6 +32,7 @@
 
 #include "../cli/output.hpp"
 #include "api_error.hpp"
+#include "job_options.hpp"
 #include "log.hpp"
 #include "uocr/io/read_file.hpp"
 
@@ -51,41 +52,6 @@ inline const char* job_state_name(JobState s) {
   return "?";
 }
 inline bool job_ended(JobState s) { return s != JobState::queued && s != JobState::running; }
-
-// What the client chose: kept in job.json, so that a restarted server builds the same session.
-struct JobOptions {
-  std::string mode = "base";     // gundam: a single image only
-  std::string prompt;            // "": upstream's prompt for the page count
-  int dpi = 300;                 // PDF pages
-  int64_t first_page = 1, last_page = 0;  // 1-based, inclusive; 0: to the end
-  int64_t max_tokens = 0;
-  int ngram_size = 35, ngram_window = -1;
-  double temperature = 0, top_p = 1;
-  uint64_t seed = 0;
-  std::string callback_url;
-
-  nlohmann::json to_json() const {
-    return {{"mode", mode}, {"prompt", prompt}, {"dpi", dpi}, {"first_page", first_page}, {"last_page", last_page},
-            {"max_tokens", max_tokens}, {"ngram_size", ngram_size}, {"ngram_window", ngram_window}, {"temperature", temperature},
-            {"top_p", top_p}, {"seed", seed}, {"callback_url", callback_url}};
-  }
-  static JobOptions from_json(const nlohmann::json& j) {
-    JobOptions o;
-    o.mode = j.at("mode").get<std::string>();
-    o.prompt = j.at("prompt").get<std::string>();
-    o.dpi = j.at("dpi").get<int>();
-    o.first_page = j.at("first_page").get<int64_t>();
-    o.last_page = j.at("last_page").get<int64_t>();
-    o.max_tokens = j.at("max_tokens").get<int64_t>();
-    o.ngram_size = j.at("ngram_size").get<int>();
-    o.ngram_window = j.at("ngram_window").get<int>();
-    o.temperature = j.at("temperature").get<double>();
-    o.top_p = j.at("top_p").get<double>();
-    o.seed = j.at("seed").get<uint64_t>();
-    o.callback_url = j.at("callback_url").get<std::string>();
-    return o;
-  }
-};
 
 class Job {
  public:

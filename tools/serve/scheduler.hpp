@@ -241,8 +241,8 @@ class Scheduler {
  private:
   std::deque<std::shared_ptr<Document>>& queue(Pool p) { return p == Pool::long_documents ? long_ : short_; }
   bool full_locked(Pool p) const {
-    const int idle = std::max(0, config_.max_concurrency - running_ - int(short_.size() + long_.size()));
-    return int(queue(p).size()) >= config_.queue_max_size + idle;
+    const int idle_workers = std::max(0, config_.max_concurrency - running_);  // about to take waiting documents
+    return int(queue(p).size()) >= config_.queue_max_size + idle_workers;
   }
   const std::deque<std::shared_ptr<Document>>& queue(Pool p) const { return p == Pool::long_documents ? long_ : short_; }
 
@@ -309,7 +309,8 @@ class Scheduler {
           if (tokens++ == 0) d.first_token_seconds_ = std::chrono::duration<double>(Clock::now() - d.arrived_).count();
           if (d.work_.collect_text && !e.text.empty()) d.append(e.text);
         } else if (e.type == uocr::Event::Type::page) {
-          log_.write(LogLevel::debug, "page", {{"id", d.id_}, {"page", e.page}, {"tokens", tokens}});
+          log_.info("page", {{"id", d.id_}, {"page", e.page}, {"tokens", tokens},
+                             {"seconds", std::chrono::duration<double>(Clock::now() - started).count()}});
         }
         if (d.work_.on_event) d.work_.on_event(e);
         return !d.cancelled_;

@@ -42,6 +42,7 @@ struct ServeConfig {
   uint64_t max_body_bytes = uint64_t(512) << 20;
   int max_streams = 64;                    // open streamed responses
   std::string api_keys_file;               // one key per line; none: no authentication
+  double rate_limit_per_minute = 0;        // requests that create work, per API key (or address); 0: no limit
   std::string data_dir;                    // jobs: uploads, checkpoints, results ("": $XDG_STATE_HOME/uocr-serve)
   double result_ttl_seconds = 86400;       // ended jobs are deleted this long after they ended
   int checkpoint_every_tokens = 256;       // jobs: a checkpoint every N tokens, besides every page boundary
@@ -58,7 +59,7 @@ inline uocr_cli::CommandOptions serve_options() {
           {"--config", "--model", "--backend", "--device", "--host", "--port", "--served-model-name", "--max-concurrency",
            "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes", "--queue-max-size",
            "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level",
-           "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file"},
+           "--rate-limit-per-minute", "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file"},
           {},
           false,
           {}};
@@ -142,6 +143,10 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
       else if (k == "api_keys_file") c.api_keys_file = text();
       else if (k == "log_level") c.log_level = parse_log_level(text());
       else if (k == "data_dir") c.data_dir = text();
+      else if (k == "rate_limit_per_minute") {
+        want(v.is_number() && v.get<double>() >= 0, "a number >= 0 (0: no limit)");
+        c.rate_limit_per_minute = v.get<double>();
+      }
       else if (k == "result_ttl_seconds") {
         want(v.is_number() && v.get<double>() > 0, "a number of seconds > 0");
         c.result_ttl_seconds = v.get<double>();
@@ -170,6 +175,7 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
   c.max_streams = args.integer("--max-streams", c.max_streams);
   c.api_keys_file = args.get("--api-keys-file", c.api_keys_file);
   if (args.has("--log-level")) c.log_level = parse_log_level(args.get("--log-level", ""));
+  c.rate_limit_per_minute = args.number<double>("--rate-limit-per-minute", c.rate_limit_per_minute);
   c.data_dir = args.get("--data-dir", c.data_dir);
   c.result_ttl_seconds = args.number<double>("--result-ttl-seconds", c.result_ttl_seconds);
   c.checkpoint_every_tokens = args.integer("--checkpoint-every-tokens", c.checkpoint_every_tokens);
@@ -199,6 +205,7 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
   require(c.max_body_bytes > 0, bad, "max_body_bytes must be > 0");
   require(c.max_streams >= 1, bad, "max_streams must be >= 1");
   require(c.result_ttl_seconds > 0, bad, "result_ttl_seconds must be > 0");
+  require(c.rate_limit_per_minute >= 0, bad, "rate_limit_per_minute must be >= 0 (0: no limit)");
   require(c.checkpoint_every_tokens >= 0, bad, "checkpoint_every_tokens must be >= 0 (0: at page boundaries only)");
   require(c.page_render_timeout_seconds >= 0 && c.page_render_timeout_seconds <= 86400, bad,
           "page_render_timeout_seconds must be in 0..86400 (0: no limit)");

@@ -15,7 +15,8 @@
 //   GET  /v1/jobs/{id}/pages/{n}/image   page n (0-based) as PNG, for previews
 //   DELETE /v1/jobs/{id}        cancels it (the work stops at the next token)
 //   GET  /                      the web page (web_page.hpp)
-// Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured.
+// Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured; requests that
+// create work (chat completions, jobs) count against rate_limit_per_minute (rate_limit.hpp).
 #pragma once
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -45,6 +46,7 @@
 #include "jobs.hpp"
 #include "log.hpp"
 #include "metrics.hpp"
+#include "rate_limit.hpp"
 #include "scheduler.hpp"
 #include "serve_config.hpp"
 #include "web_page.hpp"
@@ -143,33 +145,50 @@ class Server {
     return diff == 0;
   }
 
-  void routes() {
-    // Before the body is read: authentication, the body's size, and whether any queue has room.
-    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
-        send_error(res, ApiError(401, "a valid API key is needed: send \"Authorization: Bearer KEY\""));
-        res.set_header("WWW-Authenticate", "Bearer");
-        count_error(401);
+  // What is decided from a request's headers alone (see routes()).
+  httplib::Server::HandlerResponse admit(const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) == 0 && !authorized(req)) {
+      send_error(res, ApiError(401, "a valid API key is needed: send \"Authorization: Bearer KEY\""));
+      res.set_header("WWW-Authenticate", "Bearer");
+      count_error(401);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/jobs")) {
+      const std::string key = req.get_header_value("Authorization");
+      const double wait = rate_limiter_.take(api_keys_.empty() ? req.remote_addr : key);
+      if (wait > 0) {
+        send_error(res, ApiError(429, "too many requests from this client (rate_limit_per_minute " +
+                                          std::to_string(config_.rate_limit_per_minute) + "); retry later"));
+        res.set_header("Retry-After", std::to_string(int(std::ceil(wait))));
+        count_error(429);
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (req.method == "POST" && (req.path == "/v1/chat/completions" || req.path == "/v1/jobs")) {
-        const std::string declared = req.get_header_value("Content-Length");
-        const uint64_t length = declared.empty() ? 0 : std::strtoull(declared.c_str(), nullptr, 10);
-        if (length > config_.max_body_bytes) {
-          send_error(res, ApiError(413, "the request body has " + std::to_string(length) + " bytes, more than max_body_bytes (" +
-                                            std::to_string(config_.max_body_bytes) + ")"));
-          count_error(413);
-          return httplib::Server::HandlerResponse::Handled;
-        }
-        if (stopping_ || (scheduler_.full(Pool::short_documents) && scheduler_.full(Pool::long_documents))) {
-          send_overloaded(res, ApiError(503, stopping_ ? "the server is shutting down" : "every document queue is full; retry later"));
-          count_error(503);
-          return httplib::Server::HandlerResponse::Handled;
-        }
+      const std::string declared = req.get_header_value("Content-Length");
+      const uint64_t length = declared.empty() ? 0 : std::strtoull(declared.c_str(), nullptr, 10);
+      if (length > config_.max_body_bytes) {
+        send_error(res, ApiError(413, "the request body has " + std::to_string(length) + " bytes, more than max_body_bytes (" +
+                                          std::to_string(config_.max_body_bytes) + ")"));
+        count_error(413);
+        return httplib::Server::HandlerResponse::Handled;
       }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (stopping_ || (scheduler_.full(Pool::short_documents) && scheduler_.full(Pool::long_documents))) {
+        send_overloaded(res, ApiError(503, stopping_ ? "the server is shutting down" : "every document queue is full; retry later"));
+        count_error(503);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+
+  void routes() {
+    // Before the body is read: authentication, the client's rate, the body's size, and whether
+    // any queue has room. A refusal here leaves the body unread, so it closes the connection (the
+    // body's bytes must not be read as the next request).
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const httplib::Server::HandlerResponse handled = admit(req, res);
+      if (handled == httplib::Server::HandlerResponse::Handled) res.set_header("Connection", "close");
+      return handled;
+    });    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
                                   : res.status == 413 ? "the request body is larger than max_body_bytes"
@@ -591,6 +610,7 @@ class Server {
   httplib::Server http_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> streams_{0};
+  RateLimiter rate_limiter_{config_.rate_limit_per_minute};
   std::atomic<double> mean_request_seconds_{0};
 };
 
