@@ -131,6 +131,24 @@ class Document {
   std::optional<ApiError> error_;
 };
 
+// A document's pages, pulled only while it may go on: a cancel or a timeout then also stops the
+// encoding of the pages a page group needs before its next token (Error(cancelled) from next()).
+class StoppablePages final : public uocr::PageSource {
+ public:
+  StoppablePages(std::unique_ptr<uocr::PageSource> pages, std::function<void()> check) : pages_(std::move(pages)), check_(std::move(check)) {}
+  int64_t count() const override { return pages_->count(); }
+  bool next(uocr::ImageU8& page) override {
+    check_();
+    return pages_->next(page);
+  }
+  void skip(int64_t n) override { pages_->skip(n); }
+  std::string identity() const override { return pages_->identity(); }
+
+ private:
+  std::unique_ptr<uocr::PageSource> pages_;
+  std::function<void()> check_;
+};
+
 class Scheduler {
  public:
   Scheduler(std::shared_ptr<const uocr::Model> model, const ServeConfig& config, Metrics& metrics, Log& log)
@@ -302,7 +320,9 @@ class Scheduler {
     try {
       if (d.work_.on_start) d.work_.on_start();
       uocr::Session session(model_, p, document_);
-      const std::unique_ptr<uocr::PageSource> pages = d.work_.open_pages();
+      StoppablePages pages(d.work_.open_pages(), [&d] {
+        if (d.cancelled_ || Clock::now() >= d.deadline_) throw uocr::Error(uocr::Status::cancelled, "stopped between two pages");
+      });
       int64_t tokens = 0;
       auto on_event = [&](const uocr::Event& e) {
         if (e.type == uocr::Event::Type::token) {
@@ -315,7 +335,7 @@ class Scheduler {
         if (d.work_.on_event) d.work_.on_event(e);
         return !d.cancelled_;
       };
-      uocr::RunSummary sum = session.run(*pages, on_event, d.work_.checkpoint);
+      uocr::RunSummary sum = session.run(pages, on_event, d.work_.checkpoint);
       std::optional<ApiError> error;
       if (sum.stop == uocr::StopReason::time_budget)
         error = ApiError(504, "the request timed out after " + std::to_string(tokens) + " tokens (request_timeout_seconds per page)");
@@ -323,7 +343,10 @@ class Scheduler {
         error = cancelled_error();
       d.end(std::move(sum), std::move(error));
     } catch (const uocr::Error& e) {
-      d.end({}, api_error(e));
+      if (e.status() == uocr::Status::cancelled)  // from StoppablePages
+        d.end({}, d.cancelled_ ? cancelled_error() : ApiError(504, "the request timed out while its pages were encoded (request_timeout_seconds per page)"));
+      else
+        d.end({}, api_error(e));
     } catch (const std::bad_alloc&) {
       d.end({}, ApiError(503, "out of memory while decoding the document"));
     } catch (const std::exception& e) {
