@@ -11,7 +11,8 @@ if ((EUID != 0)); then
 fi
 packages=(g++ meson ninja-build pkg-config libeigen3-dev nlohmann-json3-dev libstb-dev libjpeg-dev doctest-dev
   python3 python3-wheel mono-mcs mono-runtime poppler-utils $(command -v cargo >/dev/null 2>&1 || echo cargo rustc))  # bindings tests; cargo+rustc only if no cargo on PATH (e.g. rustup)
-packages+=(libcpp-httplib-dev)  # uocr serve
+packages+=(libcpp-httplib-dev libhiredis-dev libcurl4-openssl-dev)  # uocr serve and uocr worker (Redis; S3 storage)
+packages+=(redis-server)  # the fleet's tests run a real Redis (tests/serve/test_fleet.py)
 packages+=(chromium chromium-driver curl)  # uocr serve's tests: its web page in a headless browser, a burst from curl
 packages+=(clang libclang-rt-14-dev)  # libFuzzer targets (tests/fuzz/run.sh)
 packages+=(glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers)  # Vulkan backend; lavapipe runs its tests without a GPU

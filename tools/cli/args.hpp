@@ -81,6 +81,8 @@ class Args {
     }
   }
   bool has(const std::string& name) const { return options_.count(declared(name)) != 0; }
+  // Whether the command takes the option at all (commands that share settings read only theirs).
+  bool accepts(const std::string& name) const { return is_value(name) || is_flag(name); }
   std::string get(const std::string& name, const std::string& fallback) const {
     auto it = options_.find(declared(name));
     return it == options_.end() ? fallback : it->second;

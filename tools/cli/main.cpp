@@ -18,6 +18,7 @@
 #include "cmd_tokenize.hpp"
 #ifdef UOCR_CLI_SERVE
 #include "../serve/cmd_serve.hpp"
+#include "../serve/cmd_worker.hpp"
 #endif
 
 namespace {
@@ -54,6 +55,13 @@ int usage(FILE* out) {
                "      (docs/SERVING.md); defaults: 127.0.0.1:8000, 16 documents at once, 300 pages, 300 s per page,\n"
                "      8 GiB of KV, 64 waiting per pool (short, long: over 16 pages), no rate limit;\n"
                "      --config: a JSON object of these settings (names with underscores); the options override it\n"
+               "      [--queue redis://HOST:PORT[/DB] --storage file:///PATH|s3://BUCKET/PREFIX]\n"
+               "      a fleet's API node: jobs are stored there and decoded by `uocr worker`s (docs/SCALING.md)\n"
+               "  worker --queue redis://HOST:PORT[/DB] --storage file:///PATH|s3://BUCKET/PREFIX [--pools short,long]\n"
+               "      [--lease-seconds S] [--max-deliveries N] [--worker-name NAME] [--host ADDR] [--port N] and serve's\n"
+               "      decoding options: a fleet worker; takes jobs from Redis, checkpoints them to storage, resumes\n"
+               "      those whose worker died; /metrics on --port; SIGTERM drains (docs/SCALING.md); defaults: 30 s\n"
+               "      leases, dead-letter after 3 deliveries\n"
                "  inspect model    [--model DIR] [--verify [--checksums SHA256SUMS|JSON]]\n"
                "                   --verify: shards complete, tensors and tokenizer load, checksums match; exit 1 if not\n"
                "  inspect tokenize [--model DIR] (--text STR | --ids ID,ID,...)\n"
@@ -107,6 +115,7 @@ int main(int argc, char** argv) {
       {uocr_cli::inspect_logits_options(), uocr_cli::cmd_inspect_logits},
 #ifdef UOCR_CLI_SERVE
       {uocr_serve::serve_options(), uocr_serve::cmd_serve},
+      {uocr_serve::worker_options(), uocr_serve::cmd_worker},
 #endif
   };
   try {
@@ -119,8 +128,8 @@ int main(int argc, char** argv) {
       if (match) return c.run(uocr_cli::Args(std::vector<std::string>(args.begin() + long(n), args.end()), c.options));
     }
 #ifndef UOCR_CLI_SERVE
-    if (args[0] == "serve") {
-      std::fprintf(stderr, "uocr: this uocr was built without the server (libcpp-httplib-dev was not found when it was configured)\n");
+    if (args[0] == "serve" || args[0] == "worker") {
+      std::fprintf(stderr, "uocr: this uocr was built without the server (libcpp-httplib-dev or libhiredis-dev was not found when it was configured)\n");
       return 1;
     }
 #endif

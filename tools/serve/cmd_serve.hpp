@@ -44,7 +44,8 @@ inline int cmd_serve(const uocr_cli::Args& args) {
   Server server(config, model, keys, log);
   log.info("workspace_ready", {{"backend", config.backend}, {"device", info.device}, {"max_concurrency", config.max_concurrency},
                                {"visual_cache_bytes", config.visual_cache_bytes}, {"queue_max_size", config.queue_max_size},
-                               {"api_keys", keys.size()}, {"data_dir", config.data_dir}});
+                               {"api_keys", keys.size()}, {"data_dir", config.data_dir},
+                               {"queue", config.queue.empty() ? "" : RedisAddress::parse(config.queue).url()}, {"storage", config.storage}});
   server.recover_jobs();
   const int port = server.bind();
   log.info("listening", {{"host", config.host}, {"port", port}});

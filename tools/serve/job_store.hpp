@@ -53,6 +53,12 @@ inline const char* job_state_name(JobState s) {
 }
 inline bool job_ended(JobState s) { return s != JobState::queued && s != JobState::running; }
 
+inline JobState parse_job_state(const std::string& name) {
+  for (JobState s : {JobState::queued, JobState::running, JobState::succeeded, JobState::failed, JobState::cancelled, JobState::timed_out})
+    if (name == job_state_name(s)) return s;
+  throw uocr::Error(uocr::Status::invalid_argument, "'" + name + "' is not a job state");
+}
+
 class Job {
  public:
   Job(std::string id, std::filesystem::path dir) : id_(std::move(id)), dir_(std::move(dir)) {}
@@ -133,6 +139,34 @@ class Job {
   // The worker's output file while the job runs (the worker's thread only).
   uocr_cli::Output output;
 
+  // A fleet's snapshot only (fleet.hpp): the job hash's change counter and the result's storage key.
+  uint64_t fleet_version = 0;
+  std::string fleet_result;
+
+  // How the job stands, as job.json and a fleet's job hash (fleet.hpp) keep it.
+  friend nlohmann::json progress_json(const Progress& p) {
+    return {{"state", job_state_name(p.state)}, {"started", p.started}, {"ended", p.ended}, {"pages_done", p.pages_done},
+            {"tokens", p.tokens}, {"output_bytes", p.output_bytes}, {"prompt_tokens", p.prompt_tokens},
+            {"finish_reason", p.finish_reason}, {"stop", p.stop}, {"error_status", p.error_status}, {"error", p.error},
+            {"page_seconds", p.page_seconds}};
+  }
+  friend void read_progress(const nlohmann::json& j, Progress& p) {
+    p.state = parse_job_state(j.at("state").get<std::string>());
+    p.started = j.at("started").get<int64_t>();
+    p.ended = j.at("ended").get<int64_t>();
+    p.pages_done = j.at("pages_done").get<int64_t>();
+    p.tokens = j.at("tokens").get<int64_t>();
+    p.output_bytes = j.value("output_bytes", uint64_t(0));
+    p.prompt_tokens = j.at("prompt_tokens").get<int64_t>();
+    p.finish_reason = j.at("finish_reason").get<std::string>();
+    p.stop = j.at("stop").get<std::string>();
+    p.error_status = j.at("error_status").get<int>();
+    p.error = j.at("error").get<std::string>();
+    // Redis's Lua (cjson) writes an empty list back as an empty object.
+    const nlohmann::json& seconds = j.at("page_seconds");
+    p.page_seconds = seconds.is_array() ? seconds.get<std::vector<double>>() : std::vector<double>{};
+  }
+
  private:
   std::string id_;
   std::filesystem::path dir_;
@@ -160,6 +194,22 @@ class JobStore {
       if (std::filesystem::create_directory(root_ / id, ec)) job = std::make_shared<Job>(id, root_ / id);
       uocr::require(!ec && attempt < 8, uocr::Status::io, [&] { return "cannot create a job folder in " + root_.string() + ": " + ec.message(); });
     }
+    return fill(job, std::move(options), uploads);
+  }
+  // A fleet worker's copy of a job it took (worker.hpp): the same folder, under the job's own id.
+  std::shared_ptr<Job> adopt(const Job& shared, const std::vector<std::pair<std::string, std::string>>& uploads) {
+    std::error_code ec;
+    std::filesystem::remove_all(root_ / shared.id(), ec);
+    uocr::require(std::filesystem::create_directory(root_ / shared.id(), ec), uocr::Status::io,
+                  [&] { return "cannot create a job folder in " + root_.string() + ": " + ec.message(); });
+    std::shared_ptr<Job> job = fill(std::make_shared<Job>(shared.id(), root_ / shared.id()), shared.options, uploads);
+    job->pages_total = shared.pages_total;
+    job->created = shared.created;
+    return job;
+  }
+
+ private:
+  std::shared_ptr<Job> fill(std::shared_ptr<Job> job, JobOptions options, const std::vector<std::pair<std::string, std::string>>& uploads) {
     try {
       std::filesystem::create_directory(job->dir() / "input");
       for (const auto& [name, bytes] : uploads) {
@@ -174,6 +224,8 @@ class JobStore {
     job->created = std::time(nullptr);
     return job;
   }
+
+ public:
   // job.json written: the job survives a crash from here on.
   void commit(const std::shared_ptr<Job>& job) {
     save(*job);
@@ -199,12 +251,8 @@ class JobStore {
 
   // job.json as the job stands now (atomically replaced).
   void save(const Job& job) const {
-    const Job::Progress p = job.progress();
-    nlohmann::json j = {{"id", job.id()}, {"created", job.created}, {"inputs", job.inputs}, {"pages_total", job.pages_total},
-                        {"options", job.options.to_json()}, {"state", job_state_name(p.state)}, {"started", p.started}, {"ended", p.ended},
-                        {"pages_done", p.pages_done}, {"tokens", p.tokens}, {"prompt_tokens", p.prompt_tokens},
-                        {"finish_reason", p.finish_reason}, {"stop", p.stop}, {"error_status", p.error_status}, {"error", p.error},
-                        {"page_seconds", p.page_seconds}};
+    nlohmann::json j = progress_json(job.progress());
+    j.update({{"id", job.id()}, {"created", job.created}, {"inputs", job.inputs}, {"pages_total", job.pages_total}, {"options", job.options.to_json()}});
     const std::filesystem::path tmp = job.dir() / "job.json.tmp";
     write_durably(tmp, j.dump(1));
     std::filesystem::rename(tmp, job.dir() / "job.json");
@@ -225,20 +273,8 @@ class JobStore {
         job->pages_total = j.at("pages_total").get<int64_t>();
         job->created = j.at("created").get<int64_t>();
         job->options = JobOptions::from_json(j.at("options"));
-        const std::string state = j.at("state").get<std::string>();
         job->update([&](Job::Progress& p) {
-          for (JobState s : {JobState::queued, JobState::running, JobState::succeeded, JobState::failed, JobState::cancelled, JobState::timed_out})
-            if (state == job_state_name(s)) p.state = s;
-          p.started = j.at("started").get<int64_t>();
-          p.ended = j.at("ended").get<int64_t>();
-          p.pages_done = j.at("pages_done").get<int64_t>();
-          p.tokens = j.at("tokens").get<int64_t>();
-          p.prompt_tokens = j.at("prompt_tokens").get<int64_t>();
-          p.finish_reason = j.at("finish_reason").get<std::string>();
-          p.stop = j.at("stop").get<std::string>();
-          p.error_status = j.at("error_status").get<int>();
-          p.error = j.at("error").get<std::string>();
-          p.page_seconds = j.at("page_seconds").get<std::vector<double>>();
+          read_progress(j, p);
           std::error_code ec;
           p.output_bytes = std::filesystem::exists(job->output_path()) ? uint64_t(std::filesystem::file_size(job->output_path(), ec)) : 0;
         });
@@ -280,6 +316,8 @@ class JobStore {
       log_.info("job_expired", {{"id", job->id()}});
     }
   }
+
+  const std::filesystem::path& root() const { return root_; }
 
   static bool is_job_id(const std::string& id) {
     if (id.size() != 28 || id.rfind("job-", 0) != 0) return false;

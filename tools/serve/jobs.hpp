@@ -3,6 +3,11 @@
 // `checkpoint_every_tokens` tokens, its Markdown written to its output file as it comes. At
 // start-up, jobs that had not ended are queued again and resume from their checkpoints. A thread
 // deletes ended jobs after their TTL; the Notifier calls callback URLs.
+//
+// In a fleet (docs/SCALING.md) the same class serves both sides: on an API node (`uocr serve
+// --queue`) a job is checked and stored here, then queued on Redis for the workers, and every
+// call on it is answered from Redis and storage (fleet.hpp); on a worker (worker.hpp) a job it
+// took runs here like a local one while a JobMirror shares its progress with the fleet.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -23,6 +28,7 @@
 #include "../cli/inputs.hpp"
 #include "api_error.hpp"
 #include "callback.hpp"
+#include "fleet.hpp"
 #include "job_request.hpp"
 #include "job_store.hpp"
 #include "log.hpp"
@@ -31,13 +37,29 @@
 
 namespace uocr_serve {
 
+// What follows a job's run besides its folder: a fleet worker shares it with the fleet
+// (worker.hpp). Called on the thread that decodes the job.
+class JobMirror {
+ public:
+  virtual ~JobMirror() = default;
+  virtual void wrote(Job& job, bool page_done) = 0;  // text or a page came
+  virtual void checkpoint_saving(Job& job) = 0;       // what the checkpoint will record must be shared first
+  virtual void checkpoint_saved(Job& job) = 0;
+  // The run ended: true to end the job; false to leave it unended for another worker (the mirror
+  // released it, or it is no longer this worker's).
+  virtual bool keeps(Job& job) = 0;
+  // The job ended here (state final, output.md complete): false when the fleet refused the end.
+  virtual bool ended(Job& job) = 0;
+};
+
 class Jobs {
  public:
-  // on_document_end: the server's metrics and request log for a job's document.
+  // on_document_end: the server's metrics and request log for a job's document. fleet: an API
+  // node's (jobs are queued there, not decoded here); mirror: a fleet worker's.
   Jobs(const ServeConfig& config, std::shared_ptr<const uocr::Model> model, Scheduler& scheduler, Log& log,
-       std::function<void(const Document&, int status)> on_document_end)
+       std::function<void(const Document&, int status)> on_document_end, Fleet* fleet = nullptr, JobMirror* mirror = nullptr)
       : config_(config), model_(std::move(model)), scheduler_(scheduler), log_(log), store_(config.data_dir, config.result_ttl_seconds, log),
-        notifier_(config.callback_secret, log), on_document_end_(std::move(on_document_end)) {}
+        notifier_(config.callback_secret, log), on_document_end_(std::move(on_document_end)), fleet_(fleet), mirror_(mirror) {}
   ~Jobs() { stop(); }
 
   // Queues again every job that had not ended when the server last stopped; then starts the TTL thread.
@@ -60,6 +82,53 @@ class Jobs {
 
   JobStore& store() { return store_; }
 
+  // The job with that id as it stands now: the live one, or in a fleet a snapshot of its hash;
+  // nullptr when there is none.
+  std::shared_ptr<Job> find(const std::string& id) {
+    if (!fleet_) return store_.find(id);
+    return fleet_call([&] { return fleet_->snapshot(id); });
+  }
+  // Waits up to `wait` for the job to change; returns it as it stands then.
+  std::shared_ptr<Job> await(const std::shared_ptr<Job>& job, std::chrono::milliseconds wait) {
+    if (!fleet_) {
+      job->wait_change(job->version(), wait);
+      return job;
+    }
+    const auto until = std::chrono::steady_clock::now() + wait;
+    for (;;) {
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(wait, kFleetPoll));
+      std::shared_ptr<Job> now = find(job->id());
+      if (!now) return job;
+      if (now->fleet_version != job->fleet_version || std::chrono::steady_clock::now() >= until) return now;
+    }
+  }
+  // The job's Markdown from byte `offset` as far as its progress says it was written.
+  std::string text(const Job& job, uint64_t offset) {
+    if (fleet_) return fleet_call([&] { return fleet_->text(job, offset); });
+    const uint64_t end = job.progress().output_bytes;
+    if (offset >= end) return "";
+    std::ifstream in(job.output_path(), std::ios::binary);
+    in.seekg(std::streamoff(offset));
+    std::string t(size_t(end - offset), '\0');
+    in.read(t.data(), std::streamsize(t.size()));
+    t.resize(size_t(in.gcount()));
+    return t;
+  }
+  // The ended job's Markdown.
+  std::string result(const Job& job) {
+    if (fleet_) return fleet_call([&] { return fleet_->result(job); });
+    if (!std::filesystem::exists(job.output_path())) return "";
+    const std::vector<uint8_t> bytes = uocr::read_file_capped(job.output_path().string(), uint64_t(1) << 34, "job output");
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+  // A fleet worker's job (worker.hpp), adopted into this folder: decoded from its checkpoint
+  // when the folder has one.
+  void run(const std::shared_ptr<Job>& job) {
+    store_.commit(job);
+    start(job, true);
+  }
+
   // POST /v1/jobs: stores the uploads, counts the pages, queues the job. ApiError 400 (bad
   // input), 413 (too many pages), 503 (queue full: nothing is kept).
   std::shared_ptr<Job> submit(const JobRequest& request) {
@@ -70,6 +139,15 @@ class Jobs {
     try {
       uint64_t kv = 0;
       job->pages_total = count_pages(*job, kv);
+      if (fleet_) {
+        scheduler_.check_fits(kv);
+        fleet_call([&] { fleet_->enqueue(*job, scheduler_.pool_for(job->pages_total), config_.queue_max_size); });
+        store_.discard(job);
+        log_.info("job_queued", {{"id", job->id()}, {"pages", job->pages_total}, {"files", job->inputs.size()}});
+        std::shared_ptr<Job> queued = find(job->id());
+        if (!queued) throw ApiError(503, "job " + job->id() + " was queued, but Redis lost it at once; submit it again");
+        return queued;
+      }
       store_.commit(job);
       start(job, false, kv);
     } catch (const ApiError&) {
@@ -85,10 +163,24 @@ class Jobs {
 
   // GET /v1/jobs/{id}/pages/{n}/image: page n (0-based, of the job's range) as PNG, for a page
   // preview: PDF pages rendered at `preview_dpi`, images as uploaded.
-  std::string page_png(const Job& job, int64_t n) const {
+  std::string page_png(const Job& job, int64_t n) {
     if (n < 0 || n >= job.pages_total) throw ApiError(404, "job " + job.id() + " has no page " + std::to_string(n), "page");
     constexpr int preview_dpi = 96;
-    uocr::PageRange page_only(uocr_cli::open_inputs(job.input_paths(), preview_dpi, limits(), config_.page_render_timeout_seconds),
+    std::vector<std::string> inputs = job.input_paths();
+    struct Folder {  // a fleet job's uploads, fetched for the preview
+      std::filesystem::path path;
+      ~Folder() {
+        std::error_code ec;
+        if (!path.empty()) std::filesystem::remove_all(path, ec);
+      }
+    } fetched;
+    if (fleet_) {
+      fetched.path = store_.root() / ("preview-" + job.id() + "-" + std::to_string(++previews_));
+      fleet_call([&] { fleet_->fetch_inputs(job, fetched.path); });
+      inputs.clear();
+      for (const std::string& name : job.inputs) inputs.push_back((fetched.path / name).string());
+    }
+    uocr::PageRange page_only(uocr_cli::open_inputs(inputs, preview_dpi, limits(), config_.page_render_timeout_seconds),
                               job.options.first_page - 1 + n, 1);
     uocr::ImageU8 page;
     if (!page_only.next(page)) throw ApiError(500, "page " + std::to_string(n) + " could not be read");
@@ -99,8 +191,10 @@ class Jobs {
     return png;
   }
 
-  // DELETE /v1/jobs/{id}: the work stops at the next token.
+  // DELETE /v1/jobs/{id}: the work stops at the next token (in a fleet: at the worker's next
+  // lease renewal, then its next token).
   void cancel(const std::shared_ptr<Job>& job) {
+    if (fleet_) return fleet_call([&] { fleet_->cancel(job->id()); });
     std::shared_ptr<Document> doc;
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -188,15 +282,17 @@ class Jobs {
     w.checkpoint.path = job->checkpoint_path().string();
     w.checkpoint.every_tokens = config_.checkpoint_every_tokens;
     w.checkpoint.resume = std::filesystem::exists(job->checkpoint_path());
-    w.checkpoint.save_caller_state = [job] {
+    w.checkpoint.save_caller_state = [this, job] {
       const Job::Progress p = job->progress();
       uocr::StateWriter s;
       s.put(job->output.state());
       s.put(p.pages_done);
       s.put(p.tokens);
       s.put(p.page_seconds);
+      if (mirror_) mirror_->checkpoint_saving(*job);
       return s.bytes();
     };
+    if (mirror_) w.checkpoint.on_saved = [this, job] { mirror_->checkpoint_saved(*job); };
     w.checkpoint.restore_caller_state = [job](const std::string& bytes) {
       uocr::StateReader r(bytes, job->checkpoint_path().string());
       std::string output;
@@ -264,10 +360,13 @@ class Jobs {
         while (int64_t(p.page_seconds.size()) < p.pages_done) p.page_seconds.push_back(seconds);
       });
     }
+    if (mirror_ && (e.type == uocr::Event::Type::token || e.type == uocr::Event::Type::page))
+      mirror_->wrote(job, e.type == uocr::Event::Type::page);
   }
 
   // The job's end: its state and output file, the checkpoint removed, job.json, the callback.
-  // A document ended by the server stopping stays as it is on disk, to resume at the next start.
+  // A document ended by the server stopping stays as it is on disk, to resume at the next start;
+  // a fleet worker's mirror decides whether the job ends here at all.
   void on_end(const std::shared_ptr<Job>& job, const Document& d) noexcept {
     double last_page_seconds = 0;
     {
@@ -279,7 +378,7 @@ class Jobs {
     }
     const std::optional<ApiError>& error = d.error();
     const int status = error ? error->status() : 200;
-    if (status == 503 && stopping_documents()) {
+    if (mirror_ ? !mirror_->keeps(*job) : status == 503 && stopping_documents()) {
       job->output.close_unfinished();
       return;
     }
@@ -304,7 +403,7 @@ class Jobs {
           p.error = output_error;
         } else if (!error) {
           p.state = JobState::succeeded;
-          p.finish_reason = s.stop == uocr::StopReason::max_tokens || s.stop == uocr::StopReason::context_limit ? "length" : "stop";
+          p.finish_reason = uocr_serve::finish_reason(s.stop);
           if (s.stop == uocr::StopReason::eos) p.pages_done = job->pages_total;
           while (int64_t(p.page_seconds.size()) < p.pages_done) p.page_seconds.push_back(last_page_seconds);
         } else {
@@ -317,7 +416,13 @@ class Jobs {
       std::filesystem::remove(job->checkpoint_path(), ec);
       store_.save(*job);
       on_document_end_(d, status);
-      if (!job->options.callback_url.empty()) notifier_.post(job->options.callback_url, job->id(), job->status_json().dump());
+      if (mirror_ && !mirror_->ended(*job)) return;
+      if (!job->options.callback_url.empty()) {
+        if (notifier_.has_secret())
+          notifier_.post(job->options.callback_url, job->id(), job->status_json().dump());
+        else  // a fleet worker configured without the API nodes' callback_secret_file
+          log_.write(LogLevel::error, "callback_not_sent", {{"id", job->id()}, {"reason", "no callback_secret_file on this worker"}});
+      }
       log_.info("job_ended", {{"id", job->id()}, {"state", job_state_name(job->progress().state)}, {"pages", job->pages_total},
                               {"tokens", job->progress().tokens}});
     } catch (const std::exception& e) {
@@ -327,12 +432,31 @@ class Jobs {
 
   bool stopping_documents() const { return !scheduler_.workers_alive(); }
 
+  // Runs a call on the fleet: Redis or storage out of reach is a 503 the client may retry.
+  template <class Fn>
+  auto fleet_call(Fn fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (const uocr::Error& e) {
+      if (e.status() != uocr::Status::io) throw;
+      log_.write(LogLevel::warning, "fleet_unreachable", {{"reason", e.what()}});
+      throw ApiError(503, std::string("the job queue or storage is unreachable: ") + e.what());
+    }
+  }
+
   void expire_until_stopped() {
     const auto period = std::chrono::duration<double>(std::clamp(config_.result_ttl_seconds / 4, 1.0, 60.0));
     std::unique_lock<std::mutex> lock(m_);
     while (!stopping_) {
       lock.unlock();
       store_.expire();
+      if (fleet_) {
+        try {
+          fleet_->expire();
+        } catch (const uocr::Error& e) {
+          log_.write(LogLevel::warning, "fleet_expiry_failed", {{"reason", e.what()}});
+        }
+      }
       lock.lock();
       cv_.wait_for(lock, period, [&] { return stopping_; });
     }
@@ -345,6 +469,10 @@ class Jobs {
   JobStore store_;
   Notifier notifier_;
   std::function<void(const Document&, int)> on_document_end_;
+  Fleet* fleet_;
+  JobMirror* mirror_;
+  std::atomic<uint64_t> previews_{0};
+  static constexpr std::chrono::milliseconds kFleetPoll{250};
   std::mutex m_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -3,6 +3,9 @@
 // Counters and histograms are kept here; gauges (running, waiting, cache bytes, process CPU and
 // RSS) are read when the page is rendered.
 #pragma once
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -36,6 +39,11 @@ class Metrics {
       counters_[c.first].help = c.second;
   }
 
+  // A counter beyond the service's own (a fleet worker's: worker.hpp).
+  void declare_counter(const std::string& name, const std::string& help) {
+    std::lock_guard<std::mutex> lock(m_);
+    counters_[name].help = help;
+  }
   void add(const std::string& counter, double v, const std::string& labels = "") {
     std::lock_guard<std::mutex> lock(m_);
     counters_.at(counter).values[labels] += v;
@@ -118,5 +126,19 @@ class Metrics {
   std::map<std::string, Counter> counters_;
   std::map<std::string, Histogram> histograms_;
 };
+
+// The process's CPU seconds and resident memory.
+inline std::vector<Metrics::Gauge> process_gauges() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double cpu = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  long pages_resident = 0, ignored = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &ignored, &pages_resident) != 2) pages_resident = 0;
+    std::fclose(f);
+  }
+  return {{"uocr:process_cpu_seconds", "CPU seconds the process used (user + system).", "", cpu},
+          {"uocr:process_resident_memory_bytes", "Resident memory of the process.", "", double(pages_resident) * double(sysconf(_SC_PAGESIZE))}};
+}
 
 }  // namespace uocr_serve

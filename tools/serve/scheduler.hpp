@@ -149,6 +149,28 @@ class StoppablePages final : public uocr::PageSource {
   std::function<void()> check_;
 };
 
+// OpenAI's finish_reason for how a run stopped.
+inline const char* finish_reason(uocr::StopReason s) {
+  return s == uocr::StopReason::max_tokens || s == uocr::StopReason::context_limit ? "length" : "stop";
+}
+
+// A document's end in the metrics (latency, tokens, pages; errors are counted by whoever answers
+// them); returns its seconds from arrival to end.
+inline double count_document(Metrics& metrics, const Document& d, int status) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - d.arrived()).count();
+  const uocr::RunSummary& s = d.summary();
+  metrics.observe("uocr:e2e_request_latency_seconds", seconds);
+  if (d.seconds_to_first_token() >= 0) metrics.observe("uocr:time_to_first_token_seconds", d.seconds_to_first_token());
+  metrics.add("uocr:generation_tokens_total", double(s.generated_tokens));
+  metrics.add("uocr:prompt_tokens_total", double(s.prompt_tokens));
+  if (status == 200) {
+    metrics.add("uocr:pages_total", double(d.pages()));
+    metrics.observe("uocr:page_latency_seconds", seconds / double(d.pages()));
+    metrics.add("uocr:request_success_total", 1, std::string("finished_reason=\"") + finish_reason(s.stop) + "\"");
+  }
+  return seconds;
+}
+
 class Scheduler {
  public:
   Scheduler(std::shared_ptr<const uocr::Model> model, const ServeConfig& config, Metrics& metrics, Log& log)
@@ -191,15 +213,20 @@ class Scheduler {
     return per_token * (prompt_text + held * page_tokens + uint64_t(uocr::effective_window(*model_, p)));
   }
 
+  // ApiError 413 when a document needs more KV than the whole cache may hold.
+  void check_fits(uint64_t kv_bytes) const {
+    if (kv_bytes > config_.visual_cache_bytes)
+      throw ApiError(413, "the document needs " + std::to_string(kv_bytes) + " bytes of KV cache, more than the server's visual_cache_bytes (" +
+                              std::to_string(config_.visual_cache_bytes) + ")");
+  }
+
   // Queues the document. ApiError 503 when its pool's queue is full (unless `admitted`: a job
   // taken before a restart) or the server is stopping, 413 when it needs more KV than the whole
   // cache may hold.
   void submit(const std::shared_ptr<Document>& d, uint64_t kv_bytes, bool admitted = false) {
     d->pool_ = pool_for(d->pages());
     d->kv_bytes_ = kv_bytes;
-    if (kv_bytes > config_.visual_cache_bytes)
-      throw ApiError(413, "the document needs " + std::to_string(kv_bytes) + " bytes of KV cache, more than the server's visual_cache_bytes (" +
-                              std::to_string(config_.visual_cache_bytes) + ")");
+    check_fits(kv_bytes);
     {
       std::lock_guard<std::mutex> lock(m_);
       if (stopping_) throw ApiError(503, "the server is shutting down");
@@ -377,5 +404,15 @@ class Scheduler {
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> workers_;
 };
+
+// The scheduler's load as /metrics shows it.
+inline std::vector<Metrics::Gauge> scheduler_gauges(const Scheduler& scheduler, const ServeConfig& config) {
+  const Scheduler::Load l = scheduler.load();
+  return {{"uocr:num_requests_running", "Documents being decoded.", "", double(l.running)},
+          {"uocr:num_requests_waiting", "Documents waiting in a pool's queue.", "pool=\"short\"", double(l.waiting_short)},
+          {"uocr:num_requests_waiting", "", "pool=\"long\"", double(l.waiting_long)},
+          {"uocr:visual_cache_bytes", "KV cache bytes the running documents may hold (admission's count).", "", double(l.kv_bytes)},
+          {"uocr:visual_cache_limit_bytes", "visual_cache_bytes: the admission limit.", "", double(config.visual_cache_bytes)}};
+}
 
 }  // namespace uocr_serve

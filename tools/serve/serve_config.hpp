@@ -50,6 +50,13 @@ struct ServeConfig {
   std::string callback_secret_file;        // the key that signs job callbacks (its first line)
   std::string callback_secret;             // read from callback_secret_file
   LogLevel log_level = LogLevel::info;
+  // A fleet (docs/SCALING.md): API nodes and workers share a Redis and a storage.
+  std::string queue;                       // redis://HOST:PORT[/DB]; "": jobs run in this process
+  std::string storage;                     // file:///path or s3://bucket/prefix (needed with queue)
+  double lease_seconds = 30;               // workers: a job whose lease was not renewed this long moves to another worker
+  int max_deliveries = 3;                  // workers: a job taken this often without ending goes to the dead-letter stream
+  std::vector<std::string> pools = {"short", "long"};  // workers: the pools they take jobs from
+  std::string worker_name;                 // workers: the consumer name ("": HOST-PID)
 
   int long_running_limit() const { return max_long_running > 0 ? max_long_running : std::max(1, max_concurrency / 2); }
 };
@@ -59,7 +66,20 @@ inline uocr_cli::CommandOptions serve_options() {
           {"--config", "--model", "--backend", "--device", "--host", "--port", "--served-model-name", "--max-concurrency",
            "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes", "--queue-max-size",
            "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level",
-           "--rate-limit-per-minute", "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file"},
+           "--rate-limit-per-minute", "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file",
+           "--queue", "--storage"},
+          {},
+          false,
+          {}};
+}
+
+// `uocr worker`: the settings of `uocr serve` that apply to decoding, and the fleet's.
+inline uocr_cli::CommandOptions worker_options() {
+  return {"worker",
+          {"--config", "--model", "--backend", "--device", "--host", "--port", "--max-concurrency", "--request-timeout-seconds",
+           "--visual-cache-bytes", "--long-document-pages", "--max-long-running", "--log-level", "--data-dir", "--result-ttl-seconds",
+           "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file", "--queue", "--storage",
+           "--lease-seconds", "--max-deliveries", "--pools", "--worker-name"},
           {},
           false,
           {}};
@@ -153,34 +173,50 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
       } else if (k == "checkpoint_every_tokens") c.checkpoint_every_tokens = int(integer(0, 1 << 30));
       else if (k == "page_render_timeout_seconds") c.page_render_timeout_seconds = int(integer(0, 86400));
       else if (k == "callback_secret_file") c.callback_secret_file = text();
+      else if (k == "queue") c.queue = text();
+      else if (k == "storage") c.storage = text();
+      else if (k == "lease_seconds") {
+        want(v.is_number() && v.get<double>() >= 1 && v.get<double>() <= 86400, "a number of seconds in 1..86400");
+        c.lease_seconds = v.get<double>();
+      } else if (k == "max_deliveries") c.max_deliveries = int(integer(1, 1000));
+      else if (k == "pools") c.pools = split_names(text());
+      else if (k == "worker_name") c.worker_name = text();
       else throw uocr::Error(uocr::Status::invalid_argument, path + ": unknown setting \"" + k + "\" (see uocr serve --help)");
     }
   }
-  if (args.has("--model")) c.model = args.get("--model", "");
+  // `uocr worker` takes a part of these options.
+  auto given = [&](const char* name) { return args.accepts(name) && args.has(name); };
+  if (given("--model")) c.model = args.get("--model", "");
   if (c.model.empty()) c.model = uocr_cli::model_dir(args);
-  c.backend = args.get("--backend", c.backend);
+  if (args.accepts("--backend")) c.backend = args.get("--backend", c.backend);
   (void)uocr::parse_backend(c.backend);  // refuses an unknown name now
-  c.device = args.integer("--device", c.device);
-  c.host = args.get("--host", c.host);
-  c.port = args.integer("--port", c.port);
-  if (args.has("--served-model-name")) c.served_model_names = split_names(args.get("--served-model-name", ""));
-  c.max_concurrency = args.integer("--max-concurrency", c.max_concurrency);
-  c.max_pages_per_request = args.integer("--max-pages-per-request", c.max_pages_per_request);
-  c.request_timeout_seconds = args.number<double>("--request-timeout-seconds", c.request_timeout_seconds);
-  c.visual_cache_bytes = args.number<uint64_t>("--visual-cache-bytes", c.visual_cache_bytes);
-  c.queue_max_size = args.integer("--queue-max-size", c.queue_max_size);
-  c.long_document_pages = args.integer("--long-document-pages", c.long_document_pages);
-  c.max_long_running = args.integer("--max-long-running", c.max_long_running);
-  c.max_body_bytes = args.number<uint64_t>("--max-body-bytes", c.max_body_bytes);
-  c.max_streams = args.integer("--max-streams", c.max_streams);
-  c.api_keys_file = args.get("--api-keys-file", c.api_keys_file);
-  if (args.has("--log-level")) c.log_level = parse_log_level(args.get("--log-level", ""));
-  c.rate_limit_per_minute = args.number<double>("--rate-limit-per-minute", c.rate_limit_per_minute);
-  c.data_dir = args.get("--data-dir", c.data_dir);
-  c.result_ttl_seconds = args.number<double>("--result-ttl-seconds", c.result_ttl_seconds);
-  c.checkpoint_every_tokens = args.integer("--checkpoint-every-tokens", c.checkpoint_every_tokens);
-  c.page_render_timeout_seconds = args.integer("--page-render-timeout-seconds", c.page_render_timeout_seconds);
-  c.callback_secret_file = args.get("--callback-secret-file", c.callback_secret_file);
+  if (args.accepts("--device")) c.device = args.integer("--device", c.device);
+  if (args.accepts("--host")) c.host = args.get("--host", c.host);
+  if (args.accepts("--port")) c.port = args.integer("--port", c.port);
+  if (given("--served-model-name")) c.served_model_names = split_names(args.get("--served-model-name", ""));
+  if (args.accepts("--max-concurrency")) c.max_concurrency = args.integer("--max-concurrency", c.max_concurrency);
+  if (args.accepts("--max-pages-per-request")) c.max_pages_per_request = args.integer("--max-pages-per-request", c.max_pages_per_request);
+  if (args.accepts("--request-timeout-seconds")) c.request_timeout_seconds = args.number<double>("--request-timeout-seconds", c.request_timeout_seconds);
+  if (args.accepts("--visual-cache-bytes")) c.visual_cache_bytes = args.number<uint64_t>("--visual-cache-bytes", c.visual_cache_bytes);
+  if (args.accepts("--queue-max-size")) c.queue_max_size = args.integer("--queue-max-size", c.queue_max_size);
+  if (args.accepts("--long-document-pages")) c.long_document_pages = args.integer("--long-document-pages", c.long_document_pages);
+  if (args.accepts("--max-long-running")) c.max_long_running = args.integer("--max-long-running", c.max_long_running);
+  if (args.accepts("--max-body-bytes")) c.max_body_bytes = args.number<uint64_t>("--max-body-bytes", c.max_body_bytes);
+  if (args.accepts("--max-streams")) c.max_streams = args.integer("--max-streams", c.max_streams);
+  if (args.accepts("--api-keys-file")) c.api_keys_file = args.get("--api-keys-file", c.api_keys_file);
+  if (given("--log-level")) c.log_level = parse_log_level(args.get("--log-level", ""));
+  if (args.accepts("--rate-limit-per-minute")) c.rate_limit_per_minute = args.number<double>("--rate-limit-per-minute", c.rate_limit_per_minute);
+  if (args.accepts("--data-dir")) c.data_dir = args.get("--data-dir", c.data_dir);
+  if (args.accepts("--result-ttl-seconds")) c.result_ttl_seconds = args.number<double>("--result-ttl-seconds", c.result_ttl_seconds);
+  if (args.accepts("--checkpoint-every-tokens")) c.checkpoint_every_tokens = args.integer("--checkpoint-every-tokens", c.checkpoint_every_tokens);
+  if (args.accepts("--page-render-timeout-seconds")) c.page_render_timeout_seconds = args.integer("--page-render-timeout-seconds", c.page_render_timeout_seconds);
+  if (args.accepts("--callback-secret-file")) c.callback_secret_file = args.get("--callback-secret-file", c.callback_secret_file);
+  if (args.accepts("--queue")) c.queue = args.get("--queue", c.queue);
+  if (args.accepts("--storage")) c.storage = args.get("--storage", c.storage);
+  if (args.accepts("--lease-seconds")) c.lease_seconds = args.number<double>("--lease-seconds", c.lease_seconds);
+  if (args.accepts("--max-deliveries")) c.max_deliveries = args.integer("--max-deliveries", c.max_deliveries);
+  if (given("--pools")) c.pools = split_names(args.get("--pools", ""));
+  if (args.accepts("--worker-name")) c.worker_name = args.get("--worker-name", c.worker_name);
   if (c.data_dir.empty()) c.data_dir = default_data_dir();
   if (!c.callback_secret_file.empty()) {
     const std::vector<uint8_t> bytes = uocr::read_file_capped(c.callback_secret_file, 4096, "callback secret file");
@@ -210,6 +246,13 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
   require(c.page_render_timeout_seconds >= 0 && c.page_render_timeout_seconds <= 86400, bad,
           "page_render_timeout_seconds must be in 0..86400 (0: no limit)");
   for (const std::string& n : c.served_model_names) require(!n.empty(), bad, "served model names must not be empty");
+  require(c.queue.empty() == c.storage.empty(), bad, "queue and storage go together: a fleet needs both (docs/SCALING.md)");
+  require(c.lease_seconds >= 1 && c.lease_seconds <= 86400, bad, "lease_seconds must be in 1..86400");
+  require(c.max_deliveries >= 1 && c.max_deliveries <= 1000, bad, "max_deliveries must be in 1..1000");
+  require(!c.pools.empty(), bad, "pools must name short, long or both");
+  for (const std::string& p : c.pools) require(p == "short" || p == "long", bad, [&] { return "pools: '" + p + "' is neither short nor long"; });
+  require(c.worker_name.find_first_of(" \t\r\n") == std::string::npos && c.worker_name.size() <= 200, bad,
+          "worker_name must be one word of at most 200 characters");
   return c;
 }
 

@@ -14,6 +14,8 @@
 //   GET  /v1/jobs/{id}/events   SSE: status, text, page and end events
 //   GET  /v1/jobs/{id}/pages/{n}/image   page n (0-based) as PNG, for previews
 //   DELETE /v1/jobs/{id}        cancels it (the work stops at the next token)
+// With --queue (a fleet, docs/SCALING.md) the job calls are answered from Redis and storage and
+// the jobs are decoded by `uocr worker`s; chat completions are still decoded here.
 //   GET  /                      the web page (web_page.hpp)
 // Paths under /v1/ need "Authorization: Bearer KEY" when API keys are configured; requests that
 // create work (chat completions, jobs) count against rate_limit_per_minute (rate_limit.hpp).
@@ -61,9 +63,11 @@ class Server {
       : config_(config), model_(std::move(model)), api_keys_(std::move(api_keys)), log_(log),
         names_(config.served_model_names), metrics_(names_.empty() ? folder_name() : names_.front()),
         scheduler_(model_, config_, metrics_, log_),
-        jobs_(config_, model_, scheduler_, log_, [this](const Document& d, int status) { finish_request(d, status, "job"); }),
+        fleet_(config_.queue.empty() ? nullptr : std::make_unique<Fleet>(config_.queue, config_.storage, config_.result_ttl_seconds)),
+        jobs_(config_, model_, scheduler_, log_, [this](const Document& d, int status) { finish_request(d, status, "job"); }, fleet_.get()),
         created_(std::time(nullptr)) {
     if (names_.empty()) names_.push_back(folder_name());
+    if (fleet_) fleet_->create_streams();  // Redis out of reach: the server does not start
     // Threads for the requests admission lets in (running, both queues) and for quick answers;
     // every request past those is refused at once, so a burst does not pile up in httplib's queue.
     const size_t threads = size_t(config_.max_concurrency) + 2 * size_t(config_.queue_max_size) + 16;
@@ -223,6 +227,13 @@ class Server {
     http_.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
       const bool ready = !stopping_ && scheduler_.workers_alive() && !scheduler_.full(Pool::short_documents);
       if (!ready) return send_error(res, ApiError(503, stopping_ ? "shutting down" : "not ready: the short document queue is full"));
+      if (fleet_) {
+        try {
+          fleet_->redis().command({"PING"});
+        } catch (const uocr::Error& e) {
+          return send_error(res, ApiError(503, std::string("not ready: ") + e.what()));
+        }
+      }
       res.set_content("{\"status\": \"ready\"}", "application/json");
     });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -242,21 +253,22 @@ class Server {
     });
     const std::string job_path = "/v1/jobs/([^/]+)";
     http_.Get(job_path, [this](const httplib::Request& req, httplib::Response& res) {
-      with_job(req, res, [&](const std::shared_ptr<Job>& job) {
+      with_job(req, res, [&](std::shared_ptr<Job> job) {
         const double wait = req.has_param("wait") ? parse_wait(req.get_param_value("wait")) : 0;
         const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait));
-        for (uint64_t v = job->version(); !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until && !stopping_;)
-          v = job->wait_change(v, std::chrono::milliseconds(500));
+        while (!job_ended(job->progress().state) && std::chrono::steady_clock::now() < until && !stopping_)
+          job = jobs_.await(job, std::chrono::milliseconds(500));
         res.set_content(job->status_json().dump(), "application/json");
       });
     });
     http_.Delete(job_path, [this](const httplib::Request& req, httplib::Response& res) {
-      with_job(req, res, [&](const std::shared_ptr<Job>& job) {
+      with_job(req, res, [&](std::shared_ptr<Job> job) {
         jobs_.cancel(job);
         // The work stops at its next token; answer once it has (or after 10 s, still cancelling).
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        for (uint64_t v = job->version(); !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until;)
-          v = job->wait_change(v, std::chrono::milliseconds(200));
+        for (job = jobs_.find(job->id()); job && !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until;)
+          job = jobs_.await(job, std::chrono::milliseconds(200));
+        if (!job) throw ApiError(404, "no job " + std::string(req.matches[1]), "id");
         res.set_content(job->status_json().dump(), "application/json");
       });
     });
@@ -288,7 +300,7 @@ class Server {
   template <class Fn>
   void with_job(const httplib::Request& req, httplib::Response& res, Fn fn) {
     try {
-      const std::shared_ptr<Job> job = jobs_.store().find(req.matches[1]);
+      const std::shared_ptr<Job> job = jobs_.find(req.matches[1]);
       if (!job) throw ApiError(404, "no job " + std::string(req.matches[1]), "id");
       fn(job);
     } catch (const ApiError& e) {
@@ -323,11 +335,7 @@ class Server {
     const Job::Progress p = job.progress();
     if (!job_ended(p.state)) throw ApiError(409, "job " + job.id() + " is " + job_state_name(p.state) + ": poll GET /v1/jobs/" + job.id() + "?wait=60");
     if (p.state == JobState::failed) throw ApiError(409, "job " + job.id() + " failed: " + p.error);
-    std::string text;
-    if (std::filesystem::exists(job.output_path())) {
-      const std::vector<uint8_t> bytes = uocr::read_file_capped(job.output_path().string(), uint64_t(1) << 34, "job output");
-      text.assign(bytes.begin(), bytes.end());
-    }
+    const std::string text = jobs_.result(job);
     res.set_header("X-Job-State", job_state_name(p.state));
     const std::string format = req.has_param("format") ? req.get_param_value("format") : "markdown";
     if (format == "markdown") return res.set_content(text, "text/markdown; charset=utf-8");
@@ -347,37 +355,41 @@ class Server {
     ++streams_;
     struct State {
       bool status_sent = false;
-      uint64_t offset = 0, version = 0;
+      uint64_t offset = 0;
       int64_t pages_done = -1;
+      std::shared_ptr<Job> job;
     };
     auto state = std::make_shared<State>();
+    state->job = job;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, state](size_t, httplib::DataSink& sink) {
+        [this, state](size_t, httplib::DataSink& sink) {
           auto event = [](const char* name, const json& data) {
             return std::string("event: ") + name + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
           };
           std::string out;
-          if (!state->status_sent) {
-            state->status_sent = true;
-            state->version = job->version();
-            out = event("status", job->status_json());
-          } else {
-            state->version = job->wait_change(state->version, std::chrono::milliseconds(1000));
-          }
-          const Job::Progress p = job->progress();
-          state->offset = std::min(state->offset, p.output_bytes);  // a resumed job cut its output back
-          if (p.output_bytes > state->offset) {
-            std::ifstream in(job->output_path(), std::ios::binary);
-            in.seekg(std::streamoff(state->offset));
-            std::string text(size_t(p.output_bytes - state->offset), '\0');
-            in.read(text.data(), std::streamsize(text.size()));
-            text.resize(size_t(in.gcount()));
+          std::shared_ptr<Job>& job = state->job;
+          try {
+            if (!state->status_sent) {
+              state->status_sent = true;
+              out = event("status", job->status_json());
+            } else {
+              job = jobs_.await(job, std::chrono::milliseconds(1000));
+            }
+            // A resumed job's text is the same bytes again up to where this stream is: only what
+            // lies beyond is sent.
+            const std::string text = jobs_.text(*job, state->offset);
             state->offset += text.size();
             if (!text.empty()) out += event("text", {{"text", text}});
+          } catch (const ApiError& e) {  // the fleet out of reach: this stream ends with the error
+            out += event("error", e.body()["error"]);
+            sink.write(out.data(), out.size());
+            sink.done();
+            return true;
           }
+          const Job::Progress p = job->progress();
           if (p.pages_done != state->pages_done) {
             state->pages_done = p.pages_done;
             out += event("page", {{"pages_done", p.pages_done}, {"pages_total", job->pages_total}});
@@ -393,25 +405,10 @@ class Server {
   }
 
   std::vector<Metrics::Gauge> gauges() const {
-    const Scheduler::Load l = scheduler_.load();
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    const double cpu = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-    long pages_resident = 0, ignored = 0;
-    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-      if (std::fscanf(f, "%ld %ld", &ignored, &pages_resident) != 2) pages_resident = 0;
-      std::fclose(f);
-    }
-    return {
-        {"uocr:num_requests_running", "Documents being decoded.", "", double(l.running)},
-        {"uocr:num_requests_waiting", "Documents waiting in a pool's queue.", "pool=\"short\"", double(l.waiting_short)},
-        {"uocr:num_requests_waiting", "", "pool=\"long\"", double(l.waiting_long)},
-        {"uocr:num_streams_open", "Streamed responses open.", "", double(streams_.load())},
-        {"uocr:visual_cache_bytes", "KV cache bytes the running documents may hold (admission's count).", "", double(l.kv_bytes)},
-        {"uocr:visual_cache_limit_bytes", "visual_cache_bytes: the admission limit.", "", double(config_.visual_cache_bytes)},
-        {"uocr:process_cpu_seconds", "CPU seconds the process used (user + system).", "", cpu},
-        {"uocr:process_resident_memory_bytes", "Resident memory of the process.", "", double(pages_resident) * double(sysconf(_SC_PAGESIZE))},
-    };
+    std::vector<Metrics::Gauge> g = scheduler_gauges(scheduler_, config_);
+    g.push_back({"uocr:num_streams_open", "Streamed responses open.", "", double(streams_.load())});
+    for (Metrics::Gauge& p : process_gauges()) g.push_back(std::move(p));
+    return g;
   }
 
   void count_error(int status) { metrics_.add("uocr:errors_total", 1, "code=\"" + std::to_string(status) + "\""); }
@@ -424,9 +421,6 @@ class Server {
     return b;
   }
 
-  static const char* finish_reason(uocr::StopReason s) {
-    return s == uocr::StopReason::max_tokens || s == uocr::StopReason::context_limit ? "length" : "stop";
-  }
   // Why the model stopped when it did not end the text itself (vLLM's stop_reason field).
   static json stop_reason(uocr::StopReason s) {
     return s == uocr::StopReason::eos ? json(nullptr) : json(uocr::stop_reason_name(s));
@@ -437,16 +431,9 @@ class Server {
 
   // Metrics and the log line of a request that reached a Document (kind: chat, stream or job).
   void finish_request(const Document& d, int status, const char* kind) {
-    const double seconds = std::chrono::duration<double>(Clock::now() - d.arrived()).count();
+    const double seconds = count_document(metrics_, d, status);
     const uocr::RunSummary& s = d.summary();
-    metrics_.observe("uocr:e2e_request_latency_seconds", seconds);
-    if (d.seconds_to_first_token() >= 0) metrics_.observe("uocr:time_to_first_token_seconds", d.seconds_to_first_token());
-    metrics_.add("uocr:generation_tokens_total", double(s.generated_tokens));
-    metrics_.add("uocr:prompt_tokens_total", double(s.prompt_tokens));
     if (status == 200) {
-      metrics_.add("uocr:pages_total", double(d.pages()));
-      metrics_.observe("uocr:page_latency_seconds", seconds / double(d.pages()));
-      metrics_.add("uocr:request_success_total", 1, std::string("finished_reason=\"") + finish_reason(s.stop) + "\"");
       const double old = mean_request_seconds_.load();
       mean_request_seconds_.store(old == 0 ? seconds : 0.8 * old + 0.2 * seconds);
     } else {
@@ -605,6 +592,7 @@ class Server {
   std::vector<std::string> names_;
   Metrics metrics_;
   Scheduler scheduler_;
+  std::unique_ptr<Fleet> fleet_;  // --queue: jobs go to the fleet's workers
   Jobs jobs_;
   std::time_t created_;
   httplib::Server http_;

@@ -104,6 +104,9 @@ struct CheckpointOptions {
   std::function<std::string()> save_caller_state;
   // On resume, before any event: receives what save_caller_state returned for this checkpoint.
   std::function<void(const std::string&)> restore_caller_state;
+  // Called right after each checkpoint is complete at `path`: to copy it elsewhere (a fleet
+  // worker stores it where another machine can resume from it). What it throws ends the run.
+  std::function<void()> on_saved;
 };
 
 // What a run did beyond RunSummary.
@@ -399,6 +402,7 @@ class Session {
     const std::string caller = ck.save_caller_state ? ck.save_caller_state() : std::string();
     save_session_checkpoint(ck.path, id, layout, visual, engine, L, memory_, caller);
     ++stats_.checkpoints_written;
+    if (ck.on_saved) ck.on_saved();
   }
 
   void load(const CheckpointOptions& ck, const CheckpointIdentity& id, const std::vector<int32_t>& marker_ids,
