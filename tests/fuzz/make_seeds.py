@@ -441,6 +441,11 @@ def service_request_seeds():
     t.add("job_options", dumps({"mode": "base", "pages": "2-7", "dpi": "150", "window_size": 1024, "temperature": "0.5",
                                 "callback_url": "https://example.com/hook", "max_tokens": 100}))
     t.add("job_options_bad", dumps({"pages": "7-2", "seed": -1}))
+    t.add("redis_url", b"redis://worker:secret@127.0.0.1:6379/2")
+    t.add("storage_key", b"jobs/job-00000000000000000000000a/checkpoint-g2-17")
+    t.add("job_progress", dumps({"state": "running", "started": 1, "ended": 0, "pages_done": 2, "tokens": 90, "output_bytes": 300,
+                                 "prompt_tokens": 900, "finish_reason": "", "stop": "", "error_status": 0, "error": "",
+                                 "page_seconds": {}}))
 
 
 def main():

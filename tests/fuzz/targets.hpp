@@ -38,6 +38,9 @@
 #include "../../tools/cli/decode_limits.hpp"
 #include "../../tools/serve/chat_request.hpp"
 #include "../../tools/serve/job_options.hpp"
+#include "../../tools/serve/job_store.hpp"
+#include "../../tools/serve/redis.hpp"
+#include "../../tools/serve/storage.hpp"
 #include "../support/test_support.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
@@ -380,7 +383,9 @@ inline int fuzz_cli_args(const uint8_t* data, size_t size) {
 
 // uocr serve's request parsers: the bytes as a chat completions body (tools/serve/chat_request.hpp)
 // and as a job's options (job_options.hpp). An ApiError of status 4xx is the refusal; a prompt
-// without exactly one "<image>", or a request without an image, would be a finding.
+// without exactly one "<image>", or a request without an image, would be a finding. And the
+// fleet's: a Redis URL (redis.hpp), a storage key (storage.hpp; one that climbs out of its folder
+// would be a finding) and a job's progress as a job hash holds it (job_store.hpp).
 inline int fuzz_service_request(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
   auto refused = [](auto&& parse) {
@@ -404,6 +409,25 @@ inline int fuzz_service_request(const uint8_t* data, size_t size) {
     uocr_serve::set_job_options(o, j);
     detail::expect(o.first_page >= 1 && (o.last_page == 0 || o.last_page >= o.first_page), "a page range is ordered");
   });
+  try {
+    const uocr_serve::RedisAddress a = uocr_serve::RedisAddress::parse(body);
+    detail::expect(!a.host.empty() && a.port >= 1 && a.port <= 65535 && a.db >= 0, "a Redis address has a host, a port and a database");
+  } catch (const uocr::Error& e) {
+    detail::expect(e.status() == uocr::Status::invalid_argument, "a bad Redis URL is invalid_argument");
+  }
+  if (uocr_serve::is_storage_key(body)) {
+    detail::expect(body.front() != '/' && ("/" + body + "/").find("/../") == std::string::npos, "a storage key stays in its folder");
+  }
+  const nlohmann::json progress = nlohmann::json::parse(body, nullptr, false);
+  if (!progress.is_discarded()) {
+    try {
+      uocr_serve::Job::Progress p;
+      read_progress(progress, p);
+    } catch (const nlohmann::json::exception&) {
+    } catch (const uocr::Error& e) {
+      detail::expect(e.status() == uocr::Status::invalid_argument, "a bad job state is invalid_argument");
+    }
+  }
   return 0;
 }
 
