@@ -7,7 +7,7 @@
 //   uocr:jobs:dead                    the dead-letter stream: {job, deliveries, error}
 //   uocr:job:ID                       hash: created, pages_total, inputs, options, pool, state, progress
 //                                     (Job::Progress as JSON), generation, owner, msg, checkpoint, result,
-//                                     cancel, releases, last_error, version
+//                                     cancel, deliveries, last_error, version
 //   uocr:text:ID                      the Markdown written so far, while the job runs
 //   uocr:expiry                       sorted set: ended jobs by when they are deleted
 //   storage jobs/ID/input/NNNN.*      the uploads; jobs/ID/checkpoint-gG-N and jobs/ID/result-gG.md
@@ -59,13 +59,14 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'queued' and state ~= 'running' then return -2 end
 local g = redis.call('HINCRBY', KEYS[1], 'generation', 1)
+redis.call('HINCRBY', KEYS[1], 'deliveries', 1)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'msg', ARGV[2], 'state', 'running')
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 return g
 )";
 
 // Takes over one entry whose lease expired (XAUTOCLAIM) and the job with it, or sends the job to
-// the dead-letter stream when it was taken more than max_deliveries times without ending.
+// the dead-letter stream when max_deliveries workers took it and none ended or released it.
 // KEYS: stream, dead stream, expiry. ARGV: group, consumer, lease_ms, max_deliveries, now, expire_at.
 // nil: nothing expired; {'taken', id, msg, generation}; {'dead', id, error}; {'gone', id}.
 inline const char* const kReclaim = R"(
@@ -83,17 +84,16 @@ if not state or (state ~= 'queued' and state ~= 'running') then
   redis.call('XDEL', KEYS[1], msg)
   return {'gone', id}
 end
-local delivered = redis.call('XPENDING', KEYS[1], ARGV[1], msg, msg, 1)[1][4]
-local tries = delivered - tonumber(redis.call('HGET', hash, 'releases') or '0')
+local tries = tonumber(redis.call('HGET', hash, 'deliveries') or '0')
 local owner = redis.call('HGET', hash, 'owner') or ''
 local last = redis.call('HGET', hash, 'last_error') or ''
 if owner ~= '' then
   last = 'worker ' .. owner .. ' stopped renewing its lease'
   redis.call('HSET', hash, 'last_error', last)
 end
-if tries > tonumber(ARGV[4]) then
-  local err = 'the job was taken ' .. (tries - 1) .. ' times and no worker finished it (last: ' .. last .. ')'
-  redis.call('XADD', KEYS[2], '*', 'job', id, 'deliveries', tostring(delivered), 'error', err)
+if tries >= tonumber(ARGV[4]) then
+  local err = 'the job was taken ' .. tries .. ' times and no worker finished it (last: ' .. last .. ')'
+  redis.call('XADD', KEYS[2], '*', 'job', id, 'deliveries', tostring(tries), 'error', err)
   redis.call('XACK', KEYS[1], ARGV[1], msg)
   redis.call('XDEL', KEYS[1], msg)
   local p = cjson.decode(redis.call('HGET', hash, 'progress'))
@@ -109,6 +109,7 @@ if tries > tonumber(ARGV[4]) then
   return {'dead', id, err}
 end
 local g = redis.call('HINCRBY', hash, 'generation', 1)
+redis.call('HINCRBY', hash, 'deliveries', 1)
 redis.call('HSET', hash, 'owner', ARGV[2], 'msg', msg, 'state', 'running')
 redis.call('HINCRBY', hash, 'version', 1)
 return {'taken', id, msg, tostring(g)}
@@ -153,15 +154,18 @@ redis.call('ZADD', KEYS[4], ARGV[7], ARGV[8])
 return 1
 )";
 
-// Gives the job back at once (a draining worker): the next reaper takes it without waiting for
-// the lease. KEYS: hash, stream. ARGV: generation, group, msg, why. 0: fenced off.
+// Gives the job back (a draining worker): its entry is replaced by a new one at the end of the
+// stream, which the next free worker takes as it takes any job; the delivery does not count
+// towards max_deliveries. KEYS: hash, stream. ARGV: generation, group, msg, why, id. 0: fenced off.
 inline const char* const kRelease = R"(
 if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
 redis.call('HINCRBY', KEYS[1], 'generation', 1)
-redis.call('HINCRBY', KEYS[1], 'releases', 1)
+redis.call('HINCRBY', KEYS[1], 'deliveries', -1)
 redis.call('HINCRBY', KEYS[1], 'version', 1)
-redis.call('HSET', KEYS[1], 'state', 'queued', 'owner', '', 'last_error', ARGV[4])
-redis.call('XCLAIM', KEYS[2], ARGV[2], 'released', 0, ARGV[3], 'IDLE', '1000000000', 'JUSTID')
+redis.call('XACK', KEYS[2], ARGV[2], ARGV[3])
+redis.call('XDEL', KEYS[2], ARGV[3])
+local msg = redis.call('XADD', KEYS[2], '*', 'job', ARGV[5])
+redis.call('HSET', KEYS[1], 'state', 'queued', 'owner', '', 'msg', msg, 'last_error', ARGV[4])
 return 1
 )";
 
@@ -242,7 +246,7 @@ class Fleet {
           "created", std::to_string(job.created), "pages_total", std::to_string(job.pages_total),
           "inputs", nlohmann::json(job.inputs).dump(), "options", job.options.to_json().dump(), "pool", pool_name(pool),
           "state", "queued", "progress", progress_json(Job::Progress{}).dump(), "generation", "0", "version", "1",
-          "releases", "0", "cancel", "0"};
+          "deliveries", "0", "cancel", "0"};
       std::vector<std::string> args = {std::to_string(max_waiting), job.id()};
       args.insert(args.end(), fields.begin(), fields.end());
       if (redis_.eval(fleet_lua::kEnqueue, {hash(job.id()), stream(pool)}, args).number() == 0)
@@ -445,7 +449,7 @@ class Fleet {
 
   // Gives the job back for another worker to take now (its checkpoint stays).
   bool release(const Lease& l, const std::string& why) {
-    return redis_.eval(fleet_lua::kRelease, {hash(l.id), l.stream}, {l.generation, kGroup, l.msg, why}).number() == 1;
+    return redis_.eval(fleet_lua::kRelease, {hash(l.id), l.stream}, {l.generation, kGroup, l.msg, why, l.id}).number() == 1;
   }
 
  private:
