@@ -13,6 +13,7 @@
 Uses the fleet test's helpers (tests/serve/test_fleet.py): redis-server, requests, poppler-utils.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,12 +42,27 @@ def redis_calls(redis):
     return {name[8:]: int(v.split(",")[0].split("=")[1]) for name, v in stats}
 
 
-def fleet_run(docs, workers, threads):
+@contextlib.contextmanager
+def fleet(workers, threads, *worker_options):
+    """Redis, a storage folder, one API node and `workers` workers; all stopped at the end."""
     redis = RedisServer()
     store = tempfile.mkdtemp(prefix="uocr-bench-store-")
-    api = Server("--queue", redis.url, "--storage", "file://" + store, "--max-concurrency", "1")
-    ws = [Worker(redis, "file://" + store, f"b{i}", threads=threads) for i in range(workers)]
+    api, ws = None, []
     try:
+        api = Server("--queue", redis.url, "--storage", "file://" + store, "--max-concurrency", "1")
+        ws = [Worker(redis, "file://" + store, f"b{i}", *worker_options, threads=threads) for i in range(workers)]
+        yield redis, api, ws
+    finally:
+        for w in ws:
+            w.stop()
+        if api:
+            api.stop()
+        redis.stop()
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def fleet_run(docs, workers, threads):
+    with fleet(workers, threads) as (redis, api, _):
         redis.command("CONFIG", "RESETSTAT")
         t0 = time.time()
         ids = [submit(api, d) for d in docs]
@@ -55,21 +71,10 @@ def fleet_run(docs, workers, threads):
         seconds = time.time() - t0
         calls = redis_calls(redis)
         return seconds, sum(calls.values()) - calls.get("xreadgroup", 0) - calls.get("config|resetstat", 0), calls.get("xreadgroup", 0)
-    finally:
-        for w in ws:
-            w.stop()
-        api.stop()
-        redis.stop()
-        shutil.rmtree(store, ignore_errors=True)
 
 
 def migration(pdf30, threads):
-    redis = RedisServer()
-    store = tempfile.mkdtemp(prefix="uocr-bench-store-")
-    api = Server("--queue", redis.url, "--storage", "file://" + store, "--max-concurrency", "1")
-    ws = [Worker(redis, "file://" + store, f"m{i}", "--lease-seconds", "3", "--checkpoint-every-tokens", "64", threads=threads)
-          for i in range(2)]
-    try:
+    with fleet(2, threads, "--lease-seconds", "3", "--checkpoint-every-tokens", "64") as (redis, api, ws):
         t0 = time.time()
         plain = submit(api, pdf30)
         wait_job(api.url, plain, seconds=1800)
@@ -91,12 +96,6 @@ def migration(pdf30, threads):
         interrupted = time.time() - t0
         resumed = [l for l in survivor.events("job_resumed") if l["id"] == job][0]
         return uninterrupted, interrupted, taken_after, resumed["recomputed_tokens"], resumed["checkpoint_tokens"]
-    finally:
-        for w in ws:
-            w.stop()
-        api.stop()
-        redis.stop()
-        shutil.rmtree(store, ignore_errors=True)
 
 
 def main():

@@ -16,9 +16,10 @@
 
 namespace uocr_serve {
 
-inline int cmd_serve(const uocr_cli::Args& args) {
-  // Every thread started from here on (HTTP pool, workers, OpenMP) inherits this mask, so the
-  // signals reach only the sigwait below; a client that goes away must not kill the process.
+// SIGTERM, SIGINT and SIGHUP blocked in this thread and so in every thread started from here on
+// (HTTP pool, workers, OpenMP): they reach only the caller's sigwait on the set returned. SIGPIPE
+// ignored: a client that goes away must not kill the process.
+inline sigset_t block_stop_signals() {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -26,6 +27,13 @@ inline int cmd_serve(const uocr_cli::Args& args) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  return stop_signals;
+}
+
+inline const char* stop_signal_name(int signal) { return signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP"; }
+
+inline int cmd_serve(const uocr_cli::Args& args) {
+  sigset_t stop_signals = block_stop_signals();
 
   const ServeConfig config = load_serve_config(args);
   Log log(config.log_level);
@@ -52,7 +60,7 @@ inline int cmd_serve(const uocr_cli::Args& args) {
   std::thread http([&] { server.listen(); });
   int signal = 0;
   sigwait(&stop_signals, &signal);
-  log.info("shutting_down", {{"signal", signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP"}});
+  log.info("shutting_down", {{"signal", stop_signal_name(signal)}});
   server.stop();
   http.join();
   log.info("stopped");

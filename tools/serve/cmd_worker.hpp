@@ -13,18 +13,13 @@
 #include <httplib.h>
 
 #include "../cli/args.hpp"
+#include "cmd_serve.hpp"
 #include "worker.hpp"
 
 namespace uocr_serve {
 
 inline int cmd_worker(const uocr_cli::Args& args) {
-  sigset_t stop_signals;  // reach only the sigwait below (every thread inherits the mask)
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals = block_stop_signals();
 
   ServeConfig config = load_serve_config(args);
   uocr::require(!config.queue.empty(), uocr::Status::invalid_argument, "uocr worker needs --queue redis://HOST:PORT and --storage URL");
@@ -66,7 +61,7 @@ inline int cmd_worker(const uocr_cli::Args& args) {
   int signal = 0;
   sigwait(&stop_signals, &signal);
   draining = true;
-  log.info("draining", {{"signal", signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP"}, {"running", worker.running()}});
+  log.info("draining", {{"signal", stop_signal_name(signal)}, {"running", worker.running()}});
   worker.drain();
   http.stop();
   listener.join();

@@ -23,15 +23,11 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <cerrno>
-#include <cstring>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "../cli/output.hpp"
 #include "api_error.hpp"
+#include "durable_file.hpp"
 #include "job_options.hpp"
 #include "log.hpp"
 #include "uocr/io/read_file.hpp"
@@ -253,9 +249,7 @@ class JobStore {
   void save(const Job& job) const {
     nlohmann::json j = progress_json(job.progress());
     j.update({{"id", job.id()}, {"created", job.created}, {"inputs", job.inputs}, {"pages_total", job.pages_total}, {"options", job.options.to_json()}});
-    const std::filesystem::path tmp = job.dir() / "job.json.tmp";
-    write_durably(tmp, j.dump(1));
-    std::filesystem::rename(tmp, job.dir() / "job.json");
+    replace_durably(job.dir() / "job.json", j.dump(1));
   }
 
   // Reads every job folder (at start-up): the jobs that had not ended, oldest first, to decode
@@ -332,28 +326,6 @@ class JobStore {
     char b[32];
     std::snprintf(b, sizeof b, "job-%016llx%08llx", (unsigned long long)rng(), (unsigned long long)(rng() & 0xffffffffu));
     return b;
-  }
-
-  // Writes the file and syncs it to disk (its folder too), or throws Error(io).
-  static void write_durably(const std::filesystem::path& path, const std::string& bytes) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    uocr::require(fd >= 0, uocr::Status::io, [&] { return "cannot write " + path.string() + ": " + std::strerror(errno); });
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += size_t(n);
-    }
-    const bool ok = done == bytes.size() && ::fsync(fd) == 0;
-    const int err = errno;
-    ::close(fd);
-    uocr::require(ok, uocr::Status::io, [&] { return "cannot write " + path.string() + ": " + std::strerror(err); });
-    const int dir = ::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir >= 0) {
-      ::fsync(dir);
-      ::close(dir);
-    }
   }
 
   std::filesystem::path root_;

@@ -26,6 +26,7 @@
 #include "storage.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/io/sha256.hpp"
+#include "uocr/tokenizer/utf8.hpp"
 
 #if LIBCURL_VERSION_NUM < 0x074b00
 #error "S3 storage needs libcurl 7.75 or newer (CURLOPT_AWS_SIGV4)"
@@ -57,24 +58,6 @@ inline std::string uri_encode(const std::string& s, bool keep_slash) {
   return out;
 }
 
-inline void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += char(cp);
-  } else if (cp < 0x800) {
-    out += char(0xc0 | (cp >> 6));
-    out += char(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += char(0xe0 | (cp >> 12));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  } else {
-    out += char(0xf0 | (cp >> 18));
-    out += char(0x80 | ((cp >> 12) & 0x3f));
-    out += char(0x80 | ((cp >> 6) & 0x3f));
-    out += char(0x80 | (cp & 0x3f));
-  }
-}
-
 // The five predefined XML entities and character references; anything else stays as written.
 inline std::string xml_unescape(const std::string& s) {
   std::string out;
@@ -100,7 +83,7 @@ inline std::string xml_unescape(const std::string& s) {
         out += s[i++];
         continue;
       }
-      append_utf8(out, uint32_t(cp));
+      uocr::utf8::append(out, char32_t(cp));
     } else {
       out += s[i++];
       continue;

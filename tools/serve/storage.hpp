@@ -4,18 +4,13 @@
 //   s3://bucket/prefix    any S3-compatible store (s3_storage.hpp)
 // Every put is atomic: a reader sees the old object or the new one, never a part of one.
 #pragma once
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 
+#include "durable_file.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/io/read_file.hpp"
 
@@ -54,7 +49,7 @@ inline void require_storage_key(const std::string& key) {
   uocr::require(is_storage_key(key), uocr::Status::invalid_argument, [&] { return "'" + key + "' is not a storage key"; });
 }
 
-// file:///path: objects are files under the folder, written to a temporary name, synced and renamed.
+// file:///path: objects are files under the folder, replaced durably (durable_file.hpp).
 class FileStorage final : public Storage {
  public:
   explicit FileStorage(std::filesystem::path root) : root_(std::move(root)) {
@@ -69,26 +64,7 @@ class FileStorage final : public Storage {
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     uocr::require(!ec, uocr::Status::io, [&] { return "cannot create " + path.parent_path().string() + ": " + ec.message(); });
-    const std::filesystem::path tmp = path.string() + ".tmp-" + random_suffix();
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    uocr::require(fd >= 0, uocr::Status::io, [&] { return "cannot write " + tmp.string() + ": " + std::strerror(errno); });
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += size_t(n);
-    }
-    const bool ok = done == bytes.size() && ::fsync(fd) == 0;
-    const int err = errno;
-    ::close(fd);
-    if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) {
-      sync_folder(path.parent_path());
-      return;
-    }
-    const int rename_err = ok ? errno : err;
-    std::filesystem::remove(tmp, ec);
-    throw uocr::Error(uocr::Status::io, "cannot write " + path.string() + ": " + std::strerror(rename_err));
+    replace_durably(path, bytes);
   }
 
   std::optional<std::string> get(const std::string& key) override {
@@ -120,17 +96,6 @@ class FileStorage final : public Storage {
   std::string url() const override { return "file://" + root_.string(); }
 
  private:
-  static std::string random_suffix() {
-    static thread_local std::mt19937_64 rng{std::random_device{}()};
-    return std::to_string(rng());
-  }
-  static void sync_folder(const std::filesystem::path& dir) {
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    ::fsync(fd);
-    ::close(fd);
-  }
-
   std::filesystem::path root_;
 };
 
