@@ -131,9 +131,11 @@ class Worker final : public JobMirror {
         bool took = false;
         if (Clock::now() - last_reclaim >= reclaim_every) {
           last_reclaim = Clock::now();
-          for (Pool p : pools_) took = reclaim(p) || took;
+          for (size_t i = 0; i < pools_.size() && !took; ++i)
+            if (has_room(pools_[i])) took = reclaim(pools_[i]);
         }
         for (size_t i = 0; i < pools_.size() && !took && !draining_; ++i) {
+          if (!has_room(pools_[i])) continue;
           std::optional<Lease> lease = fleet_.take(pools_[i], consumer_, kTakeBlockMs);
           if (lease) took = start_job(*lease, false);
         }
@@ -145,6 +147,16 @@ class Worker final : public JobMirror {
         wake_.wait_for(lock, std::chrono::seconds(1), [&] { return draining_.load(); });
       }
     }
+  }
+
+  // Whether a job of pool p would start at once: a long one only while fewer than
+  // max_long_running long ones run here (a taken job that waits holds its lease for nothing).
+  bool has_room(Pool p) const {
+    if (p == Pool::short_documents) return true;
+    std::lock_guard<std::mutex> lock(m_);
+    const int long_running = int(std::count_if(running_.begin(), running_.end(),
+                                               [](const auto& r) { return r.second->lease.stream == Fleet::stream(Pool::long_documents); }));
+    return long_running < config_.long_running_limit();
   }
 
   bool reclaim(Pool p) {
