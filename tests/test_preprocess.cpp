@@ -668,6 +668,11 @@ TEST_CASE("a PNG chunk that claims more bytes than the file has is refused befor
       read_bytes(uocr_test::source_dir() + "/tests/fuzz/regressions/image/png_chunk_claims_a_gigabyte");
   msg = message_of([&] { uocr::decode_image(found.data(), found.size()); });
   CHECK(msg.find("claims") != std::string::npos);
+  // And 675 bytes whose last chunk header, cut off before its CRC, claimed 2 GiB.
+  const std::vector<uint8_t> cut =
+      read_bytes(uocr_test::source_dir() + "/tests/fuzz/regressions/image/png_last_chunk_header_claims_two_gigabytes");
+  msg = message_of([&] { uocr::decode_image(cut.data(), cut.size()); });
+  CHECK(msg.find("PNG chunk 'IDAT' at byte 664 claims 2048852046 bytes but the file has 0 left") != std::string::npos);
   // Bytes after IEND are nobody's business: such a file still decodes.
   const std::vector<uint8_t> good = read_bytes(uocr_test::golden("page.png"));
   std::vector<uint8_t> trailing = good;

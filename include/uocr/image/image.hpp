@@ -215,14 +215,16 @@ inline bool png_header(const uint8_t* d, size_t size, ImageHeader& out) {
 
 // Refuses a PNG with a chunk that claims more bytes than the file has left: stb_image grows its
 // buffer for an IDAT chunk to the claimed length before reading it, so a few hundred bytes could
-// claim a gigabyte. Chunks after IEND are not read by anyone and are not looked at.
+// claim a gigabyte. stb reads a chunk once its 8-byte header (length, type) is there, so a last
+// header cut off before its CRC is checked as well. Chunks after IEND are not read by anyone and
+// are not looked at.
 inline void require_png_chunks_in_file(const uint8_t* d, size_t size) {
-  for (size_t at = 8; size - at >= 12;) {
+  for (size_t at = 8; size - at >= 8;) {
     const uint64_t length = uint64_t(d[at]) << 24 | uint64_t(d[at + 1]) << 16 | uint64_t(d[at + 2]) << 8 | d[at + 3];
-    require(length <= size - at - 12, Status::invalid_image, [&] {
+    require(length + 12 <= uint64_t(size - at), Status::invalid_image, [&] {
       return "cannot decode image: PNG chunk '" + std::string(reinterpret_cast<const char*>(d + at + 4), 4) + "' at byte " +
              std::to_string(at) + " claims " + std::to_string(length) + " bytes but the file has " +
-             std::to_string(size - at - 12) + " left (truncated or corrupt)";
+             std::to_string(size - at >= 12 ? size - at - 12 : 0) + " left (truncated or corrupt)";
     });
     if (std::memcmp(d + at + 4, "IEND", 4) == 0) return;
     at += 12 + size_t(length);
