@@ -88,10 +88,13 @@ class Jobs {
     if (!fleet_) return store_.find(id);
     return fleet_call([&] { return fleet_->snapshot(id); });
   }
-  // Waits up to `wait` for the job to change; returns it as it stands then.
-  std::shared_ptr<Job> await(const std::shared_ptr<Job>& job, std::chrono::milliseconds wait) {
+  // The job's change counter: take it before looking at the job, then await() from it.
+  uint64_t version(const Job& job) const { return fleet_ ? job.fleet_version : job.version(); }
+  // Waits up to `wait` for the job to change after version `seen` (a change since then returns
+  // at once); returns the job as it stands then, `seen` moved to its version.
+  std::shared_ptr<Job> await(const std::shared_ptr<Job>& job, uint64_t& seen, std::chrono::milliseconds wait) {
     if (!fleet_) {
-      job->wait_change(job->version(), wait);
+      seen = job->wait_change(seen, wait);
       return job;
     }
     const auto until = std::chrono::steady_clock::now() + wait;
@@ -99,7 +102,10 @@ class Jobs {
       std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(wait, kFleetPoll));
       std::shared_ptr<Job> now = find(job->id());
       if (!now) return job;
-      if (now->fleet_version != job->fleet_version || std::chrono::steady_clock::now() >= until) return now;
+      if (now->fleet_version != seen || std::chrono::steady_clock::now() >= until) {
+        seen = now->fleet_version;
+        return now;
+      }
     }
   }
   // The job's Markdown from byte `offset` as far as its progress says it was written.

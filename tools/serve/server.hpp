@@ -256,8 +256,8 @@ class Server {
       with_job(req, res, [&](std::shared_ptr<Job> job) {
         const double wait = req.has_param("wait") ? parse_wait(req.get_param_value("wait")) : 0;
         const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait));
-        while (!job_ended(job->progress().state) && std::chrono::steady_clock::now() < until && !stopping_)
-          job = jobs_.await(job, std::chrono::milliseconds(500));
+        for (uint64_t seen = jobs_.version(*job); !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until && !stopping_;)
+          job = jobs_.await(job, seen, std::chrono::milliseconds(500));
         res.set_content(job->status_json().dump(), "application/json");
       });
     });
@@ -266,8 +266,9 @@ class Server {
         jobs_.cancel(job);
         // The work stops at its next token; answer once it has (or after 10 s, still cancelling).
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        for (job = jobs_.find(job->id()); job && !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until;)
-          job = jobs_.await(job, std::chrono::milliseconds(200));
+        job = jobs_.find(job->id());
+        for (uint64_t seen = job ? jobs_.version(*job) : 0; job && !job_ended(job->progress().state) && std::chrono::steady_clock::now() < until;)
+          job = jobs_.await(job, seen, std::chrono::milliseconds(200));
         if (!job) throw ApiError(404, "no job " + std::string(req.matches[1]), "id");
         res.set_content(job->status_json().dump(), "application/json");
       });
@@ -357,6 +358,7 @@ class Server {
       bool status_sent = false;
       uint64_t offset = 0;
       int64_t pages_done = -1;
+      uint64_t seen = 0;  // the job's version when it was last looked at
       std::shared_ptr<Job> job;
     };
     auto state = std::make_shared<State>();
@@ -374,9 +376,10 @@ class Server {
           try {
             if (!state->status_sent) {
               state->status_sent = true;
+              state->seen = jobs_.version(*job);
               out = event("status", job->status_json());
             } else {
-              job = jobs_.await(job, std::chrono::milliseconds(1000));
+              job = jobs_.await(job, state->seen, std::chrono::milliseconds(1000));
             }
             // A resumed job's text is the same bytes again up to where this stream is: only what
             // lies beyond is sent.
