@@ -4,7 +4,7 @@
 #   tests/fuzz/run.sh [SECONDS-PER-TARGET] [TARGET...]    (default: 60 s, every target)
 #
 # Builds each target with clang (libFuzzer, ASan, UBSan) into build-fuzz/, again only when a file
-# it includes changed, then runs it for SECONDS on a copy of tests/fuzz/corpus/TARGET/ and
+# it includes changed, then runs it for SECONDS (UOCR_FUZZ_JOBS targets at a time, default 2) on a copy of tests/fuzz/corpus/TARGET/ and
 # tests/fuzz/regressions/TARGET/ (the committed files never change). Prints per target the inputs
 # run, the new corpus units and the seconds taken. Exits 1 when a run finds a crash, leak, UB,
 # timeout, out-of-memory or an exception that is not a refusal, naming the target and the input
@@ -66,39 +66,65 @@ ignored=$(printf '%s\n' 'src:*/eigen3/*' 'src:*include/uocr/vision/*' 'src:*incl
   'fun:*Fnv64*')
 [[ -e $ignore && $(<"$ignore") == "$ignored" ]] || echo "$ignored" >"$ignore"
 
-build_seconds=0
+# Two at a time: each compile is one process, and CI's machine has two cores.
+jobs=${UOCR_FUZZ_JOBS:-2}
+rm -f "$out/build-failed"
+build_start=$SECONDS
 for t in "${targets[@]}"; do
   bin=$out/fuzz_$t
   if stale "$bin" "$bin.d" "$stb"; then
-    start=$SECONDS
-    nice "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer "${sanitize[@]}" -fsanitize-coverage-ignorelist="$ignore" -Iinclude \
-      "${deps_flags[@]}" -DUOCR_HAVE_LIBJPEG -MMD -MF "$bin.d" "tests/fuzz/fuzz_$t.cpp" "$stb" -ljpeg -lpthread -o "$bin"
-    build_seconds=$((build_seconds + SECONDS - start))
-    echo "built $bin in $((SECONDS - start)) s"
+    (
+      start=$SECONDS
+      if nice "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer "${sanitize[@]}" -fsanitize-coverage-ignorelist="$ignore" \
+        -Iinclude "${deps_flags[@]}" -DUOCR_HAVE_LIBJPEG -MMD -MF "$bin.d" "tests/fuzz/fuzz_$t.cpp" "$stb" -ljpeg -lpthread \
+        -o "$bin"; then
+        echo "built $bin in $((SECONDS - start)) s"
+      else
+        rm -f "$bin"
+        echo "$t" >>"$out/build-failed"
+      fi
+    ) &
+    while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
   fi
 done
-echo "build: ${build_seconds} s"
+wait
+if [[ -e $out/build-failed ]]; then
+  echo "building fuzz targets failed: $(tr '\n' ' ' <"$out/build-failed")" >&2
+  exit 1
+fi
+echo "build: $((SECONDS - build_start)) s"
 
-failed=()
-run_seconds=0
-printf '%-16s %12s %10s %8s\n' target execs new-units seconds
-for t in "${targets[@]}"; do
-  work=$out/work/$t
-  findings=$out/findings/$t
+# run_target TARGET: one libFuzzer run; its exit status and seconds go to its work folder.
+run_target() {
+  local t=$1 work=$out/work/$1 findings=$out/findings/$1 start=$SECONDS rc=0 kind
   rm -rf "$work" "$findings"
   mkdir -p "$work/corpus" "$work/tmp" "$findings"
   for kind in corpus regressions; do
     if [[ -d tests/fuzz/$kind/$t ]]; then cp -R "tests/fuzz/$kind/$t/." "$work/corpus/"; fi
   done
-  start=$SECONDS
-  rc=0
   # The scratch files of the targets (TMPDIR) stay inside build-fuzz; the outer timeout only
   # catches a hung process (start-up, final statistics), libFuzzer's own limits come first.
   UOCR_SOURCE_DIR=$root TMPDIR=$root/$work/tmp timeout -k 10 $((seconds + 300)) "$out/fuzz_$t" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="${max_len[$t]}" -print_final_stats=1 \
     -artifact_prefix="$findings/" "$work/corpus" >"$work/log" 2>&1 || rc=$?
-  elapsed=$((SECONDS - start))
-  run_seconds=$((run_seconds + elapsed))
+  echo "$rc $((SECONDS - start))" >"$work/result"
+}
+
+# As many targets at a time as builds: libFuzzer runs one process, and the limits hold per target.
+run_start=$SECONDS
+for t in "${targets[@]}"; do
+  run_target "$t" &
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+done
+wait
+run_seconds=$((SECONDS - run_start))
+
+failed=()
+printf '%-16s %12s %10s %8s\n' target execs new-units seconds
+for t in "${targets[@]}"; do
+  work=$out/work/$t
+  findings=$out/findings/$t
+  read -r rc elapsed <"$work/result"
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
   added=$(sed -n 's/^stat::new_units_added: *//p' "$work/log")
   printf '%-16s %12s %10s %8s\n' "$t" "${execs:-?}" "${added:-?}" "$elapsed"
