@@ -72,7 +72,8 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, slide_kv) == 1
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_image_bytes) == 152, "max_image_bytes moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_jpeg_scans) == 160, "max_jpeg_scans moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, page_time_budget_seconds) == 168, "page_time_budget_seconds moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 176, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, precision) == 176, "precision moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 184, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -115,6 +116,8 @@ UOCR_PIN_STATUS(UOCR_E_CANCELLED, cancelled);
 UOCR_PIN_STATUS(UOCR_E_INTERNAL, internal);
 
 #define UOCR_PIN_STOP(c, core) static_assert((c) == int(uocr::StopReason::core), #c " must equal uocr::StopReason::" #core)
+static_assert(UOCR_PRECISION_F32 == int(uocr::Precision::f32) && UOCR_PRECISION_BF16 == int(uocr::Precision::bf16),
+              "UOCR_PRECISION_* must follow uocr::Precision");
 UOCR_PIN_STOP(UOCR_STOP_EOS, eos);
 UOCR_PIN_STOP(UOCR_STOP_MAX_TOKENS, max_tokens);
 UOCR_PIN_STOP(UOCR_STOP_CONTEXT_LIMIT, context_limit);
@@ -432,6 +435,10 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
   if (p.model_defaults != UOCR_MODEL_DEFAULTS_USE && p.model_defaults != UOCR_MODEL_DEFAULTS_IGNORE)
     fail(UOCR_E_INVALID_ARGUMENT, "model_defaults " + std::to_string(p.model_defaults) + " is not a UOCR_MODEL_DEFAULTS_* value");
   c.page_time_budget_seconds = p.page_time_budget_seconds;  // checked with the rest by the core
+  if (p.precision != UOCR_PRECISION_F32 && p.precision != UOCR_PRECISION_BF16)
+    fail(UOCR_E_INVALID_ARGUMENT, "precision " + std::to_string(p.precision) + " is not a UOCR_PRECISION_* value");
+  if (p.reserved_api11 != 0) fail(UOCR_E_INVALID_ARGUMENT, "reserved_api11 must be 0");
+  c.precision = p.precision == UOCR_PRECISION_BF16 ? uocr::Precision::bf16 : uocr::Precision::f32;
   return c;
 }
 

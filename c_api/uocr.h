@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 10
+#define UOCR_API_VERSION 11
 
 #ifdef __cplusplus
 extern "C" {
@@ -260,6 +260,13 @@ typedef struct uocr_session_params {
      * UOCR_STOP_TIME_BUDGET (status OK): the text so far and the last checkpoint are kept, and a
      * resumed run gets the budget afresh. 0 (default): none; negative or not finite: INVALID_ARGUMENT. */
     double page_time_budget_seconds;
+    /* API 11: the arithmetic of the vision encoder's and the prefill's large matrix products.
+     * F32 is the reference; BF16 (CPU backend) rounds their inputs to bf16 and sums in float32,
+     * about twice as fast where the CPU has AVX-512 BF16 and the same as F32 where it has none.
+     * Decode steps are F32 either way. Changes the tokens: a checkpoint resumes only with the
+     * precision it ran in. UNSUPPORTED: BF16 on Vulkan or CUDA. */
+    int32_t precision;         /* UOCR_PRECISION_*; 0: F32 (default) */
+    int32_t reserved_api11;    /* must be 0 */
     /* append-only below this line */
 } uocr_session_params;
 
@@ -271,6 +278,8 @@ typedef struct uocr_session_params {
  * text of its pages), re-based at each slide: bounded positions at any length, but not upstream's
  * one-shot numbering once the group slides (README.md). */
 #define UOCR_POSITIONS_GROUP 2
+#define UOCR_PRECISION_F32 0  /* (API 11) float32 products, the reference */
+#define UOCR_PRECISION_BF16 1 /* (API 11) bf16 inputs, float32 sums (CPU backend) */
 #define UOCR_MODEL_DEFAULTS_USE 0    /* fields left 0 take the model folder's uocr_decode.json */
 #define UOCR_MODEL_DEFAULTS_IGNORE 1 /* the library's defaults (upstream's), whatever the folder says */
 #define UOCR_SLIDE_KV_DEFAULT 0   /* API 8: the model folder's uocr_decode.json, else REUSE */

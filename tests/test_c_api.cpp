@@ -1215,3 +1215,47 @@ TEST_CASE("c_api: the time budget per page (API 10) stops a run between two toke
   CHECK(sum.stop_reason == UOCR_STOP_MAX_TOKENS);
   CHECK(api9 == whole);
 }
+
+TEST_CASE("c_api: precision (API 11): bf16 runs, bad values and other backends are refused, older structs run f32") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.precision == UOCR_PRECISION_F32);
+  CHECK(sp.reserved_api11 == 0);
+  uocr_session* s = nullptr;
+  sp.precision = 2;
+  CHECK(uocr_session_create(shared_model(), &sp, &s) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_last_error(), "precision"));
+  sp.precision = UOCR_PRECISION_F32;
+  sp.reserved_api11 = 1;
+  CHECK(uocr_session_create(shared_model(), &sp, &s) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_last_error(), "reserved_api11"));
+  sp.reserved_api11 = 0;
+  sp.precision = UOCR_PRECISION_BF16;
+  sp.backend = UOCR_BACKEND_VULKAN;
+  const int32_t vulkan = uocr_session_create(shared_model(), &sp, &s);
+  CHECK(vulkan == UOCR_E_UNSUPPORTED);  // not built in, or built in and not for bf16
+  sp.backend = UOCR_BACKEND_CPU;
+  sp.max_new_tokens = 12;
+
+  auto run = [&](const uocr_session_params& p) {
+    REQUIRE(uocr_session_create(shared_model(), &p, &s) == UOCR_OK);
+    REQUIRE(uocr_session_add_image_file(s, page_path().c_str()) == UOCR_OK);
+    uocr_run_summary sum;
+    uocr_run_summary_init(&sum);
+    REQUIRE(uocr_session_run(s, nullptr, nullptr, &sum) == UOCR_OK);
+    CHECK(sum.generated_tokens == 12);
+    const std::string text = session_text(s);
+    uocr_session_free(s);
+    return text;
+  };
+  const std::string bf16 = run(sp);
+  CHECK(!bf16.empty());
+  sp.precision = UOCR_PRECISION_F32;
+  const std::string f32 = run(sp);
+  // An API-10 caller's struct ends before the field: f32, whatever follows in memory.
+  std::vector<unsigned char> older(offsetof(uocr_session_params, precision) + 8, 0xFF);
+  const uint32_t size = uint32_t(offsetof(uocr_session_params, precision));
+  std::memcpy(older.data(), &sp, size);
+  std::memcpy(older.data(), &size, sizeof size);
+  CHECK(run(*reinterpret_cast<const uocr_session_params*>(older.data())) == f32);
+}

@@ -24,6 +24,7 @@
 
 #include "support/cli_process.hpp"
 #include "support/test_support.hpp"
+#include "uocr/backends/cpu/gemm_bf16.hpp"
 #include "uocr/io/npy.hpp"
 
 namespace fs = std::filesystem;
@@ -364,14 +365,27 @@ TEST_CASE("every command refuses an option it does not take, naming it, with a c
   CHECK(sub.output.find("inspect weights") != std::string::npos);
 }
 
-TEST_CASE("uocr run --stats json names the backend and device that ran") {
-  const Run r = run_cli("run --model '" + uocr_test::source_dir() + "/models/uocr-demo' --max-tokens 2 --stats json --quiet '" +
-                        uocr_test::source_dir() + "/samples/data/demo-page1.png'");
+TEST_CASE("uocr run --stats json names the backend, device and precision that ran") {
+  const std::string args = "run --model '" + uocr_test::source_dir() + "/models/uocr-demo' --max-tokens 2 --stats json --quiet '" +
+                           uocr_test::source_dir() + "/samples/data/demo-page1.png'";
+  const Run r = run_cli(args);
   INFO(r.output);
   CHECK(r.status == 3);
   CHECK(r.output.find("\"backend\": \"cpu\", \"device\": \"") != std::string::npos);
   CHECK(r.output.find("\"device\": \"\"") == std::string::npos);
-  CHECK(r.output.find("\"driver\": null}") != std::string::npos);
+  CHECK(r.output.find("\"driver\": null, \"precision\": \"f32\"}") != std::string::npos);
+  // bf16 is reported as it runs: f32 on a CPU without bf16 dot products.
+  const Run b = run_cli(args + " --precision bf16");
+  INFO(b.output);
+  CHECK(b.status == 3);
+  const std::string runs = uocr::cpu::bf16_compute_available() ? "bf16" : "f32";
+  CHECK(b.output.find("\"precision\": \"" + runs + "\"}") != std::string::npos);
+  const Run bad = run_cli(args + " --precision f16");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("--precision") != std::string::npos);
+  const Run vulkan = run_cli(args + " --precision bf16 --backend vulkan");
+  CHECK(vulkan.status != 0);
+  CHECK(vulkan.output.find("vulkan") != std::string::npos);
 }
 
 TEST_CASE("uocr finds the demo model from any working directory; UOCR_MODEL chooses another") {

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 
 #include "support/test_support.hpp"
+#include "uocr/backends/cpu/gemm_bf16.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/io/npy.hpp"
 #include "uocr/io/safetensors.hpp"
@@ -317,4 +319,67 @@ TEST_CASE("linear kernel matches a naive product for bf16 weights, decode and GE
       }
     CHECK(max_err < 1e-4);
   }
+}
+
+TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape, both weight types") {
+  if (!uocr::cpu::bf16_compute_available()) {
+    MESSAGE("this CPU has no AVX-512 BF16: Precision::bf16 runs the float32 kernels, checked below");
+  }
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  // m: one micro-kernel row short of a tile and past it, the tail; n: not a multiple of the
+  // 16-row panel or the 32-column step; k: odd (a zero-padded pair) and past one k pass (512).
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{129, 17, 3}, {200, 300, 257}, {131, 33, 1100}}) {
+    for (uocr::DType dtype : {uocr::DType::bf16, uocr::DType::f32}) {
+      std::vector<float> x(size_t(m * k)), wf(size_t(n * k)), bias(static_cast<size_t>(n));
+      for (float& v : x) v = nd(rng);
+      for (float& v : wf) v = nd(rng);
+      for (float& v : bias) v = nd(rng);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = uocr::f32_to_bf16(wf[i]);
+      uocr::TensorView w, b;
+      w.dtype = dtype;
+      w.shape = {n, k};
+      w.data = dtype == uocr::DType::bf16 ? reinterpret_cast<const uint8_t*>(wb.data()) : reinterpret_cast<const uint8_t*>(wf.data());
+      b.shape = {n};
+      b.data = reinterpret_cast<const uint8_t*>(bias.data());
+      std::vector<float> y(size_t(m * n)), y32(size_t(m * n));
+      uocr::cpu::linear(x.data(), m, w, &b, y.data(), uocr::Precision::bf16);
+      uocr::cpu::linear(x.data(), m, w, &b, y32.data(), uocr::Precision::f32);
+      // Reference in double over what bf16 compute multiplies: both operands rounded to bf16
+      // (exact products), so only float32 accumulation separates it from the kernel.
+      double worst = 0, differs = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double ref = bias[size_t(j)], scale = std::fabs(bias[size_t(j)]);
+          for (int64_t c = 0; c < k; ++c) {
+            const double t = double(uocr::round_to_bf16(x[size_t(i * k + c)])) * uocr::bf16_to_f32(wb[size_t(j * k + c)]);
+            ref += t;
+            scale += std::fabs(t);
+          }
+          worst = std::max(worst, std::fabs(ref - y[size_t(i * n + j)]) / scale);
+          differs = std::max(differs, double(std::fabs(y[size_t(i * n + j)] - y32[size_t(i * n + j)])));
+        }
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(k);
+      if (uocr::cpu::bf16_compute_available()) {
+        CHECK(worst < 1e-6);   // float32 accumulation error, relative to the sum of |terms|
+        CHECK(differs > 0);    // and not the float32 path: inputs were rounded
+      } else {
+        CHECK(differs == 0);
+      }
+    }
+  }
+  // m <= kSmallGemmRows (decode, MoE experts) keeps float32 whatever is asked.
+  const int64_t m = 64, n = 40, k = 24;
+  std::vector<float> x(size_t(m * k)), wf(size_t(n * k)), y(size_t(m * n)), y32(size_t(m * n));
+  for (float& v : x) v = nd(rng);
+  for (float& v : wf) v = nd(rng);
+  uocr::TensorView w;
+  w.shape = {n, k};
+  w.data = reinterpret_cast<const uint8_t*>(wf.data());
+  uocr::cpu::linear(x.data(), m, w, nullptr, y.data(), uocr::Precision::bf16);
+  uocr::cpu::linear(x.data(), m, w, nullptr, y32.data(), uocr::Precision::f32);
+  CHECK(y == y32);
 }

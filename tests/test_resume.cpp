@@ -198,6 +198,45 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   }
 }
 
+TEST_CASE("in bf16 precision a cancelled run resumes exactly, and its checkpoint is not resumed in f32") {
+  uocr::SessionParams bf16 = resume_params();
+  bf16.precision = uocr::Precision::bf16;
+  Recorded full;
+  uocr::Session ref(tiny_model(), bf16, resume_groups());
+  const bool runs_bf16 = ref.engine_info().precision == uocr::Precision::bf16;
+  CHECK(runs_bf16 == uocr::cpu::bf16_compute_available());
+  uocr::FilePages ref_pages(page_files());
+  const uocr::RunSummary a = ref.run(ref_pages, recorder(full));
+  REQUIRE(a.generated_tokens == 40);
+
+  const std::string ck = tmp("bf16.ckpt");
+  fs::remove(ck);
+  uocr::CheckpointOptions opt;
+  opt.path = ck;
+  opt.every_tokens = 5;
+  uocr::Session first(tiny_model(), bf16, resume_groups());
+  uocr::FilePages first_pages(page_files());
+  int64_t seen = 0;
+  first.run(first_pages, [&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++seen < 23; }, opt);
+  REQUIRE(fs::exists(ck));
+
+  opt.resume = true;
+  Recorded rest;
+  uocr::Session second(tiny_model(), bf16, resume_groups());
+  uocr::FilePages second_pages(page_files());
+  second.run(second_pages, recorder(rest), opt);
+  CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + 20, full.tokens.end()));
+
+  if (runs_bf16) {
+    uocr::Session f32(tiny_model(), resume_params(), resume_groups());
+    uocr::FilePages f32_pages(page_files());
+    const std::string msg = uocr_test::message_of([&] { f32.run(f32_pages, {}, opt); });
+    CHECK(msg.find("other parameters") != std::string::npos);
+    CHECK(msg.find("precision=bf16") != std::string::npos);
+  }
+  fs::remove(ck);
+}
+
 TEST_CASE("a checkpoint with a right checksum and token ids outside the vocabulary is refused, naming the field") {
   const std::string ck = tmp("forged.ckpt");
   fs::remove(ck);

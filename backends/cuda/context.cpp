@@ -61,7 +61,7 @@ struct Context::Impl {
   DeviceInfo info;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
-  GemmPrecision precision = GemmPrecision::f32;
+  Precision precision = Precision::f32;
   std::unordered_map<size_t, std::vector<void*>> free_blocks;  // block size -> cached blocks
   MemoryStats stats;
   std::vector<Buffer> scratch;
@@ -110,8 +110,8 @@ const DeviceInfo& Context::info() const { return impl_->info; }
 void Context::make_current() const { check(cudaSetDevice(impl_->info.index), "cudaSetDevice"); }
 void* Context::stream() const { return impl_->stream; }
 void* Context::blas() const { return impl_->blas; }
-GemmPrecision Context::gemm_precision() const { return impl_->precision; }
-void Context::set_gemm_precision(GemmPrecision p) { impl_->precision = p; }
+Precision Context::gemm_precision() const { return impl_->precision; }
+void Context::set_gemm_precision(Precision p) { impl_->precision = p; }
 
 // What a capture must not contain: an allocation (it is not recorded, so the graph would hold
 // a block sized for this step only; capture() sees refused_alloc and lets the caller run

@@ -1,11 +1,11 @@
 // ops::linear: y[m, n] = x[m, k] · wᵀ (+ bias). A few rows (decode, small batches) take the
 // mat-vec kernel (matvec.cu), which reads bf16/f16 weights directly. More rows go to cuBLAS in
 // column-major terms: yᵀ[n, m] = op_T(W as k×n) · xᵀ (k×m), ldc = n.
-//  - GemmPrecision::f32: f32 weights go straight to cublasSgemm; bf16/f16 weights are widened
+//  - Precision::f32: f32 weights go straight to cublasSgemm; bf16/f16 weights are widened
 //    to float32 in chunks of rows (at most 2^24 elements, 64 MiB of scratch) and each chunk is an
 //    SGEMM into its columns of y. CUBLAS_PEDANTIC_MATH keeps cuBLAS from using TF32: float32
 //    products and accumulation, the CPU's numerics.
-//  - GemmPrecision::bf16 with bf16 weights: x is rounded to bf16 once and cublasGemmEx
+//  - Precision::bf16 with bf16 weights: x is rounded to bf16 once and cublasGemmEx
 //    multiplies bf16 × bf16 on tensor cores, accumulating and writing float32.
 #include <algorithm>
 #include <climits>
@@ -29,7 +29,7 @@ void ops::linear(Context& c, const float* x, int64_t m, const MatrixView& w, con
   require(n < INT_MAX && m < INT_MAX && k < INT_MAX, Status::unsupported, "CUDA linear: dimension beyond cuBLAS's int range");
   const auto h = static_cast<cublasHandle_t>(c.blas());
   const float one = 1.0f, zero = 0.0f;
-  if (c.gemm_precision() == GemmPrecision::bf16 && w.dtype == DType::bf16) {
+  if (c.gemm_precision() == Precision::bf16 && w.dtype == DType::bf16) {
     auto* xb = reinterpret_cast<uint16_t*>(c.scratch(detail::kScratchGemmActivations, size_t(m * k + 1) / 2));
     round_to_bf16(c, x, m * k, xb);
     check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");

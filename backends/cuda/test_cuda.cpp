@@ -130,9 +130,9 @@ TEST_CASE("op conformance: linear (bf16, f16, f32 weights; mat-vec and cuBLAS pa
       CHECK(err <= 2e-6);
       CHECK(rel_err(down(dy, size_t(s.m * s.n)), cpu) <= 2e-6);
       if (t == uocr::DType::bf16 && s.m > cu::ops::kMatvecMaxRows) {
-        c.set_gemm_precision(cu::GemmPrecision::bf16);
+        c.set_gemm_precision(uocr::Precision::bf16);
         cu::ops::linear(c, dx.f32(), s.m, dw, s.bias ? db.f32() : nullptr, dy.f32());
-        c.set_gemm_precision(cu::GemmPrecision::f32);
+        c.set_gemm_precision(uocr::Precision::f32);
         const double e16 = rel_err(down(dy, size_t(s.m * s.n)), lc.ref);
         INFO("bf16 tensor-core mode: rel " << e16);
         CHECK(e16 <= 1e-2);  // activations rounded to bf16 (8 bits of mantissa)

@@ -136,9 +136,9 @@ class Bench {
       if (p > d_.max_positions) continue;
       add("prefill " + std::to_string(p) + " tokens", p / median_prefill(p), "tokens/s", "");
     }
-    ctx_.set_gemm_precision(cu::GemmPrecision::bf16);
+    ctx_.set_gemm_precision(uocr::Precision::bf16);
     add("prefill 1024 tokens, bf16 GEMMs", 1024 / median_prefill(1024), "tokens/s", "tensor cores");
-    ctx_.set_gemm_precision(cu::GemmPrecision::f32);
+    ctx_.set_gemm_precision(uocr::Precision::f32);
   }
 
   void single_stream() {
@@ -180,12 +180,12 @@ class Bench {
   // B independent sequences stepped together (each its own cache; the same prompt).
   void batched() {
     for (int64_t b : a_.batches)
-      for (cu::GemmPrecision prec : {cu::GemmPrecision::f32, cu::GemmPrecision::bf16}) {
+      for (uocr::Precision prec : {uocr::Precision::f32, uocr::Precision::bf16}) {
         // bf16 only changes the cuBLAS path, which batches wider than the mat-vec kernel take.
-        if (prec == cu::GemmPrecision::bf16 && b <= cu::ops::kMatvecMaxRows) continue;
+        if (prec == uocr::Precision::bf16 && b <= cu::ops::kMatvecMaxRows) continue;
         ctx_.set_gemm_precision(prec);
-        batch_of(b, prec == cu::GemmPrecision::bf16 ? ", bf16 GEMMs" : "");
-        ctx_.set_gemm_precision(cu::GemmPrecision::f32);
+        batch_of(b, prec == uocr::Precision::bf16 ? ", bf16 GEMMs" : "");
+        ctx_.set_gemm_precision(uocr::Precision::f32);
       }
   }
 

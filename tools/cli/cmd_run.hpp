@@ -56,7 +56,7 @@ namespace uocr_cli {
 inline CommandOptions run_options() {
   CommandOptions o{"run",
                    {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
-                    "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--dpi",
+                    "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--precision", "--dpi",
                     "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
                     "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout", "--page-time-budget"},
                    {"--quiet", "--resume", "--separate-pages"},
@@ -90,7 +90,7 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                "\"slide_kv\": \"%s\", \"slides\": %lld, \"marker_boundaries\": %lld, \"forced_boundaries\": %lld, "
                "\"markers_completed\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
                "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\", \"backend\": \"%s\", "
-               "\"device\": %s, \"driver\": %s}\n",
+               "\"device\": %s, \"driver\": %s, \"precision\": \"%s\"}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
@@ -100,7 +100,7 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                (long long)st.forced_boundaries, (long long)st.markers_completed, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
                openmp_wait_policy(), uocr::backend_name(engine.backend), json_string(engine.device).c_str(),
-               engine.driver.empty() ? "null" : json_string(engine.driver).c_str());
+               engine.driver.empty() ? "null" : json_string(engine.driver).c_str(), uocr::precision_name(engine.precision));
 }
 
 inline int exit_code_for(const uocr::RunSummary& s) {
@@ -219,6 +219,7 @@ inline RunOptions parse_run_options(const Args& args) {
   o.params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
   o.params.device_index = args.integer("--device", 0);
   o.params.cuda_graphs = args.choice("--cuda-graphs", {"on", "off"}, "on") == "on";
+  uocr::parse_precision(args.choice("--precision", {"f32", "bf16"}, "f32"), o.params.precision);
 
   // Page groups: options given here, else the model folder's uocr_decode.json, else upstream's.
   if (args.has("--pages-per-group")) o.groups.pages_per_group = args.integer("--pages-per-group", 0);

@@ -30,6 +30,7 @@
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/cpu/scratch.hpp"
 #include "uocr/core/error.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/decoder/attention.hpp"
 #include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -60,8 +61,10 @@ class Decoder {
   // host_kv: every array of KvCache is host memory.
   static constexpr BackendCapabilities capabilities{/*host_kv*/ true, /*batched_decode*/ true, /*multi_token_decode*/ true};
 
-  Decoder(const DecoderConfig& config, const DecoderWeights& weights)
-      : c_(config), w_(weights), rope_(config.head_dim, config.rope_theta),
+  // prefill_precision: the arithmetic of prefill() and prefill_segment()'s projections and
+  // feed-forward (uocr/core/precision.hpp); decode steps and the MoE router are float32 whatever it is.
+  Decoder(const DecoderConfig& config, const DecoderWeights& weights, Precision prefill_precision = Precision::f32)
+      : c_(config), w_(weights), prefill_precision_(prefill_precision), rope_(config.head_dim, config.rope_theta),
         shape_{config.heads, config.kv_heads, config.head_dim} {
     require(int(w_.layers.size()) == c_.layers, Status::invalid_argument, "decoder weights were bound for a different config");
     for (const DecoderLayerWeights& lw : w_.layers) {
@@ -101,6 +104,8 @@ class Decoder {
     position_limit_ = limit;
   }
   int64_t position_limit() const { return position_limit_; }
+
+  Precision prefill_precision() const { return prefill_precision_; }
 
   // The argument checks of prefill, prefill_segment and decode_step, public so that every backend's
   // decoder (Vulkan, CUDA) refuses a bad call with the same error before touching its cache.
@@ -200,18 +205,18 @@ class Decoder {
       float* k = cache.reference_k(l);
       float* v = cache.reference_v(l);
       rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-      cpu::linear(a, t, lw.q, q);
-      cpu::linear(a, t, lw.k, k);
-      cpu::linear(a, t, lw.v, v);
+      cpu::linear(a, t, lw.q, q, prefill_precision_);
+      cpu::linear(a, t, lw.k, k, prefill_precision_);
+      cpu::linear(a, t, lw.v, v, prefill_precision_);
       for (int64_t i = 0; i < t; ++i) {
         rope_.apply(q + i * qr, shape_.heads, first_position + i);
         rope_.apply(k + i * kr, shape_.kv_heads, first_position + i);
       }
       causal_attention(q, k, v, t, shape_, attn, block_scores_);
-      cpu::linear(attn, t, lw.o, f);
+      cpu::linear(attn, t, lw.o, f, prefill_precision_);
       add_into(x, f, t * hidden);
       rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, t, f, mlp_, moe_);
+      feed_forward(lw, a, t, f, mlp_, moe_, prefill_precision_);
       add_into(x, f, t * hidden);
     }
     const int64_t rows = which == PrefillLogits::all ? t : 1;
@@ -244,9 +249,9 @@ class Decoder {
       float* k = cache.reference_k(l) + dst * kr;
       float* v = cache.reference_v(l) + dst * kr;
       rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-      cpu::linear(a, t, lw.q, q);
-      cpu::linear(a, t, lw.k, k);
-      cpu::linear(a, t, lw.v, v);
+      cpu::linear(a, t, lw.q, q, prefill_precision_);
+      cpu::linear(a, t, lw.k, k, prefill_precision_);
+      cpu::linear(a, t, lw.v, v, prefill_precision_);
       for (int64_t i = 0; i < t; ++i) {
         rope_.apply(q + i * qr, shape_.heads, positions[i]);
         rope_.apply(k + i * kr, shape_.kv_heads, positions[i]);
@@ -255,10 +260,10 @@ class Decoder {
         context_[i] = KvRows{cache.reference_k(l) + context[i].begin * kr, cache.reference_v(l) + context[i].begin * kr,
                              context[i].rows};
       segment_attention(q, k, v, t, context_, shape_, attn, block_scores_);
-      cpu::linear(attn, t, lw.o, f);
+      cpu::linear(attn, t, lw.o, f, prefill_precision_);
       add_into(x, f, t * hidden);
       rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, t, f, mlp_, moe_);
+      feed_forward(lw, a, t, f, mlp_, moe_, prefill_precision_);
       add_into(x, f, t * hidden);
     }
     if (!want_logits) return {};
@@ -402,7 +407,7 @@ class Decoder {
       cpu::linear(attn, n, lw.o, f);
       add_into(x, f, n * hidden);
       rms_norm(x, n, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, n, f, mlp_, moe_);
+      feed_forward(lw, a, n, f, mlp_, moe_, Precision::f32);
       add_into(x, f, n * hidden);
     }
     if (!logits) return;
@@ -429,12 +434,12 @@ class Decoder {
             "KV cache was built for a different decoder configuration");
   }
 
-  void feed_forward(const DecoderLayerWeights& lw, const float* x, int64_t m, float* y, MlpScratch& mlp,
-                    MoeScratch& moe) const {
+  void feed_forward(const DecoderLayerWeights& lw, const float* x, int64_t m, float* y, MlpScratch& mlp, MoeScratch& moe,
+                    Precision precision) const {
     if (lw.moe)
-      moe_forward(c_, lw, x, m, y, moe);
+      moe_forward(c_, lw, x, m, y, moe, precision);
     else
-      mlp_forward(lw.dense, x, m, y, mlp);
+      mlp_forward(lw.dense, x, m, y, mlp, precision);
   }
 
   // `n` floats of `buffer`, grown when smaller and never shrunk.
@@ -451,6 +456,7 @@ class Decoder {
   const DecoderConfig& c_;
   const DecoderWeights& w_;
   int64_t position_limit_ = c_.max_positions;
+  Precision prefill_precision_;
   int64_t batch_rows_ = cpu::kSmallGemmRows;  // lowered by the constructor to what every weight allows
   DecodeAttention* attention_ = nullptr;
   Rope rope_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
 #include "uocr/version.hpp"
@@ -37,8 +38,9 @@ struct MlpScratch {
 };
 
 // y[m, hidden] = down(silu(gate·x) ⊙ up·x). Rows go in chunks so the intermediates stay
-// O(chunk · intermediate) however long the prompt is.
-inline void mlp_forward(const MlpWeights& w, const float* x, int64_t m, float* y, MlpScratch& s) {
+// O(chunk · intermediate) however long the prompt is. `precision`: its three linear layers.
+inline void mlp_forward(const MlpWeights& w, const float* x, int64_t m, float* y, MlpScratch& s,
+                        Precision precision = Precision::f32) {
   constexpr int64_t chunk = 256;
   const int64_t inter = w.gate.out(), in = w.gate.in(), out = w.down.out();
   const int64_t cap = std::min(chunk, m);
@@ -46,12 +48,12 @@ inline void mlp_forward(const MlpWeights& w, const float* x, int64_t m, float* y
   s.up.resize(size_t(cap * inter));
   for (int64_t r0 = 0; r0 < m; r0 += chunk) {
     const int64_t rows = std::min(chunk, m - r0);
-    cpu::linear(x + r0 * in, rows, w.gate, s.gate.data());
-    cpu::linear(x + r0 * in, rows, w.up, s.up.data());
+    cpu::linear(x + r0 * in, rows, w.gate, s.gate.data(), precision);
+    cpu::linear(x + r0 * in, rows, w.up, s.up.data(), precision);
     float* g = s.gate.data();
     const float* u = s.up.data();
     for (int64_t i = 0; i < rows * inter; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // silu(g)·u
-    cpu::linear(g, rows, w.down, y + r0 * out);
+    cpu::linear(g, rows, w.down, y + r0 * out, precision);
   }
 }
 
@@ -107,9 +109,10 @@ inline void moe_route(const DecoderConfig& c, float* probs, int64_t m, int32_t* 
 }
 
 // y[m, hidden] = Σ_j w_j · Expert_{e_j}(x) + Shared(x), with w = router softmax probabilities of
-// the top-k experts (renormalised only if norm_topk_prob) × routed_scaling_factor.
+// the top-k experts (renormalised only if norm_topk_prob) × routed_scaling_factor. `precision`:
+// the experts' linear layers; the router stays float32 (bf16 router logits flip top-k choices).
 inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, const float* x, int64_t m, float* y,
-                        MoeScratch& s) {
+                        MoeScratch& s, Precision precision = Precision::f32) {
   const int64_t e_count = c.n_routed_experts, k = c.experts_per_token, hidden = c.hidden;
   s.probs.resize(size_t(m * e_count));
   s.choice.resize(size_t(m * k));
@@ -136,7 +139,7 @@ inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, c
       const int64_t row = s.order[size_t(a0 + i)] / k;
       std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + i * hidden);
     }
-    mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp);
+    mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp, precision);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t a = s.order[size_t(a0 + i)];
       const float w = s.weight[size_t(a)];
@@ -147,7 +150,7 @@ inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, c
   }
   if (lw.has_shared) {
     s.shared_out.resize(size_t(m * hidden));
-    mlp_forward(lw.shared, x, m, s.shared_out.data(), s.mlp);
+    mlp_forward(lw.shared, x, m, s.shared_out.data(), s.mlp, precision);
     for (int64_t i = 0; i < m * hidden; ++i) y[i] += s.shared_out[size_t(i)];
   }
 }

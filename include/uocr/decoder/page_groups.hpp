@@ -646,8 +646,9 @@ class BasicPageGroupDecoder {
 // The CPU backend's page groups (uocr::Decoder over a host KvCache).
 class PageGroupDecoder final : public BasicPageGroupDecoder<Decoder, KvCache> {
  public:
-  PageGroupDecoder(const DecoderConfig& config, const DecoderWeights& weights, int window, PageGroupParams params = {})
-      : BasicPageGroupDecoder(Decoder(config, weights), KvCache(config, window), params) {}
+  PageGroupDecoder(const DecoderConfig& config, const DecoderWeights& weights, int window, PageGroupParams params = {},
+                   Precision prefill_precision = Precision::f32)
+      : BasicPageGroupDecoder(Decoder(config, weights, prefill_precision), KvCache(config, window), params) {}
 };
 
 UOCR_NAMESPACE_END

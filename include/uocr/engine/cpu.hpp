@@ -16,8 +16,8 @@ UOCR_NAMESPACE_BEGIN
 
 class CpuVisionEngine final : public VisionEngine {
  public:
-  explicit CpuVisionEngine(std::shared_ptr<const Model> model)
-      : model_(std::move(model)), enc_(model_->config(), model_->weights()) {}
+  explicit CpuVisionEngine(std::shared_ptr<const Model> model, Precision precision = Precision::f32)
+      : model_(std::move(model)), enc_(model_->config(), model_->weights(), precision) {}
   int hidden() const override { return enc_.hidden(); }
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
                                    int tiles_x, int tiles_y) override {
@@ -53,7 +53,11 @@ class CpuEngine final : public Engine {
  public:
   using PageGroups = PageGroupEngine<PageGroupDecoder>;
 
-  explicit CpuEngine(std::shared_ptr<const Model> model, BatchParams batching = {}) : model_(std::move(model)) {
+  // precision: the vision encoder's and the prefills' large products; decode steps (and so the
+  // shared batcher) are float32 whatever it is.
+  explicit CpuEngine(std::shared_ptr<const Model> model, BatchParams batching = {}, Precision precision = Precision::f32)
+      : model_(std::move(model)),
+        precision_(precision == Precision::bf16 && cpu::bf16_compute_available() ? Precision::bf16 : Precision::f32) {
     require(model_ != nullptr, Status::invalid_argument, "engine needs a model");
     validate(batching);
     if (batching.max_batch > 1)
@@ -63,11 +67,11 @@ class CpuEngine final : public Engine {
                                                          batching, kMaxExtrapolatedPosition);
           });
   }
-  EngineInfo info() const override { return {Backend::cpu, 0, cpu_model_name(), ""}; }
-  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model_); }
+  EngineInfo info() const override { return {Backend::cpu, 0, cpu_model_name(), "", precision_}; }
+  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model_, precision_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
     const ModelConfig& cfg = model_->config();
-    auto e = std::make_unique<PageGroups>(model_, cfg.decoder, model_->weights().decoder, window, groups);
+    auto e = std::make_unique<PageGroups>(model_, cfg.decoder, model_->weights().decoder, window, groups, precision_);
     if (batcher_) e->batch_steps(batcher_);
     return e;
   }
@@ -75,12 +79,13 @@ class CpuEngine final : public Engine {
 
  private:
   std::shared_ptr<const Model> model_;
+  Precision precision_;  // as it runs on this CPU
   std::shared_ptr<PageGroups::Batcher> batcher_;  // null: batching off
 };
 
 inline const bool cpu_engine_registered = register_engine(
     Backend::cpu, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
-      return std::make_shared<CpuEngine>(model, options.batching);
+      return std::make_shared<CpuEngine>(model, options.batching, options.precision);
     });
 
 UOCR_NAMESPACE_END

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/decoder/step_batcher.hpp"
@@ -177,6 +178,9 @@ struct EngineInfo {
   int device_index = 0;
   std::string device;  // the device's own name: the CPU model, the GPU's name
   std::string driver;  // the driver's version; "" where there is no driver (CPU)
+  // The arithmetic of the large products as they run: bf16 asked for on a CPU without bf16 dot
+  // products runs (and reports) f32.
+  Precision precision = Precision::f32;
 };
 
 // A backend opened for one model on one device (see uocr/engine/open.hpp).

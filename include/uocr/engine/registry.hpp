@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "uocr/core/precision.hpp"
 #include "uocr/decoder/step_batcher.hpp"
 #include "uocr/engine/backend.hpp"
 #include "uocr/version.hpp"
@@ -24,6 +25,8 @@ struct EngineOptions {
   // and device have their decode steps batched (uocr/decoder/step_batcher.hpp).
   BatchParams batching;
   bool cuda_graphs = true;  // CUDA: decode steps replay CUDA graphs; other backends ignore it
+  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp); CPU only.
+  Precision precision = Precision::f32;
 };
 
 // Opens the backend for a model; options are already validated for what every backend shares.

@@ -52,6 +52,10 @@ struct SessionParams {
   int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
   BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
   bool cuda_graphs = true;           // CUDA backend: decode steps replay CUDA graphs (same logits; backends/cuda/README.md)
+  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): f32 is the
+  // reference; bf16 (cpu backend) is about twice as fast where the CPU has bf16 dot products and
+  // the same as f32 where it has none. Changes the tokens: part of a checkpoint's identity.
+  Precision precision = Precision::f32;
   // Seconds a run may take per page of its document (encoding, prefill and generation; a run of
   // N pages stops after N times this, between two tokens, with StopReason::time_budget: the text
   // so far and the last checkpoint are kept, a resumed run gets the budget afresh). 0: none.
@@ -64,6 +68,7 @@ inline EngineOptions engine_options(const SessionParams& p) {
   o.device_index = p.device_index;
   o.batching = p.batching;
   o.cuda_graphs = p.cuda_graphs;
+  o.precision = p.precision;
   return o;
 }
 

@@ -394,6 +394,10 @@ class Session {
     add("page_fallback", std::to_string(inf_.page_fallback_tokens));
     add("early_eos", std::to_string(inf_.force_page_on_early_eos));
     add("complete_markers", std::to_string(inf_.complete_page_markers));
+    // As it runs (bf16 asked for runs f32 on a CPU without bf16 dot products); f32 checkpoints keep
+    // the identity they had before there was a choice.
+    const Precision runs = backend_->info().precision;
+    if (runs != Precision::f32) add("precision", precision_name(runs));
     return d;
   }
 

@@ -15,6 +15,7 @@
 
 #include "uocr/backends/cpu/elementwise.hpp"
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/backends/cpu/scratch.hpp"
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
@@ -68,29 +69,31 @@ inline void clip_attention(const float* qkv, int64_t tokens, int heads, int64_t 
   }
 }
 
-inline void clip_layer(const ClipConfig& cfg, const ClipLayerWeights& l, int64_t tokens, float* x, Workspace& ws) {
+inline void clip_layer(const ClipConfig& cfg, const ClipLayerWeights& l, int64_t tokens, float* x, Workspace& ws,
+                       Precision precision) {
   const int64_t w = cfg.width;
   float* const t = ws.get(Workspace::clip_t, tokens * w);
   layer_norm(x, tokens, w, l.ln1, cfg.ln_eps, t);
   float* buf = ws.get(Workspace::clip_buf, tokens * l.qkv.out());
-  cpu::linear(t, tokens, l.qkv, buf);
+  cpu::linear(t, tokens, l.qkv, buf, precision);
   clip_attention(buf, tokens, cfg.heads, w, t, ws);
-  cpu::linear(t, tokens, l.out, buf);  // qkv is spent; reuse its storage
+  cpu::linear(t, tokens, l.out, buf, precision);  // qkv is spent; reuse its storage
   add_inplace(x, buf, tokens * w);
 
   layer_norm(x, tokens, w, l.ln2, cfg.ln_eps, t);
   buf = ws.get(Workspace::clip_buf, tokens * l.fc1.out());
-  cpu::linear(t, tokens, l.fc1, buf);
+  cpu::linear(t, tokens, l.fc1, buf, precision);
   quick_gelu(buf, tokens * l.fc1.out());
-  cpu::linear(buf, tokens, l.fc2, t);
+  cpu::linear(buf, tokens, l.fc2, t, precision);
   add_inplace(x, t, tokens * w);
 }
 
 }  // namespace detail
 
 // CLIP over SAM's [g, g, width] map: [1 + g*g, width] in `ws` (clip_x, reused by the next view),
-// row 0 the CLS token; returns its first float.
-inline const float* clip_forward(const ClipConfig& cfg, const ClipWeights& w, const FeatureMap& sam, Workspace& ws) {
+// row 0 the CLS token; returns its first float. `precision`: the layers' linear layers.
+inline const float* clip_forward(const ClipConfig& cfg, const ClipWeights& w, const FeatureMap& sam, Workspace& ws,
+                                 Precision precision = Precision::f32) {
   require(sam.h == sam.w && sam.c == cfg.width, Status::internal, "clip_forward: SAM map must be square with CLIP width");
   const int64_t width = cfg.width, tokens = 1 + sam.tokens();
   float* const x = ws.get(Workspace::clip_x, tokens * width);
@@ -100,7 +103,7 @@ inline const float* clip_forward(const ClipConfig& cfg, const ClipWeights& w, co
       ws.table("clip.pos." + std::to_string(sam.h), [&] { return detail::clip_positions(*w.position_embedding, sam.h); });
   detail::add_inplace(x, pos.data(), tokens * width);
   layer_norm(x, tokens, width, w.pre_norm, cfg.ln_eps, x);
-  for (const ClipLayerWeights& l : w.layers) detail::clip_layer(cfg, l, tokens, x, ws);
+  for (const ClipLayerWeights& l : w.layers) detail::clip_layer(cfg, l, tokens, x, ws, precision);
   return x;
 }
 

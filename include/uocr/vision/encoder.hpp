@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -75,9 +76,12 @@ struct ViewGeometry {
 
 class VisionEncoder {
  public:
-  VisionEncoder(const ModelConfig& config, const ModelWeights& weights) : cfg_(config), w_(weights) {}
+  // precision: SAM's, CLIP's and the projector's linear layers (uocr/core/precision.hpp).
+  VisionEncoder(const ModelConfig& config, const ModelWeights& weights, Precision precision = Precision::f32)
+      : cfg_(config), w_(weights), precision_(precision) {}
 
   int hidden() const { return cfg_.decoder.hidden; }
+  Precision precision() const { return precision_; }
 
   // Number of embeddings visual_tokens() returns for these view sizes.
   int64_t token_count(int global_size, int tile_size, int tiles_x, int tiles_y) const {
@@ -89,9 +93,9 @@ class VisionEncoder {
   void encode_view(const float* chw, int size, vision::Workspace& ws, std::vector<float>& out,
                    VisionCaptures* captures = nullptr) const {
     (void)ViewGeometry(cfg_.sam, chw, size);  // the checks
-    vision::sam_forward(cfg_.sam, w_.sam, chw, size, ws);
+    vision::sam_forward(cfg_.sam, w_.sam, chw, size, ws, precision_);
     const vision::FeatureMap& sam = ws.sam_out;
-    const float* clip = vision::clip_forward(cfg_.clip, w_.clip, sam, ws);
+    const float* clip = vision::clip_forward(cfg_.clip, w_.clip, sam, ws, precision_);
     const int64_t t = sam.tokens(), cw = cfg_.clip.width, sc = sam.c;
     float* const feat = ws.get(vision::Workspace::features, t * (cw + sc));
     for (int64_t r = 0; r < t; ++r) {
@@ -99,7 +103,7 @@ class VisionEncoder {
       std::copy_n(sam.data.data() + r * sc, sc, feat + r * (cw + sc) + cw);
     }
     out.resize(size_t(t * w_.glue.projector.out()));
-    cpu::linear(feat, t, w_.glue.projector, out.data());
+    cpu::linear(feat, t, w_.glue.projector, out.data(), precision_);
     if (captures) {
       captures->sam_neck = ws.neck;
       captures->sam_out = sam;
@@ -200,6 +204,7 @@ class VisionEncoder {
 
   const ModelConfig cfg_;
   const ModelWeights& w_;
+  Precision precision_;
 };
 
 UOCR_NAMESPACE_END

@@ -24,6 +24,7 @@
 
 #include "uocr/backends/cpu/elementwise.hpp"
 #include "uocr/backends/cpu/linear.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/image/interpolate.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -185,13 +186,13 @@ inline void gelu_erf(float* x, int64_t n) {
 
 // Block `index` over the token stream x, in place.
 inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, int index, bool global, FeatureMap& x,
-                      Workspace& ws) {
+                      Workspace& ws, Precision precision) {
   const int g = x.h;
   const int64_t n_tok = x.tokens(), c = x.c;
   float* const t = ws.get(Workspace::normed, n_tok * c);
   layer_norm(x.data.data(), n_tok, c, b.norm1, cfg.ln_eps, t);
   float* const qkv = ws.get(Workspace::qkv, n_tok * b.qkv.out());
-  cpu::linear(t, n_tok, b.qkv, qkv);
+  cpu::linear(t, n_tok, b.qkv, qkv, precision);
   const int span = global ? g : cfg.window;
   const std::string key = "sam." + std::to_string(index) + "." + std::to_string(span);
   const std::vector<float>& th = ws.table(key + ".rel_h", [&] { return rel_pos_table(*b.rel_pos_h, span); });
@@ -202,15 +203,15 @@ inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, int index,
     const std::vector<float>& bias = ws.table(key + ".qkv_bias", [&] { return b.qkv.bias->to_vector(); });
     sam_window_attention(qkv, bias.data(), g, cfg.window, cfg.heads, c, th, tw, t, ws);
   }
-  cpu::linear(t, n_tok, b.proj, qkv);  // qkv is spent; its first n_tok*c floats take proj
+  cpu::linear(t, n_tok, b.proj, qkv, precision);  // qkv is spent; its first n_tok*c floats take proj
   add_inplace(x.data.data(), qkv, n_tok * c);
 
   layer_norm(x.data.data(), n_tok, c, b.norm2, cfg.ln_eps, t);
   const int64_t hidden_floats = n_tok * b.lin1.out();
   float* const hidden = ws.get(Workspace::mlp, hidden_floats);
-  cpu::linear(t, n_tok, b.lin1, hidden);
+  cpu::linear(t, n_tok, b.lin1, hidden, precision);
   gelu_erf(hidden, hidden_floats);
-  cpu::linear(hidden, n_tok, b.lin2, t);
+  cpu::linear(hidden, n_tok, b.lin2, t, precision);
   add_inplace(x.data.data(), t, n_tok * c);
 }
 
@@ -218,13 +219,15 @@ inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, int index,
 
 // SAM on one normalised view: chw = [3, size, size] float32; size a multiple of the patch size.
 // Results in `ws` (reused by the next view): ws.neck [G, G, out_chans] after the neck's second
-// LayerNorm2d, ws.sam_out [G/4, G/4, net3_chans] = net_3(net_2(neck)).
-inline void sam_forward(const SamConfig& cfg, const SamWeights& w, const float* chw, int size, Workspace& ws) {
+// LayerNorm2d, ws.sam_out [G/4, G/4, net3_chans] = net_3(net_2(neck)). `precision`: the blocks'
+// linear layers (uocr/core/precision.hpp).
+inline void sam_forward(const SamConfig& cfg, const SamWeights& w, const float* chw, int size, Workspace& ws,
+                        Precision precision = Precision::f32) {
   FeatureMap& x = ws.sam_x;
   patch_embed(chw, 3, size, *w.patch_weight, w.patch_bias, x, ws.buffer(Workspace::columns));
   const std::vector<float>& pos = ws.table("sam.pos." + std::to_string(x.h), [&] { return detail::sam_abs_pos(*w.pos_embed, x.h); });
   detail::add_inplace(x.data.data(), pos.data(), int64_t(x.data.size()));
-  for (int b = 0; b < int(w.blocks.size()); ++b) detail::sam_block(cfg, w.blocks[size_t(b)], b, cfg.is_global(b), x, ws);
+  for (int b = 0; b < int(w.blocks.size()); ++b) detail::sam_block(cfg, w.blocks[size_t(b)], b, cfg.is_global(b), x, ws, precision);
 
   conv2d(x, *w.neck_conv1, nullptr, 1, 0, ws.conv_tmp, ws.buffer(Workspace::columns));
   layer_norm(ws.conv_tmp, w.neck_norm1, cfg.ln_eps);

@@ -5,7 +5,8 @@
 //  - 4 < m <= kSmallGemmRows, bf16 (MoE experts in a prefill): 4 weight rows widened into an
 //    L1 buffer at a time, then a 4 x 4 dot kernel over the inputs;
 //  - larger m (vision, prefill projections): the weight widened to float32 once, then
-//    independent 512 x 256 output tiles, each a single-threaded Eigen GEMM.
+//    independent 512 x 256 output tiles, each a single-threaded Eigen GEMM; or, asked for
+//    Precision::bf16 on a CPU with bf16 dot products, gemm_bf16() (gemm_bf16.hpp).
 // Work goes to the OpenMP threads in blocks/tiles handed out dynamically (a descheduled thread's
 // share goes to the running one); the bias is added inside each block. linear_batch() runs
 // several small products in one parallel region. docs/PERFORMANCE.md has the measurements.
@@ -22,7 +23,9 @@
 #define UOCR_CPU_AVX512 1
 #endif
 
+#include "uocr/backends/cpu/gemm_bf16.hpp"
 #include "uocr/core/dtype.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/weights.hpp"
 #include "uocr/version.hpp"
@@ -318,8 +321,10 @@ inline int64_t row_exact_rows(const TensorView& w) {
   return w.dtype == DType::f16 ? 1 : 4;
 }
 
-// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]).
-inline void linear(const float* x, int64_t m, const TensorView& w, const TensorView* bias, float* y) {
+// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]). `precision` applies to the tiled GEMM's sizes
+// (m > kSmallGemmRows); bf16 runs in float32 where the CPU has no bf16 dot products.
+inline void linear(const float* x, int64_t m, const TensorView& w, const TensorView* bias, float* y,
+                   Precision precision = Precision::f32) {
   const int64_t n = w.dim(0), k = w.dim(1);
   const float* bv = nullptr;  // the bias goes in with each block/tile: no extra parallel region
   if (bias) {
@@ -335,6 +340,10 @@ inline void linear(const float* x, int64_t m, const TensorView& w, const TensorV
 #ifdef UOCR_CPU_AVX512
   } else if (m <= kSmallGemmRows && w.dtype == DType::bf16) {
     detail::gemm_small_m(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
+#endif
+#ifdef UOCR_CPU_BF16_KERNEL
+  } else if (precision == Precision::bf16 && m > kSmallGemmRows && bf16_compute_available()) {
+    gemm_bf16(x, m, w, y, bv);
 #endif
   } else {
     detail::gemm_tiles(x, m, w, y, bv);
@@ -404,13 +413,14 @@ inline void linear_batch(const LinearJob* jobs, size_t count) {
     if (!batched(jobs[j]) && jobs[j].m > 0) linear(jobs[j].x, jobs[j].m, *jobs[j].w, jobs[j].bias, jobs[j].y);
 }
 
-inline void linear(const float* x, int64_t m, const LinearWeights& l, float* y) {
-  linear(x, m, *l.weight, l.bias, y);
+inline void linear(const float* x, int64_t m, const LinearWeights& l, float* y, Precision precision = Precision::f32) {
+  linear(x, m, *l.weight, l.bias, y, precision);
 }
 
-inline std::vector<float> linear(const std::vector<float>& x, int64_t m, const LinearWeights& l) {
+inline std::vector<float> linear(const std::vector<float>& x, int64_t m, const LinearWeights& l,
+                                 Precision precision = Precision::f32) {
   std::vector<float> y(size_t(m * l.out()));
-  linear(x.data(), m, l, y.data());
+  linear(x.data(), m, l, y.data(), precision);
   return y;
 }
 

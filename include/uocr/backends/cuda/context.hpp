@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "uocr/core/error.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
@@ -40,13 +41,6 @@ struct DeviceInfo {
 // Every CUDA device of this machine. Throws Status::unsupported ("no CUDA device: ...") when
 // there is no driver or no device.
 std::vector<DeviceInfo> list_devices();
-
-// How GEMMs with more rows than the mat-vec path takes (prefill, large batches) multiply:
-//  f32:  bf16/f16 weights are widened to float32 tile by tile and multiplied by cuBLAS in
-//        float32 (no TF32): the CPU backend's numerics, the default;
-//  bf16: activations are rounded to bf16 and cuBLAS multiplies bf16 x bf16 on tensor cores with
-//        float32 accumulation and output (upstream's bf16 autocast numerics, much faster).
-enum class GemmPrecision { f32, bf16 };
 
 class Context;
 
@@ -128,8 +122,13 @@ class Context {
   void* stream() const;  // cudaStream_t
   void* blas() const;    // cublasHandle_t
 
-  GemmPrecision gemm_precision() const;
-  void set_gemm_precision(GemmPrecision p);
+  // How GEMMs with more rows than the mat-vec path takes (prefill, large batches) multiply:
+  //  f32:  bf16/f16 weights are widened to float32 tile by tile and multiplied by cuBLAS in
+  //        float32 (no TF32): the CPU backend's numerics, the default;
+  //  bf16: activations are rounded to bf16 and cuBLAS multiplies bf16 x bf16 on tensor cores with
+  //        float32 accumulation and output (upstream's bf16 autocast numerics, much faster).
+  Precision gemm_precision() const;
+  void set_gemm_precision(Precision p);
 
   // `what` names the allocation in an out-of-memory message.
   Buffer alloc(size_t bytes, const char* what);

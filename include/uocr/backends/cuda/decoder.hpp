@@ -559,8 +559,8 @@ class CudaDecoder {
       // (13 of 176 in a peer's measurement), which changes the output text, not just its digits.
       struct Float32Router {
         Context& c;
-        GemmPrecision was = c.gemm_precision();
-        explicit Float32Router(Context& ctx) : c(ctx) { c.set_gemm_precision(GemmPrecision::f32); }
+        Precision was = c.gemm_precision();
+        explicit Float32Router(Context& ctx) : c(ctx) { c.set_gemm_precision(Precision::f32); }
         ~Float32Router() { c.set_gemm_precision(was); }
       } f32_router(c);
       ops::linear(c, a_.f32(), t, L.router, nullptr, probs_.f32());

@@ -39,7 +39,7 @@ struct DeviceMatrix {
 
 namespace ops {
 
-// Rows taken by the mat-vec kernel; larger m goes to cuBLAS (GemmPrecision decides how).
+// Rows taken by the mat-vec kernel; larger m goes to cuBLAS (Context::gemm_precision decides how).
 inline constexpr int64_t kMatvecMaxRows = 16;
 
 // y[m, w.rows] = x[m, w.cols] · wᵀ (+ bias[w.rows]); y may not alias x.

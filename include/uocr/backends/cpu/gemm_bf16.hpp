@@ -1,0 +1,182 @@
+// bf16 compute for the large products (vision encoder, prefill): y[m, n] = x[m, k] · W[n, k]ᵀ
+// with x rounded to bf16 (round to nearest even, as torch's autocast casts a linear's input),
+// the weight in bf16 (as stored; f32/f16 weights are rounded too) and float32 accumulation, by
+// AVX-512 BF16 dot products (VDPBF16PS: two products per float32 lane per instruction, twice the
+// rate of float32 FMAs). The kernels are compiled for that instruction set by target attribute
+// and called only when the CPU reports it (bf16_compute_available()), so a binary built for an
+// older CPU still runs and falls back to float32.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "uocr/core/dtype.hpp"
+#include "uocr/io/safetensors.hpp"
+#include "uocr/version.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define UOCR_CPU_BF16_KERNEL 1
+#define UOCR_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+UOCR_NAMESPACE_BEGIN
+namespace cpu {
+
+// True when this CPU runs AVX-512 BF16 dot products (checked once).
+inline bool bf16_compute_available() {
+#ifdef UOCR_CPU_BF16_KERNEL
+  static const bool available = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
+#ifdef UOCR_CPU_BF16_KERNEL
+namespace bf16_detail {
+
+// Rows of the micro-kernel (x rows per step) and its columns (two panels of 16 weight rows):
+// 2 x 12 accumulators, 2 weight vectors and a broadcast use 27 of the 32 vector registers.
+inline constexpr int kRows = 12;
+inline constexpr int64_t kPanel = 16;
+// A thread's output tile and the k-pairs of one pass over it: the tile's 32-column weight block
+// of one pass (32 x 256 pairs x 4 bytes = 32 KiB) stays in L1, its x rows in L2.
+inline constexpr int64_t kTileRows = 16 * kRows, kTileCols = 256, kPassPairs = 256;
+
+// Rows [r0, r1) of x[., k] rounded to bf16 into out[., kpad] (kpad = k rounded up to even, the
+// pad a zero).
+UOCR_BF16_TARGET inline void round_rows(const float* x, int64_t k, int64_t kpad, int64_t r0, int64_t r1, uint16_t* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* src = x + r * k;
+    uint16_t* dst = out + r * kpad;
+    int64_t c = 0;
+    for (; c + 32 <= k; c += 32) {
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + c + 16), _mm512_loadu_ps(src + c));
+      _mm512_storeu_si512(dst + c, (__m512i)v);
+    }
+    for (; c < k; ++c) dst[c] = f32_to_bf16(src[c]);
+    if (kpad > k) dst[k] = 0;
+  }
+}
+
+// Weight rows of panel p (rows 16p .. 16p + 15) as pairs: out[kp * 16 + lane] holds row
+// 16p + lane's columns 2kp and 2kp + 1 (the operand layout of VDPBF16PS); rows past n are zero.
+inline void pack_panel(const TensorView& w, int64_t p, int64_t kpairs, uint32_t* out, std::vector<float>& row) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  std::memset(out, 0, size_t(kpairs * kPanel) * sizeof(uint32_t));
+  for (int64_t lane = 0; lane < kPanel && p * kPanel + lane < n; ++lane) {
+    const int64_t j = p * kPanel + lane;
+    const uint16_t* src = nullptr;
+    if (w.dtype == DType::bf16) {
+      src = reinterpret_cast<const uint16_t*>(w.data) + j * k;
+    } else {
+      row.resize(size_t(k));
+      w.read_f32(j * k, k, row.data());
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      const uint32_t v = src ? src[c] : f32_to_bf16(row[size_t(c)]);
+      out[(c / 2) * kPanel + lane] |= v << (16 * (c % 2));
+    }
+  }
+}
+
+// c[R rows, cols <= 32] (+)= a[R rows, pairs) · the two panels b0, b1 over `pairs` k-pairs.
+template <int R>
+UOCR_BF16_TARGET inline void micro(const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1, int64_t pairs,
+                                   float* c, int64_t ldc, int cols, bool accumulate) {
+  __m512 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    const __m512i w0 = _mm512_loadu_si512(b0 + kp * kPanel), w1 = _mm512_loadu_si512(b1 + kp * kPanel);
+    for (int i = 0; i < R; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, a + i * lda + 2 * kp, sizeof(pair));
+      const __m512i xi = _mm512_set1_epi32(pair);
+      acc0[i] = _mm512_dpbf16_ps(acc0[i], (__m512bh)xi, (__m512bh)w0);
+      acc1[i] = _mm512_dpbf16_ps(acc1[i], (__m512bh)xi, (__m512bh)w1);
+    }
+  }
+  const __mmask16 m0 = __mmask16(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+  const __mmask16 m1 = __mmask16(cols >= 32 ? 0xffffu : cols <= 16 ? 0u : (1u << (cols - 16)) - 1u);
+  for (int i = 0; i < R; ++i) {
+    float* ci = c + i * ldc;
+    if (accumulate) {
+      acc0[i] = _mm512_add_ps(acc0[i], _mm512_maskz_loadu_ps(m0, ci));
+      acc1[i] = _mm512_add_ps(acc1[i], _mm512_maskz_loadu_ps(m1, ci + 16));
+    }
+    _mm512_mask_storeu_ps(ci, m0, acc0[i]);
+    _mm512_mask_storeu_ps(ci + 16, m1, acc1[i]);
+  }
+}
+
+template <int R = kRows>
+UOCR_BF16_TARGET inline void micro_rows(int rows, const uint16_t* a, int64_t lda, const uint32_t* b0, const uint32_t* b1,
+                                        int64_t pairs, float* c, int64_t ldc, int cols, bool accumulate) {
+  if constexpr (R > 1) {
+    if (rows < R) return micro_rows<R - 1>(rows, a, lda, b0, b1, pairs, c, ldc, cols, accumulate);
+  }
+  micro<R>(a, lda, b0, b1, pairs, c, ldc, cols, accumulate);
+}
+
+// One output tile: rows [i0, i1), columns [j0, j1) (j0 a multiple of 32), every k-pair.
+UOCR_BF16_TARGET inline void tile(const uint16_t* a, int64_t kpad, const uint32_t* packed, int64_t kpairs, int64_t n,
+                                  int64_t i0, int64_t i1, int64_t j0, int64_t j1, float* y) {
+  for (int64_t k0 = 0; k0 < kpairs; k0 += kPassPairs) {
+    const int64_t pairs = std::min(kPassPairs, kpairs - k0);
+    for (int64_t j = j0; j < j1; j += 2 * kPanel) {
+      const uint32_t* b0 = packed + (j / kPanel * kpairs + k0) * kPanel;
+      const int cols = int(std::min<int64_t>(2 * kPanel, j1 - j));
+      // A second panel past the matrix's end is never stored: any readable one will do.
+      const uint32_t* b1 = cols > kPanel ? b0 + kpairs * kPanel : b0;
+      for (int64_t i = i0; i < i1; i += kRows)
+        micro_rows(int(std::min<int64_t>(kRows, i1 - i)), a + i * kpad + 2 * k0, kpad, b0, b1, pairs, y + i * n + j, n,
+                   cols, k0 > 0);
+    }
+  }
+}
+
+}  // namespace bf16_detail
+
+// y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) in bf16 compute with float32 accumulation. Needs
+// bf16_compute_available(). Uses the OpenMP threads: x rounded and W packed in parallel, then
+// output tiles handed out dynamically.
+UOCR_BF16_TARGET inline void gemm_bf16(const float* x, int64_t m, const TensorView& w, float* y, const float* bias) {
+  using namespace bf16_detail;
+  const int64_t n = w.dim(0), k = w.dim(1);
+  const int64_t kpairs = (k + 1) / 2, kpad = 2 * kpairs, panels = (n + kPanel - 1) / kPanel;
+  thread_local std::vector<uint16_t> xs;
+  thread_local std::vector<uint32_t> ws;
+  if (xs.size() < size_t(m * kpad)) xs.resize(size_t(m * kpad));
+  if (ws.size() < size_t(panels * kpairs * kPanel)) ws.resize(size_t(panels * kpairs * kPanel));
+  uint16_t* const a = xs.data();  // thread_local: the team must use this thread's buffers
+  uint32_t* const packed = ws.data();
+  const int64_t row_blocks = (m + 63) / 64;
+  const int64_t mt = (m + kTileRows - 1) / kTileRows, nt = (n + kTileCols - 1) / kTileCols;
+#pragma omp parallel if (m * n * k >= (int64_t(1) << 22))
+  {
+    std::vector<float> row;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t b = 0; b < row_blocks; ++b) round_rows(x, k, kpad, b * 64, std::min(m, b * 64 + 64), a);
+#pragma omp for schedule(dynamic)
+    for (int64_t p = 0; p < panels; ++p) pack_panel(w, p, kpairs, packed + p * kpairs * kPanel, row);
+#pragma omp for schedule(dynamic)
+    for (int64_t t = 0; t < mt * nt; ++t) {
+      const int64_t i0 = (t / nt) * kTileRows, j0 = (t % nt) * kTileCols;
+      const int64_t i1 = std::min(m, i0 + kTileRows), j1 = std::min(n, j0 + kTileCols);
+      tile(a, kpad, packed, kpairs, n, i0, i1, j0, j1, y);
+      if (bias)
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = j0; j < j1; ++j) y[i * n + j] += bias[j];
+    }
+  }
+}
+#endif
+
+}  // namespace cpu
+UOCR_NAMESPACE_END
