@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_error.hpp"
+#include "stored_json.hpp"
 
 namespace uocr_serve {
 
@@ -45,15 +46,15 @@ struct JobOptions {
     JobOptions o;
     o.mode = j.at("mode").get<std::string>();
     o.prompt = j.at("prompt").get<std::string>();
-    o.dpi = j.at("dpi").get<int>();
-    o.first_page = j.at("first_page").get<int64_t>();
-    o.last_page = j.at("last_page").get<int64_t>();
-    o.max_tokens = j.at("max_tokens").get<int64_t>();
-    o.ngram_size = j.at("ngram_size").get<int>();
-    o.ngram_window = j.at("ngram_window").get<int>();
-    o.temperature = j.at("temperature").get<double>();
-    o.top_p = j.at("top_p").get<double>();
-    o.seed = j.at("seed").get<uint64_t>();
+    o.dpi = stored_integer<int>(j, "dpi");
+    o.first_page = stored_integer<int64_t>(j, "first_page");
+    o.last_page = stored_integer<int64_t>(j, "last_page");
+    o.max_tokens = stored_integer<int64_t>(j, "max_tokens");
+    o.ngram_size = stored_integer<int>(j, "ngram_size");
+    o.ngram_window = stored_integer<int>(j, "ngram_window");
+    o.temperature = stored_number(j, "temperature");
+    o.top_p = stored_number(j, "top_p");
+    o.seed = stored_integer<uint64_t>(j, "seed");
     o.callback_url = j.at("callback_url").get<std::string>();
     return o;
   }

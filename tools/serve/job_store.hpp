@@ -30,6 +30,7 @@
 #include "durable_file.hpp"
 #include "job_options.hpp"
 #include "log.hpp"
+#include "stored_json.hpp"
 #include "uocr/io/read_file.hpp"
 
 namespace uocr_serve {
@@ -148,15 +149,15 @@ class Job {
   }
   friend void read_progress(const nlohmann::json& j, Progress& p) {
     p.state = parse_job_state(j.at("state").get<std::string>());
-    p.started = j.at("started").get<int64_t>();
-    p.ended = j.at("ended").get<int64_t>();
-    p.pages_done = j.at("pages_done").get<int64_t>();
-    p.tokens = j.at("tokens").get<int64_t>();
-    p.output_bytes = j.value("output_bytes", uint64_t(0));
-    p.prompt_tokens = j.at("prompt_tokens").get<int64_t>();
+    p.started = stored_integer<int64_t>(j, "started");
+    p.ended = stored_integer<int64_t>(j, "ended");
+    p.pages_done = stored_integer<int64_t>(j, "pages_done");
+    p.tokens = stored_integer<int64_t>(j, "tokens");
+    p.output_bytes = j.contains("output_bytes") ? stored_integer<uint64_t>(j, "output_bytes") : 0;
+    p.prompt_tokens = stored_integer<int64_t>(j, "prompt_tokens");
     p.finish_reason = j.at("finish_reason").get<std::string>();
     p.stop = j.at("stop").get<std::string>();
-    p.error_status = j.at("error_status").get<int>();
+    p.error_status = stored_integer<int>(j, "error_status");
     p.error = j.at("error").get<std::string>();
     // Redis's Lua (cjson) writes an empty list back as an empty object.
     const nlohmann::json& seconds = j.at("page_seconds");
@@ -264,8 +265,8 @@ class JobStore {
         const std::vector<uint8_t> bytes = uocr::read_file_capped((entry.path() / "job.json").string(), uint64_t(64) << 20, "job file");
         const nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end());
         job->inputs = j.at("inputs").get<std::vector<std::string>>();
-        job->pages_total = j.at("pages_total").get<int64_t>();
-        job->created = j.at("created").get<int64_t>();
+        job->pages_total = stored_integer<int64_t>(j, "pages_total");
+        job->created = stored_integer<int64_t>(j, "created");
         job->options = JobOptions::from_json(j.at("options"));
         job->update([&](Job::Progress& p) {
           read_progress(j, p);

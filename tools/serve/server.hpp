@@ -526,7 +526,7 @@ class Server {
     ++streams_;
     struct State {
       bool role_sent = false;
-      int status = 200;
+      bool counted = false;  // the document's end is in the metrics and the log
     };
     auto state = std::make_shared<State>();
     const std::string model = names_.front();
@@ -556,7 +556,6 @@ class Server {
           }
           std::string tail;
           if (doc->error()) {
-            state->status = doc->error()->status();
             tail = sse(doc->error()->body());
           } else {
             const uocr::RunSummary& s = doc->summary();
@@ -571,19 +570,22 @@ class Server {
             }
           }
           tail += "data: [DONE]\n\n";
+          // Counted before the last write, as a reply that is not streamed is: the document has
+          // ended, and a client that closes its end on reading [DONE] must not turn it into a 499.
+          state->counted = true;
+          finish_request(*doc, doc->error() ? doc->error()->status() : 200, "stream");
           if (!send(tail)) return false;
           sink.done();
           return true;
         },
-        [this, doc, state](bool success) {
-          if (!success) {
-            scheduler_.cancel(doc);  // the client went away: stop the work
-            if (state->status == 200) state->status = 499;
+        [this, doc, state](bool) {
+          if (!state->counted) {
+            scheduler_.cancel(doc);  // the client went away before the end: stop the work
+            // The worker may still be ending the document: its summary is read once it has.
+            std::string ignored;
+            while (doc->take(ignored, std::chrono::milliseconds(1000)) != Document::Wait::finished) {}
+            finish_request(*doc, 499, "stream");
           }
-          // The worker may still be ending a cancelled document: its summary is read once it has.
-          std::string ignored;
-          while (doc->take(ignored, std::chrono::milliseconds(1000)) != Document::Wait::finished) {}
-          finish_request(*doc, state->status, "stream");
           --streams_;
         });
   }
