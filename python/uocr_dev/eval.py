@@ -118,7 +118,7 @@ def render_document(out_dir, n_pages, level, seed):
 def transcribe(a, paths, mode_args):
     cmd = [a.uocr, "run", "--model", a.model, "--format", "raw", "--stats", "json", "--quiet",
            *(["--positions", a.positions] if a.positions else []), *(["--slide-kv", a.slide_kv] if a.slide_kv else []),
-           *mode_args, *paths]
+           *(["--precision", a.precision] if a.precision else []), *mode_args, *paths]
     p = subprocess.run(cmd, capture_output=True, text=True)
     stats = None
     for line in reversed(p.stderr.splitlines()):
@@ -146,6 +146,7 @@ def main():
                          "the model folder's uocr_decode.json, else 4,3)")
     ap.add_argument("--slide-kv", choices=["reuse", "recompute"],
                     help="uocr run --slide-kv for every mode (default: uocr run's, the model folder's uocr_decode.json, else reuse)")
+    ap.add_argument("--precision", choices=["f32", "bf16"], help="uocr run --precision for every mode (default: uocr run's)")
     ap.add_argument("--budgets", default="2,8/1,4",
                     help="SR-SWA budgets of sparse-A / sparse-B: PAGES,BLOCKS[,BLOCK_TOKENS] each (uocr run --reference-budget)")
     ap.add_argument("--json", help="also write the rows here")
