@@ -100,7 +100,8 @@ UOCR_PIN(uocr_run_summary, text_len, 104);
 UOCR_PIN(uocr_run_summary, scratch_bytes, 112);
 UOCR_PIN(uocr_run_summary, peak_scratch_bytes, 120);
 UOCR_PIN(uocr_run_summary, peak_bytes, 128);
-static_assert(sizeof(uocr_run_summary) == 136, "uocr_run_summary size changed");
+UOCR_PIN(uocr_run_summary, precision, 136);
+static_assert(sizeof(uocr_run_summary) == 144, "uocr_run_summary size changed");
 static_assert(UOCR_RUN_SUMMARY_MIN_SIZE == 112, "min size changed: API 2 callers pass 112 bytes");
 
 #define UOCR_PIN_STATUS(c, core) static_assert((c) == int(uocr::Status::core), #c " must equal uocr::Status::" #core)
@@ -395,6 +396,7 @@ uocr_session_params default_session_params() {
   p.max_image_pixels = 0;
   p.backend = UOCR_BACKEND_CPU;
   p.device_index = d.device_index;
+  p.precision = int32_t(d.precision);
   return p;
 }
 
@@ -513,6 +515,7 @@ uocr_run_summary to_c(const uocr::RunSummary& s) {
   o.scratch_bytes = s.memory.scratch_bytes;
   o.peak_scratch_bytes = s.memory.peak_scratch_bytes;
   o.peak_bytes = s.memory.peak_bytes;
+  o.precision = int32_t(s.precision);
   return o;
 }
 
@@ -825,8 +828,10 @@ UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_ses
     if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
     *out_session = nullptr;
     check_model(model);
-    const uocr_session_params p =
+    uocr_session_params p =
         read_params(params, default_session_params(), UOCR_SESSION_PARAMS_MIN_SIZE, "uocr_session_params");
+    // A struct from before API 11 has no precision field: its caller got f32 then, and still does.
+    if (params != nullptr && params->struct_size <= offsetof(uocr_session_params, precision)) p.precision = UOCR_PRECISION_F32;
     auto s = std::make_unique<uocr_session>();
     s->model = model->model;
     s->params = to_core(p);

@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 11
+#define UOCR_API_VERSION 12
 
 #ifdef __cplusplus
 extern "C" {
@@ -263,9 +263,10 @@ typedef struct uocr_session_params {
     /* API 11: the arithmetic of the vision encoder's and the prefill's large matrix products.
      * F32 is the reference; BF16 (CPU backend) rounds their inputs to bf16 and sums in float32,
      * about twice as fast where the CPU has AVX-512 BF16 and the same as F32 where it has none.
-     * Decode steps are F32 either way. Changes the tokens: a checkpoint resumes only with the
-     * precision it ran in. UNSUPPORTED: BF16 on Vulkan or CUDA. */
-    int32_t precision;         /* UOCR_PRECISION_*; 0: F32 (default) */
+     * Decode steps are F32 either way. Vulkan and CUDA run F32 whatever is asked; the session's
+     * engine info reports what ran. Changes the tokens: a checkpoint resumes only with the
+     * precision it ran in. A struct of API 10 or older runs F32. */
+    int32_t precision;         /* UOCR_PRECISION_*; _init: BF16 */
     int32_t reserved_api11;    /* must be 0 */
     /* append-only below this line */
 } uocr_session_params;
@@ -403,6 +404,10 @@ typedef struct uocr_run_summary {
     uint64_t scratch_bytes;      /* held at the end of the run */
     uint64_t peak_scratch_bytes; /* largest held during the run */
     uint64_t peak_bytes;         /* largest kv_allocated_bytes + scratch_bytes at one moment of the run */
+    /* API 12: the arithmetic the run's large products computed in: BF16 only where it was asked
+     * for and the backend and CPU have it, else F32. */
+    int32_t precision;           /* UOCR_PRECISION_* */
+    int32_t reserved_api12;
     /* append-only below this line */
 } uocr_run_summary;
 

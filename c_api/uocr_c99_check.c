@@ -10,7 +10,8 @@
 
 UOCR_C99_ASSERT(model_params_size, sizeof(uocr_model_params) == 16);
 UOCR_C99_ASSERT(model_info_size, sizeof(uocr_model_info) == 40);
-UOCR_C99_ASSERT(summary_size, sizeof(uocr_run_summary) == 136);
+UOCR_C99_ASSERT(summary_size, sizeof(uocr_run_summary) == 144);
+UOCR_C99_ASSERT(summary_precision, offsetof(uocr_run_summary, precision) == 136);
 UOCR_C99_ASSERT(summary_text_len, offsetof(uocr_run_summary, text_len) == 104);
 UOCR_C99_ASSERT(summary_peak_bytes, offsetof(uocr_run_summary, peak_bytes) == 128);
 UOCR_C99_ASSERT(summary_min, UOCR_RUN_SUMMARY_MIN_SIZE == 112);

@@ -301,6 +301,7 @@ Transcript transcribe(const std::shared_ptr<const uocr::Model>& model, uocr::Bac
                       const std::vector<std::string>& pages) {
   uocr::SessionParams p;
   p.backend = backend;
+  p.precision = uocr::Precision::f32;  // the CPU's reference arithmetic, which Vulkan runs
   const auto t0 = std::chrono::steady_clock::now();
   uocr::OneShotSession session(model, p);
   for (const std::string& f : pages) session.add_page(uocr::load_image(sample(f)));
@@ -356,6 +357,7 @@ TEST_CASE("SR-SWA in a Vulkan session writes the CPU's SR-SWA transcript (demo m
   auto run = [&](uocr::Backend backend, uocr::SessionStats& stats) {
     uocr::SessionParams p;
     p.backend = backend;
+    p.precision = uocr::Precision::f32;
     uocr::Session session(model, p, ip);
     uocr::FilePages pages({sample("demo-page1.png")});
     const uocr::RunSummary sum = session.run(pages);
@@ -450,7 +452,7 @@ using uocr_test::run_cli;
 
 TEST_CASE("uocr run --backend vulkan on the 3-page PDF writes the CPU's text; a missing device is exit 1 with a message") {
   const std::string common = " --model " + demo_dir() + " --quiet " + sample("demo-doc.pdf");
-  const uocr_test::CliRun cpu = run_cli("run" + common);
+  const uocr_test::CliRun cpu = run_cli("run --precision f32" + common);
   const uocr_test::CliRun gpu = run_cli("run --backend vulkan" + common);
   INFO(cpu.output);
   CHECK(cpu.status == 0);

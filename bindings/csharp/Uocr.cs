@@ -74,6 +74,9 @@ namespace Uocr
     /// choice (ModelDefault, else Reuse), Reuse (upstream's infinite decoding), or Recompute the
     /// held pages, prompt tail and window as a fresh G-page document holds them (API 8).</summary>
     public enum SlideKv { ModelDefault = 0, Reuse = 1, Recompute = 2 }
+    /// <summary>The vision encoder's and the prefill's large products: Bf16 (the library's default)
+    /// runs where the backend and CPU have bf16 dot products, else F32 runs.</summary>
+    public enum Precision { F32 = 0, Bf16 = 1 }
 
     [StructLayout(LayoutKind.Sequential)]
     internal struct ModelParams
@@ -129,6 +132,9 @@ namespace Uocr
         public int MaxJpegScans;
         // API version 10
         public double PageTimeBudgetSeconds;
+        // API version 11
+        public int Precision;
+        public int ReservedApi11;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -183,6 +189,9 @@ namespace Uocr
         public ulong ScratchBytes;      // working memory besides the KV cache (vision and decoder workspaces), held at the end
         public ulong PeakScratchBytes;  // largest ScratchBytes held during the run
         public ulong PeakBytes;         // largest KvAllocatedBytes + ScratchBytes at one moment of the run
+        // API version 12
+        public int Precision;           // the Precision the large products ran in
+        public int ReservedApi12;
     }
 
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
@@ -194,7 +203,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 10; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 12; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -360,6 +369,7 @@ namespace Uocr
         // Seconds a run may take per page of its document: it stops between two tokens with
         // StopReason.TimeBudget, the text so far and the last checkpoint kept (0: none).
         public double PageTimeBudgetSeconds = 0;
+        public Precision? Precision;         // null: the library's (Bf16)
         public Backend Backend = Backend.Cpu;
         public int DeviceIndex = 0;
         public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: the model folder's, else 4)
@@ -453,6 +463,7 @@ namespace Uocr
             p.MaxImageBytes = o.MaxImageBytes;
             p.MaxJpegScans = o.MaxJpegScans;
             p.PageTimeBudgetSeconds = o.PageTimeBudgetSeconds;
+            if (o.Precision.HasValue) p.Precision = (int)o.Precision.Value;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try

@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 10  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 12  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -57,6 +57,9 @@ MODEL_DEFAULTS_IGNORE = 1  # the library's defaults, whatever the folder says
 SLIDE_KV_DEFAULT = 0  # the model folder's uocr_decode.json, else reuse (API 8)
 SLIDE_KV_REUSE = 1  # a slide keeps the kept pages' and the window's KV as they are
 SLIDE_KV_RECOMPUTE = 2  # a slide computes the held pages, prompt tail and window again
+
+PRECISION_F32 = 0   # float32 products, the reference
+PRECISION_BF16 = 1  # bf16 inputs, float32 sums (the default; runs F32 where the backend or CPU has no bf16)
 
 CUDA_GRAPHS_DEFAULT = 0  # on
 CUDA_GRAPHS_ON = 1
@@ -107,7 +110,9 @@ class SessionParams(ctypes.Structure):
                 # API version 9
                 ("max_image_bytes", ctypes.c_uint64), ("max_jpeg_scans", ctypes.c_int32),
                 # API version 10
-                ("page_time_budget_seconds", ctypes.c_double)]
+                ("page_time_budget_seconds", ctypes.c_double),
+                # API version 11
+                ("precision", ctypes.c_int32), ("reserved_api11", ctypes.c_int32)]
 
 
 class EventStruct(ctypes.Structure):
@@ -125,7 +130,9 @@ class RunSummary(ctypes.Structure):
                 ("window_kv_bytes", ctypes.c_uint64), ("kv_allocated_bytes", ctypes.c_uint64),
                 ("peak_kv_bytes", ctypes.c_uint64), ("text_len", ctypes.c_uint64),
                 ("scratch_bytes", ctypes.c_uint64), ("peak_scratch_bytes", ctypes.c_uint64),
-                ("peak_bytes", ctypes.c_uint64)]
+                ("peak_bytes", ctypes.c_uint64),
+                # API version 12
+                ("precision", ctypes.c_int32), ("reserved_api12", ctypes.c_int32)]
 
 
 EVENT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(EventStruct), ctypes.c_void_p)
@@ -312,7 +319,8 @@ class Session(_Handle):
     backend, device_index, pages_per_group, overlap_pages, page_fallback_tokens, reference_mode,
     reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
     checkpoint_every_tokens, resume, max_batch, max_batch_wait_us, reference_gate_fan_out,
-    reference_gate_beam, cuda_graphs, model_defaults, slide_kv, max_image_bytes, max_jpeg_scans, page_time_budget_seconds). cuda_graphs takes a CUDA_GRAPHS_* value or a
+    reference_gate_beam, cuda_graphs, model_defaults, slide_kv, max_image_bytes, max_jpeg_scans, page_time_budget_seconds,
+    precision). cuda_graphs takes a CUDA_GRAPHS_* value or a
     bool (True: on, False: off); model_defaults a MODEL_DEFAULTS_* value or a bool (True: use);
     slide_kv a SLIDE_KV_* value.
     """

@@ -67,7 +67,9 @@ static class ApiCheck
         // uocr_session_params as uocr.h lays it out on 64-bit targets (the binding's struct is compiled in here).
         if (IntPtr.Size == 8)
         {
-            Check(Marshal.SizeOf(typeof(SessionParams)) == 176, "sizeof(uocr_session_params) == 176");
+            Check(Marshal.SizeOf(typeof(SessionParams)) == 184, "sizeof(uocr_session_params) == 184");
+            Check((long)Marshal.OffsetOf(typeof(SessionParams), "Precision") == 176, "precision at offset 176");
+            Check(Marshal.SizeOf(typeof(RunSummary)) == 144, "sizeof(uocr_run_summary) == 144");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "PageTimeBudgetSeconds") == 168, "page_time_budget_seconds at offset 168");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxImageBytes") == 152, "max_image_bytes at offset 152");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxJpegScans") == 160, "max_jpeg_scans at offset 160");
@@ -179,6 +181,22 @@ static class ApiCheck
                 RunSummary sum = s.Run(e => true);
                 Check(sum.StopReason == (int)StopReason.TimeBudget && sum.GeneratedTokens == 1, "time budget stops the run after one token");
             }
+
+            // API 11/12: bf16 by default (f32 where the CPU has no bf16 dot products), f32 on request;
+            // the summary says which ran.
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 2 }))
+            {
+                s.AddImageFile(pages[0]);
+                RunSummary sum = s.Run(e => true);
+                Check(sum.Precision == (int)Precision.Bf16 || sum.Precision == (int)Precision.F32, "default precision reported");
+            }
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 2, Precision = Precision.F32 }))
+            {
+                s.AddImageFile(pages[0]);
+                Check(s.Run(e => true).Precision == (int)Precision.F32, "F32 runs f32");
+            }
+            var precision = Expect<UocrException>(() => model.CreateSession(new SessionOptions { Precision = (Precision)2 }), "precision 2");
+            Check(precision != null && precision.Status == Status.InvalidArgument && precision.Message.Contains("precision"), "precision message");
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

@@ -410,6 +410,27 @@ class Limits(unittest.TestCase):
         self.assertEqual(events[-2:], ["shutting_down", "stopped"])
         self.assertIn("request", events)
 
+    def test_precision_from_the_config_file_and_a_bad_one_refused_at_start(self):
+        folder = tempfile.mkdtemp(prefix="uocr-serve-config-")
+        try:
+            config = os.path.join(folder, "serve.json")
+            with open(config, "w") as f:
+                json.dump({"precision": "f32"}, f)
+            server = Server("--config", config)
+            try:
+                text, _ = infer_py_stream(server.url, infer_py_payload(PAGES[:1]))
+                self.assertEqual(text, uocr_run(PAGES[:1], "--mode", "base", "--precision", "f32"))
+            finally:
+                self.assertEqual(server.stop(), 0)
+            ready = [l for l in server.lines() if l["event"] == "workspace_ready"]
+            self.assertEqual(ready[0]["precision"], "f32")
+            bad = subprocess.run([CLI, "serve", "--model", MODEL, "--port", "0", "--data-dir", folder, "--precision", "fp8"],
+                                 capture_output=True, timeout=60)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn(b"precision must be bf16 or f32, got 'fp8'", bad.stderr)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
 
 def wait_job(url, job_id, seconds=300, headers=None):
     """GET /v1/jobs/{id}?wait=... until the job ends (bounded)."""

@@ -19,6 +19,7 @@ namespace uocr_test {
 inline uocr::SessionParams resume_params(uocr::Backend backend = uocr::Backend::cpu) {
   uocr::SessionParams p;
   p.backend = backend;
+  p.precision = uocr::Precision::f32;  // what every backend runs, so checkpoints cross backends
   p.max_new_tokens = 40;
   p.sampling.temperature = 0.8f;
   p.sampling.seed = 7;

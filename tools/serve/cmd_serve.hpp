@@ -32,6 +32,16 @@ inline sigset_t block_stop_signals() {
 
 inline const char* stop_signal_name(int signal) { return signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP"; }
 
+// The engine every document will run on, opened once at start so that a backend that is not
+// built in or a missing device fails here; what it reports (device, precision) goes to the log.
+inline uocr::EngineInfo open_serving_engine(const std::shared_ptr<const uocr::Model>& model, const ServeConfig& config) {
+  uocr::SessionParams p;
+  p.backend = uocr::parse_backend(config.backend);
+  p.device_index = config.device;
+  p.precision = config.precision;
+  return uocr::open_engine(model, p.backend, uocr::engine_options(p))->info();
+}
+
 inline int cmd_serve(const uocr_cli::Args& args) {
   sigset_t stop_signals = block_stop_signals();
 
@@ -45,12 +55,9 @@ inline int cmd_serve(const uocr_cli::Args& args) {
                               {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
                               {"layers", d.layers}, {"hidden", d.hidden}, {"vocab", d.vocab}});
 
-  uocr::SessionParams engine;  // opened once now: a backend that is not built in or a missing device fails here
-  engine.backend = uocr::parse_backend(config.backend);
-  engine.device_index = config.device;
-  const uocr::EngineInfo info = uocr::open_engine(model, engine.backend, uocr::engine_options(engine))->info();
+  const uocr::EngineInfo info = open_serving_engine(model, config);
   Server server(config, model, keys, log);
-  log.info("workspace_ready", {{"backend", config.backend}, {"device", info.device}, {"max_concurrency", config.max_concurrency},
+  log.info("workspace_ready", {{"backend", config.backend}, {"device", info.device}, {"precision", uocr::precision_name(info.precision)}, {"max_concurrency", config.max_concurrency},
                                {"visual_cache_bytes", config.visual_cache_bytes}, {"queue_max_size", config.queue_max_size},
                                {"api_keys", keys.size()}, {"data_dir", config.data_dir},
                                {"queue", config.queue.empty() ? "" : RedisAddress::parse(config.queue).url()}, {"storage", config.storage}});

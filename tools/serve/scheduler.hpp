@@ -185,6 +185,7 @@ class Scheduler {
   void add_server_settings(uocr::SessionParams& p) const {
     p.backend = uocr::parse_backend(config_.backend);
     p.device_index = config_.device;
+    p.precision = config_.precision;
     p.batching.max_batch = config_.max_concurrency;
   }
   const uocr::DocumentParams& document_params() const { return document_; }

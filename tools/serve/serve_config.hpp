@@ -18,6 +18,7 @@
 #include "../cli/args.hpp"
 #include "../cli/model_dir.hpp"
 #include "uocr/core/error.hpp"
+#include "uocr/core/precision.hpp"
 #include "uocr/engine/backend.hpp"
 #include "uocr/io/read_file.hpp"
 
@@ -29,6 +30,10 @@ struct ServeConfig {
   std::string model;                       // model folder (uocr run's rules when unset)
   std::string backend = "cpu";             // cpu | vulkan | cuda
   int device = 0;
+  // The vision encoder's and the prefill's products (uocr run --precision); bf16 runs where the
+  // backend and CPU have it, else f32. A checkpoint resumes only in the precision it ran in, so
+  // a fleet's workers share the one that runs (their worker_ready log line names it).
+  uocr::Precision precision = uocr::Precision::bf16;
   std::string host = "127.0.0.1";
   int port = 8000;                         // 0: any free port (the "listening" log line names it)
   std::vector<std::string> served_model_names;  // what clients put in "model"; default: the folder's name
@@ -63,7 +68,7 @@ struct ServeConfig {
 
 inline uocr_cli::CommandOptions serve_options() {
   return {"serve",
-          {"--config", "--model", "--backend", "--device", "--host", "--port", "--served-model-name", "--max-concurrency",
+          {"--config", "--model", "--backend", "--device", "--precision", "--host", "--port", "--served-model-name", "--max-concurrency",
            "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes", "--queue-max-size",
            "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level",
            "--rate-limit-per-minute", "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file",
@@ -76,7 +81,7 @@ inline uocr_cli::CommandOptions serve_options() {
 // `uocr worker`: the settings of `uocr serve` that apply to decoding, and the fleet's.
 inline uocr_cli::CommandOptions worker_options() {
   return {"worker",
-          {"--config", "--model", "--backend", "--device", "--host", "--port", "--max-concurrency", "--request-timeout-seconds",
+          {"--config", "--model", "--backend", "--device", "--precision", "--host", "--port", "--max-concurrency", "--request-timeout-seconds",
            "--visual-cache-bytes", "--long-document-pages", "--max-long-running", "--log-level", "--data-dir", "--result-ttl-seconds",
            "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file", "--queue", "--storage",
            "--lease-seconds", "--max-deliveries", "--pools", "--worker-name"},
@@ -91,6 +96,12 @@ inline LogLevel parse_log_level(const std::string& s) {
   if (s == "warning") return LogLevel::warning;
   if (s == "error") return LogLevel::error;
   throw uocr::Error(uocr::Status::invalid_argument, "log_level must be debug, info, warning or error, got '" + s + "'");
+}
+
+inline uocr::Precision parse_serve_precision(const std::string& s) {
+  uocr::Precision p;
+  uocr::require(uocr::parse_precision(s, p), uocr::Status::invalid_argument, [&] { return "precision must be bf16 or f32, got '" + s + "'"; });
+  return p;
 }
 
 inline std::vector<std::string> split_names(const std::string& list) {
@@ -139,6 +150,7 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
       if (k == "model") c.model = text();
       else if (k == "backend") c.backend = text();
       else if (k == "device") c.device = int(integer(0, 1 << 16));
+      else if (k == "precision") c.precision = parse_serve_precision(text());
       else if (k == "host") c.host = text();
       else if (k == "port") c.port = int(integer(0, 65535));
       else if (k == "served_model_name") {
@@ -191,6 +203,7 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
   if (args.accepts("--backend")) c.backend = args.get("--backend", c.backend);
   (void)uocr::parse_backend(c.backend);  // refuses an unknown name now
   if (args.accepts("--device")) c.device = args.integer("--device", c.device);
+  if (given("--precision")) c.precision = parse_serve_precision(args.get("--precision", ""));
   if (args.accepts("--host")) c.host = args.get("--host", c.host);
   if (args.accepts("--port")) c.port = args.integer("--port", c.port);
   if (given("--served-model-name")) c.served_model_names = split_names(args.get("--served-model-name", ""));

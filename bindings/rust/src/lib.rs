@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 10;
+pub const API_VERSION: i32 = 12;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -157,6 +157,9 @@ struct RawSessionParams {
     max_jpeg_scans: i32,
     // API version 10
     page_time_budget_seconds: f64,
+    // API version 11
+    precision: i32,
+    reserved_api11: i32,
 }
 
 #[repr(C)]
@@ -215,16 +218,20 @@ pub struct RunSummary {
     pub peak_scratch_bytes: u64,
     /// Largest `kv_allocated_bytes + scratch_bytes` at one moment of the run.
     pub peak_bytes: u64,
+    // API version 12
+    /// The `Precision` the large products ran in, as an i32 (`Precision::F32 as i32`, ...).
+    pub precision: i32,
+    reserved_api12: i32,
 }
 
 // The layouts this binding assumes (64-bit targets), checked at compile time.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 176);
+    assert!(std::mem::size_of::<RawSessionParams>() == 184);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
-    assert!(std::mem::size_of::<RunSummary>() == 136);
+    assert!(std::mem::size_of::<RunSummary>() == 144);
 };
 
 type Callback = extern "C" fn(*const RawEvent, *mut c_void) -> i32;
@@ -447,6 +454,7 @@ impl Model {
         raw.max_image_bytes = params.max_image_bytes;
         raw.max_jpeg_scans = params.max_jpeg_scans;
         raw.page_time_budget_seconds = params.page_time_budget_seconds;
+        raw.precision = params.precision as i32;
         let mut h: *mut RawSession = std::ptr::null_mut();
         let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
         if st != status::OK {
@@ -520,6 +528,18 @@ pub enum SlideKv {
     Recompute,
 }
 
+/// The vision encoder's and the prefill's large products (API 11). `Bf16`, the library's default,
+/// runs where the backend and CPU have bf16 dot products; elsewhere `F32` runs (the run summary
+/// says which, API 12).
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// Float32 products, the reference.
+    F32 = 0,
+    /// bf16 inputs, float32 sums.
+    Bf16 = 1,
+}
+
 /// Crash-safe resume: the run's state is saved to `path` after the prefill, at every page
 /// boundary and every `every_tokens` tokens (0: only those). With `resume` the run continues from
 /// it; `Session::text` then holds only the text generated since (see c_api/README.md).
@@ -560,6 +580,7 @@ pub struct SessionParams {
     /// Seconds a run may take per page of its document (API 10): it stops between two tokens
     /// with `stop::TIME_BUDGET`, the text so far and the last checkpoint kept; 0: none.
     pub page_time_budget_seconds: f64,
+    pub precision: Precision,
     pub backend: Backend,
     pub device_index: i32,
     /// Pages whose KV is held at once (>= 2; 0: the model folder's, else 4).
@@ -608,6 +629,7 @@ impl Default for SessionParams {
             max_image_bytes: raw.max_image_bytes,
             max_jpeg_scans: raw.max_jpeg_scans,
             page_time_budget_seconds: raw.page_time_budget_seconds,
+            precision: if raw.precision == Precision::F32 as i32 { Precision::F32 } else { Precision::Bf16 },
             backend: Backend::Cpu,
             device_index: raw.device_index,
             pages_per_group: raw.pages_per_group,

@@ -5,7 +5,7 @@
 //!         cargo test --offline --locked --test api -- --test-threads=1
 use std::path::PathBuf;
 
-use uocr::{cuda_graphs, status, stop, stop_reason_name, Backend, Checkpoint, Event, Model, Page, Reference, SessionParams, SlideKv};
+use uocr::{cuda_graphs, status, stop, stop_reason_name, Backend, Checkpoint, Event, Model, Page, Precision, Reference, SessionParams, SlideKv};
 
 fn model() -> Model {
     let dir = std::env::var_os("UOCR_TEST_MODEL").expect("set UOCR_TEST_MODEL to a model folder");
@@ -187,6 +187,16 @@ fn typed_options_reach_the_library() {
     let summary = s.run(|_| true).unwrap();
     assert_eq!((summary.stop_reason, summary.generated_tokens), (stop::TIME_BUDGET, 1));
     assert_eq!(stop_reason_name(summary.stop_reason), "time_budget");
+    // API 11/12: bf16 by default (f32 where the CPU has no bf16 dot products), f32 on request;
+    // the summary says which ran.
+    assert_eq!(SessionParams::default().precision, Precision::Bf16);
+    let mut s = model.session(&SessionParams { max_new_tokens: 2, ..Default::default() }).unwrap();
+    s.add_image_file(&pages[0]).unwrap();
+    let ran = s.run(|_| true).unwrap().precision;
+    assert!(ran == Precision::Bf16 as i32 || ran == Precision::F32 as i32, "{}", ran);
+    let mut s = model.session(&SessionParams { max_new_tokens: 2, precision: Precision::F32, ..Default::default() }).unwrap();
+    s.add_image_file(&pages[0]).unwrap();
+    assert_eq!(s.run(|_| true).unwrap().precision, Precision::F32 as i32);
 }
 
 #[test]

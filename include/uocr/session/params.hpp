@@ -52,10 +52,11 @@ struct SessionParams {
   int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
   BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
   bool cuda_graphs = true;           // CUDA backend: decode steps replay CUDA graphs (same logits; backends/cuda/README.md)
-  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): f32 is the
-  // reference; bf16 (cpu backend) is about twice as fast where the CPU has bf16 dot products and
-  // the same as f32 where it has none. Changes the tokens: part of a checkpoint's identity.
-  Precision precision = Precision::f32;
+  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): bf16, the
+  // default, is about twice as fast where the CPU has bf16 dot products and runs f32 elsewhere
+  // (other backends, older CPUs); f32 is the reference. Changes the tokens: part of a
+  // checkpoint's identity (as it ran: EngineInfo::precision).
+  Precision precision = Precision::bf16;
   // Seconds a run may take per page of its document (encoding, prefill and generation; a run of
   // N pages stops after N times this, between two tokens, with StopReason::time_budget: the text
   // so far and the last checkpoint are kept, a resumed run gets the budget afresh). 0: none.
@@ -132,6 +133,7 @@ struct RunSummary {
   int64_t pages = 0, visual_tokens = 0, prompt_tokens = 0, generated_tokens = 0;
   double vision_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
   MemoryStats memory;
+  Precision precision = Precision::f32;  // what the large products ran in (EngineInfo::precision)
 };
 
 UOCR_NAMESPACE_END

@@ -196,6 +196,7 @@ class Session {
     memory_ = MemoryStats{};
     RunSummary sum;
     sum.pages = n_pages;
+    sum.precision = backend_->info().precision;
     CheckpointIdentity id;
     if (!checkpoint.path.empty()) id = {model_identity(*model_), describe_params(), pages.identity()};
 
