@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -79,8 +80,11 @@ std::string transcribe(const std::vector<std::string>& pages, const std::string&
                                 "-o", out, "--quiet"};
   args.insert(args.end(), options.begin(), options.end());
   args.insert(args.end(), pages.begin(), pages.end());
-  REQUIRE(uocr_test::wait_exit(uocr_test::spawn_cli(args, log)) == 0);
-  return uocr_test::read_file(out);
+  REQUIRE(uocr_test::wait_exit(uocr_test::spawn_cli(args, log)) == 0);  // a failed run keeps its log
+  const std::string text = uocr_test::read_file(out);
+  std::filesystem::remove(out);
+  std::filesystem::remove(log);
+  return text;
 }
 
 }  // namespace

@@ -175,5 +175,6 @@ with uocr.Model(model_dir) as model:
         e = expect_error(lambda: s.run_pages(3, get_page), uocr.E_INVALID_ARGUMENT, "checkpoint of other parameters")
         check(e is not None and "other parameters" in e.message, "mismatch message")
     os.remove(ckpt)
+    os.rmdir(os.path.dirname(ckpt))
 print("python binding API checks: %d failures" % len(failures))
 sys.exit(1 if failures else 0)

@@ -290,6 +290,22 @@ class Fleet(unittest.TestCase):
         self.assertIn("checksum", survivor.events("checkpoint_unusable")[0]["reason"])
         self.assertEqual(survivor.metric("uocr:fleet_jobs_resumed_total"), 0)
 
+    def test_checkpoint_of_another_precision_is_not_resumed_the_job_starts_over(self):
+        self.start_api()
+        victim = self.start_worker("p0", "--lease-seconds", "3", "--precision", "f32")
+        job_id = self.submit(self.pdf30)
+        self.assertIs(self.owner_with_pages(job_id, 4), victim)
+        survivor = self.start_worker("p1", "--lease-seconds", "3")
+        victim.proc.kill()
+        self.assert_succeeded_with(job_id, self.pdf30)
+        if survivor.events("worker_ready")[0]["precision"] == "f32":  # a CPU without bf16 dot products runs f32
+            self.assertEqual(survivor.metric("uocr:fleet_jobs_resumed_total"), 1)
+            return
+        reason = survivor.events("checkpoint_unusable")[0]["reason"]
+        self.assertIn("other parameters", reason)
+        self.assertIn("precision=bf16", reason)
+        self.assertEqual(survivor.metric("uocr:fleet_jobs_resumed_total"), 0)
+
     def test_paused_worker_is_fenced_off_when_it_comes_back(self):
         self.start_api()
         for i in range(2):

@@ -5,6 +5,7 @@ transcripts must equal `uocr run --format raw` on the same pages.
 
 Needs the PyPI packages `openai` and `requests` (.ci/run installs them); exits 77 (skipped)
 without them. Environment: UOCR_CLI (the uocr binary), UOCR_SOURCE_DIR."""
+import atexit
 import base64
 import concurrent.futures
 import hashlib
@@ -36,6 +37,12 @@ SOURCE = os.environ["UOCR_SOURCE_DIR"]
 MODEL = os.path.join(SOURCE, "models", "uocr-demo")
 PAGES = [os.path.join(SOURCE, "samples", "data", f"demo-page{i}.png") for i in (1, 2, 3)]
 PDF = os.path.join(SOURCE, "samples", "data", "demo-doc.pdf")
+
+# What the tests and the processes they start write to temporary files (logs, data folders, the
+# page folder of a server killed while it rendered a PDF page) goes to one folder, removed at exit.
+SCRATCH = tempfile.mkdtemp(prefix="uocr-serve-tests-")
+os.environ["TMPDIR"] = tempfile.tempdir = SCRATCH
+atexit.register(shutil.rmtree, SCRATCH, True)
 
 
 def data_uri(path):
@@ -544,6 +551,30 @@ class Jobs(unittest.TestCase):
                 self.assertEqual(result, self.expected30)
                 self.assertIn("job_resumed", [l["event"] for l in again.lines()])
                 self.assertFalse(os.path.exists(os.path.join(data, "jobs", job["id"], "checkpoint")))
+            finally:
+                self.assertEqual(again.stop(), 0)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+    def test_restart_with_another_precision_starts_the_job_over(self):
+        data = tempfile.mkdtemp(prefix="uocr-serve-data-")
+        try:
+            server = Server("--checkpoint-every-tokens", "16", "--precision", "f32", data_dir=data)
+            job = self.submit_pdf(server, self.pdf30)
+            wait_until(lambda: requests.get(f"{server.url}/v1/jobs/{job['id']}", timeout=60).json()["pages_done"] >= 2)
+            server.kill()
+            again = Server(data_dir=data)
+            try:
+                done = wait_job(again.url, job["id"])
+                self.assertEqual(done["state"], "succeeded")
+                self.assertEqual(requests.get(f"{again.url}/v1/jobs/{job['id']}/result", timeout=60).text, self.expected30)
+                resumed = next(l for l in again.lines() if l["event"] == "job_resumed")
+                if next(l for l in again.lines() if l["event"] == "workspace_ready")["precision"] == "f32":
+                    self.assertTrue(resumed["checkpoint"])  # a CPU without bf16 dot products runs f32 both times
+                else:
+                    self.assertFalse(resumed["checkpoint"])
+                    reason = next(l for l in again.lines() if l["event"] == "checkpoint_unusable")["reason"]
+                    self.assertIn("other parameters", reason)
             finally:
                 self.assertEqual(again.stop(), 0)
         finally:

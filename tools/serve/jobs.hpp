@@ -65,12 +65,32 @@ class Jobs {
   // Queues again every job that had not ended when the server last stopped; then starts the TTL thread.
   void recover() {
     for (const std::shared_ptr<Job>& job : store_.recover()) {
-      log_.info("job_resumed", {{"id", job->id()}, {"pages_done", job->progress().pages_done},
-                                {"checkpoint", std::filesystem::exists(job->checkpoint_path())}});
+      const bool checkpoint = keep_resumable_checkpoint(*job);
+      log_.info("job_resumed", {{"id", job->id()}, {"pages_done", job->progress().pages_done}, {"checkpoint", checkpoint}});
       start(job, true);
     }
     janitor_ = std::thread([this] { expire_until_stopped(); });
   }
+  // Whether `job`'s checkpoint is one this process can resume: sound (its checksum) and written
+  // for this model and these settings (a restart with another --precision or model, or a fleet
+  // whose workers differ, is not). Another is removed, the reason logged, and the job decoded from
+  // its start (its uploads are intact). False when there is none.
+  bool keep_resumable_checkpoint(const Job& job) const {
+    const std::filesystem::path path = job.checkpoint_path();
+    if (!std::filesystem::exists(path)) return false;
+    std::string why;
+    try {
+      const std::string what = uocr::Session(model_, session_params(job.options), scheduler_.document_params()).resume_mismatch(path.string());
+      if (!what.empty()) why = "checkpoint " + path.string() + " was written for " + what;
+    } catch (const uocr::Error& e) {
+      why = e.what();
+    }
+    if (why.empty()) return true;
+    log_.write(LogLevel::warning, "checkpoint_unusable", {{"id", job.id()}, {"reason", why + "; the job starts over"}});
+    std::filesystem::remove(path);
+    return false;
+  }
+
   void stop() {
     {
       std::lock_guard<std::mutex> lock(m_);

@@ -191,13 +191,9 @@ class Worker final : public JobMirror {
       const Fleet::Resume from = fleet_.resume_point(lease.id);
       if (!from.checkpoint.empty()) {
         write_file(run->job->checkpoint_path(), from.checkpoint);
-        try {
-          uocr::read_checkpoint(run->job->checkpoint_path().string());  // its own checksum
+        if (jobs_.keep_resumable_checkpoint(*run->job)) {
           write_file(run->job->output_path(), from.text);
           metrics_.add("uocr:fleet_jobs_resumed_total", 1);
-        } catch (const uocr::Error& e) {  // the uploads are intact: decode the job from its start
-          log_.write(LogLevel::error, "checkpoint_unusable", {{"id", lease.id}, {"reason", e.what()}});
-          std::filesystem::remove(run->job->checkpoint_path());
         }
       }
     } catch (const uocr::Error& e) {

@@ -76,6 +76,7 @@ class StateWriter {
 class StateReader {
  public:
   StateReader(const std::string& bytes, std::string file) : bytes_(bytes), file_(std::move(file)) {}
+  StateReader(std::string&&, std::string) = delete;  // it reads `bytes` where they are: they must outlive it
 
   template <class T>
   T get() {
@@ -191,6 +192,23 @@ struct CheckpointIdentity {
   std::string model, params, input;
 };
 
+// What a checkpoint written as `saved` was written for, when a run identified as `now` cannot
+// resume it ("" when it can); the input pages are compared only when `now.input` is set.
+inline std::string identity_mismatch(const CheckpointIdentity& saved, const CheckpointIdentity& now) {
+  if (saved.model != now.model) return "another model (its files' fingerprint differs)";
+  if (saved.params != now.params) return "other parameters: [" + saved.params + "] vs now [" + now.params + "]";
+  if (!now.input.empty() && saved.input != now.input) return "other input pages (their fingerprint differs)";
+  return "";
+}
+
+inline CheckpointIdentity read_identity(StateReader& r) {
+  CheckpointIdentity id;
+  r.get(id.model);
+  r.get(id.params);
+  r.get(id.input);
+  return id;
+}
+
 // Writes a session's state to checkpoint `path` (crash-safe, write_checkpoint): the identity,
 // the layout, the page sizes, the page groups' state and KV rows, the generation state, the
 // memory peaks so far and `caller`, the caller's own state.
@@ -260,26 +278,19 @@ inline std::string load_session_checkpoint(const std::string& path, const Checkp
                                            EncodedPages& visual, DecoderEngine& engine, GenerationState& L, MemoryStats& memory) {
   const std::string payload = read_checkpoint(path);
   StateReader r(payload, path);
-  CheckpointIdentity saved;
-  r.get(saved.model);
-  r.get(saved.params);
-  r.get(saved.input);
-  auto mismatch = [&](const std::string& what, const std::string& detail) {
-    throw Error(Status::invalid_argument, "checkpoint " + path + " was written for " + what + detail +
+  auto mismatch = [&](const std::string& what) {
+    throw Error(Status::invalid_argument, "checkpoint " + path + " was written for " + what +
                                               "; it cannot be resumed here (start afresh without resume)");
   };
-  if (saved.model != id.model) mismatch("another model", " (its files' fingerprint differs)");
-  if (saved.params != id.params) mismatch("other parameters", ": [" + saved.params + "] vs now [" + id.params + "]");
-  if (saved.input != id.input) mismatch("other input pages", " (their fingerprint differs)");
+  if (const std::string what = identity_mismatch(read_identity(r), id); !what.empty()) mismatch(what);
   int64_t pages = 0;
   r.get(pages);
-  if (pages != layout.pages)
-    mismatch("a document of " + std::to_string(pages) + " pages", ", not " + std::to_string(layout.pages));
+  if (pages != layout.pages) mismatch("a document of " + std::to_string(pages) + " pages, not " + std::to_string(layout.pages));
   std::vector<int32_t> head, tail;
   r.get(layout.page_tokens);
   r.get(head);
   r.get(tail);
-  if (head != layout.head || tail != layout.tail) mismatch("another prompt", "");
+  if (head != layout.head || tail != layout.tail) mismatch("another prompt");
 
   auto bad = [&](const std::string& field, int64_t value, const std::string& should) {
     r.corrupt(field + " = " + std::to_string(value) + ", it should be " + should);

@@ -159,6 +159,14 @@ class Session {
   EngineInfo engine_info() const { return backend_->info(); }
   const SessionStats& stats() const { return stats_; }
   int effective_window() const { return uocr::effective_window(*model_, params_); }
+  // What checkpoint `path` was written for when this session cannot resume it: another model or
+  // other parameters, including the precision that runs here ("" when it can; the pages are
+  // compared when a run reads the file). Status::io when the file is no sound checkpoint.
+  std::string resume_mismatch(const std::string& path) const {
+    const std::string payload = read_checkpoint(path);
+    StateReader r(payload, path);
+    return identity_mismatch(read_identity(r), {model_identity(*model_), describe_params(), ""});
+  }
   // Memory (KV and scratch) of the run in progress as of the last token fed back (at the k-th token event,
   // read from the callback, it counts k - 1 generated tokens), or of the last run.
   const MemoryStats& memory() const { return memory_; }
