@@ -261,12 +261,13 @@ typedef struct uocr_session_params {
      * resumed run gets the budget afresh. 0 (default): none; negative or not finite: INVALID_ARGUMENT. */
     double page_time_budget_seconds;
     /* API 11: the arithmetic of the vision encoder's and the prefill's large matrix products.
-     * F32 is the reference; BF16 (CPU backend) rounds their inputs to bf16 and sums in float32,
-     * about twice as fast where the CPU has AVX-512 BF16 and the same as F32 where it has none.
+     * F32 is the reference; BF16 (CPU backend, CPUs with AVX-512 BF16) rounds their inputs to
+     * bf16 and sums in float32, as upstream runs: faster than F32 where the CPU's float32 FMAs are
+     * single-ported, slower where they are not (docs/PERFORMANCE.md).
      * Decode steps are F32 either way. Vulkan and CUDA run F32 whatever is asked; the session's
      * engine info reports what ran. Changes the tokens: a checkpoint resumes only with the
      * precision it ran in. A struct of API 10 or older runs F32. */
-    int32_t precision;         /* UOCR_PRECISION_*; _init: BF16 */
+    int32_t precision;         /* UOCR_PRECISION_*; _init: F32 */
     int32_t reserved_api11;    /* must be 0 */
     /* append-only below this line */
 } uocr_session_params;

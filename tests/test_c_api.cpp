@@ -1216,10 +1216,10 @@ TEST_CASE("c_api: the time budget per page (API 10) stops a run between two toke
   CHECK(api9 == whole);
 }
 
-TEST_CASE("c_api: precision (API 11): bf16 by default, bad values refused, other backends run f32, older structs run f32") {
+TEST_CASE("c_api: precision (API 11): f32 by default, bf16 on request, bad values refused, older structs run f32") {
   uocr_session_params sp;
   uocr_session_params_init(&sp);
-  CHECK(sp.precision == UOCR_PRECISION_BF16);
+  CHECK(sp.precision == UOCR_PRECISION_F32);
   CHECK(sp.reserved_api11 == 0);
   uocr_session* s = nullptr;
   sp.precision = 2;

@@ -329,8 +329,11 @@ TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape,
   std::normal_distribution<float> nd;
   // m: one micro-kernel row short of a tile and past it, the tail; n: not a multiple of the
   // 16-row panel or the 32-column step; k: odd (a zero-padded pair) and past one k pass (512).
-  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{129, 17, 3}, {200, 300, 257}, {131, 33, 1100}}) {
+  // m from 5 to kSmallGemmRows (128): the small-m kernel, bf16 weights only (as MoE experts are).
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {129, 17, 3}, {200, 300, 257}, {131, 33, 1100}, {5, 17, 3}, {26, 300, 257}, {128, 33, 1100}, {7, 6, 31}}) {
     for (uocr::DType dtype : {uocr::DType::bf16, uocr::DType::f32}) {
+      if (m <= 128 && dtype == uocr::DType::f32) continue;
       std::vector<float> x(size_t(m * k)), wf(size_t(n * k)), bias(static_cast<size_t>(n));
       for (float& v : x) v = nd(rng);
       for (float& v : wf) v = nd(rng);
@@ -371,15 +374,22 @@ TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape,
       }
     }
   }
-  // m <= kSmallGemmRows (decode, MoE experts) keeps float32 whatever is asked.
-  const int64_t m = 64, n = 40, k = 24;
-  std::vector<float> x(size_t(m * k)), wf(size_t(n * k)), y(size_t(m * n)), y32(size_t(m * n));
-  for (float& v : x) v = nd(rng);
-  for (float& v : wf) v = nd(rng);
-  uocr::TensorView w;
-  w.shape = {n, k};
-  w.data = reinterpret_cast<const uint8_t*>(wf.data());
-  uocr::cpu::linear(x.data(), m, w, nullptr, y.data(), uocr::Precision::bf16);
-  uocr::cpu::linear(x.data(), m, w, nullptr, y32.data(), uocr::Precision::f32);
-  CHECK(y == y32);
+  // A decode step's mat-vec (m <= 4) and float32 weights up to kSmallGemmRows rows keep float32
+  // whatever is asked.
+  for (auto [m, dtype] : std::vector<std::pair<int64_t, uocr::DType>>{{4, uocr::DType::bf16}, {64, uocr::DType::f32}}) {
+    const int64_t n = 40, k = 24;
+    std::vector<float> x(size_t(m * k)), wf(size_t(n * k)), y(size_t(m * n)), y32(size_t(m * n));
+    for (float& v : x) v = nd(rng);
+    for (float& v : wf) v = nd(rng);
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = uocr::f32_to_bf16(wf[i]);
+    uocr::TensorView w;
+    w.dtype = dtype;
+    w.shape = {n, k};
+    w.data = dtype == uocr::DType::bf16 ? reinterpret_cast<const uint8_t*>(wb.data()) : reinterpret_cast<const uint8_t*>(wf.data());
+    uocr::cpu::linear(x.data(), m, w, nullptr, y.data(), uocr::Precision::bf16);
+    uocr::cpu::linear(x.data(), m, w, nullptr, y32.data(), uocr::Precision::f32);
+    CAPTURE(m);
+    CHECK(y == y32);
+  }
 }

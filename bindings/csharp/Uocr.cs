@@ -74,8 +74,8 @@ namespace Uocr
     /// choice (ModelDefault, else Reuse), Reuse (upstream's infinite decoding), or Recompute the
     /// held pages, prompt tail and window as a fresh G-page document holds them (API 8).</summary>
     public enum SlideKv { ModelDefault = 0, Reuse = 1, Recompute = 2 }
-    /// <summary>The vision encoder's and the prefill's large products: Bf16 (the library's default)
-    /// runs where the backend and CPU have bf16 dot products, else F32 runs.</summary>
+    /// <summary>The vision encoder's and the prefill's large products: F32 (the library's default)
+    /// or Bf16, which runs where the backend and CPU have bf16 dot products (else F32 runs).</summary>
     public enum Precision { F32 = 0, Bf16 = 1 }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -369,7 +369,7 @@ namespace Uocr
         // Seconds a run may take per page of its document: it stops between two tokens with
         // StopReason.TimeBudget, the text so far and the last checkpoint kept (0: none).
         public double PageTimeBudgetSeconds = 0;
-        public Precision? Precision;         // null: the library's (Bf16)
+        public Precision? Precision;         // null: the library's (F32)
         public Backend Backend = Backend.Cpu;
         public int DeviceIndex = 0;
         public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: the model folder's, else 4)

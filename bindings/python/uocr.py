@@ -59,7 +59,7 @@ SLIDE_KV_REUSE = 1  # a slide keeps the kept pages' and the window's KV as they 
 SLIDE_KV_RECOMPUTE = 2  # a slide computes the held pages, prompt tail and window again
 
 PRECISION_F32 = 0   # float32 products, the reference
-PRECISION_BF16 = 1  # bf16 inputs, float32 sums (the default; runs F32 where the backend or CPU has no bf16)
+PRECISION_BF16 = 1  # bf16 inputs, float32 sums (runs F32 where the backend or CPU has no bf16)
 
 CUDA_GRAPHS_DEFAULT = 0  # on
 CUDA_GRAPHS_ON = 1

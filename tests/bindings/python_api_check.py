@@ -62,16 +62,16 @@ with uocr.Model(model_dir) as model:
         summary = s.run()
         check(summary.stop_reason == uocr.STOP_TIME_BUDGET and summary.generated_tokens == 1, "time budget stops the run")
         check(uocr.stop_reason_name(summary.stop_reason) == "time_budget", "time budget's stop reason name")
-    # API 11/12: bf16 by default, f32 on request; the summary says which ran (f32 also where the
-    # CPU has no bf16 dot products, so only an f32 request pins it).
+    # API 11/12: f32 by default, bf16 on request; the summary says which ran (f32 also where the
+    # CPU has no bf16 dot products).
     expect_error(lambda: model.session(precision=2), uocr.E_INVALID_ARGUMENT, "bad precision")
     check(uocr.SessionParams.precision.offset == 176 and uocr.RunSummary.precision.offset == 136, "precision field offsets")
+    with model.session(max_new_tokens=2, precision=uocr.PRECISION_BF16) as s:
+        s.add_image_file(image)
+        check(s.run().precision in (uocr.PRECISION_BF16, uocr.PRECISION_F32), "bf16 precision reported")
     with model.session(max_new_tokens=2) as s:
         s.add_image_file(image)
-        check(s.run().precision in (uocr.PRECISION_BF16, uocr.PRECISION_F32), "default precision reported")
-    with model.session(max_new_tokens=2, precision=uocr.PRECISION_F32) as s:
-        s.add_image_file(image)
-        check(s.run().precision == uocr.PRECISION_F32, "f32 runs f32")
+        check(s.run().precision == uocr.PRECISION_F32, "f32 by default")
     with model.session(max_new_tokens=4, max_image_bytes=1000) as s:
         e = expect_error(lambda: s.add_image_file(image), uocr.E_INVALID_IMAGE, "page over max_image_bytes")
         check(e is not None and "max_image_bytes" in e.message, "max_image_bytes message")

@@ -292,12 +292,14 @@ class Fleet(unittest.TestCase):
 
     def test_checkpoint_of_another_precision_is_not_resumed_the_job_starts_over(self):
         self.start_api()
-        victim = self.start_worker("p0", "--lease-seconds", "3", "--precision", "f32")
+        victim = self.start_worker("p0", "--lease-seconds", "3")
         job_id = self.submit(self.pdf30)
         self.assertIs(self.owner_with_pages(job_id, 4), victim)
-        survivor = self.start_worker("p1", "--lease-seconds", "3")
+        survivor = self.start_worker("p1", "--lease-seconds", "3", "--precision", "bf16")
         victim.proc.kill()
-        self.assert_succeeded_with(job_id, self.pdf30)
+        job = wait_job(self.api.url, job_id)
+        self.assertEqual(job["state"], "succeeded", job)
+        self.assertEqual(self.result(job_id), uocr_run([self.pdf30], "--precision", "bf16", markdown=True))
         if survivor.events("worker_ready")[0]["precision"] == "f32":  # a CPU without bf16 dot products runs f32
             self.assertEqual(survivor.metric("uocr:fleet_jobs_resumed_total"), 1)
             return

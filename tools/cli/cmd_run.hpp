@@ -219,7 +219,7 @@ inline RunOptions parse_run_options(const Args& args) {
   o.params.backend = uocr::parse_backend(args.get("--backend", "cpu"));
   o.params.device_index = args.integer("--device", 0);
   o.params.cuda_graphs = args.choice("--cuda-graphs", {"on", "off"}, "on") == "on";
-  uocr::parse_precision(args.choice("--precision", {"f32", "bf16"}, "bf16"), o.params.precision);
+  uocr::parse_precision(args.choice("--precision", {"f32", "bf16"}, "f32"), o.params.precision);
 
   // Page groups: options given here, else the model folder's uocr_decode.json, else upstream's.
   if (args.has("--pages-per-group")) o.groups.pages_per_group = args.integer("--pages-per-group", 0);

@@ -31,9 +31,9 @@ struct ServeConfig {
   std::string backend = "cpu";             // cpu | vulkan | cuda
   int device = 0;
   // The vision encoder's and the prefill's products (uocr run --precision); bf16 runs where the
-  // backend and CPU have it, else f32. A checkpoint resumes only in the precision it ran in, so
-  // a fleet's workers share the one that runs (their worker_ready log line names it).
-  uocr::Precision precision = uocr::Precision::bf16;
+  // backend and CPU have it, else f32. A job's checkpoint resumes only in the precision it ran in
+  // (another starts the job over); the workspace_ready and worker_ready log lines name it.
+  uocr::Precision precision = uocr::Precision::f32;
   std::string host = "127.0.0.1";
   int port = 8000;                         // 0: any free port (the "listening" log line names it)
   std::vector<std::string> served_model_names;  // what clients put in "model"; default: the folder's name

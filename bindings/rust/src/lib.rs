@@ -528,8 +528,8 @@ pub enum SlideKv {
     Recompute,
 }
 
-/// The vision encoder's and the prefill's large products (API 11). `Bf16`, the library's default,
-/// runs where the backend and CPU have bf16 dot products; elsewhere `F32` runs (the run summary
+/// The vision encoder's and the prefill's large products (API 11). `F32` is the library's
+/// default; `Bf16` runs where the backend and CPU have bf16 dot products; elsewhere `F32` runs (the run summary
 /// says which, API 12).
 #[repr(i32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

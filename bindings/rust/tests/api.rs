@@ -187,10 +187,10 @@ fn typed_options_reach_the_library() {
     let summary = s.run(|_| true).unwrap();
     assert_eq!((summary.stop_reason, summary.generated_tokens), (stop::TIME_BUDGET, 1));
     assert_eq!(stop_reason_name(summary.stop_reason), "time_budget");
-    // API 11/12: bf16 by default (f32 where the CPU has no bf16 dot products), f32 on request;
+    // API 11/12: f32 by default, bf16 on request (f32 where the CPU has no bf16 dot products);
     // the summary says which ran.
-    assert_eq!(SessionParams::default().precision, Precision::Bf16);
-    let mut s = model.session(&SessionParams { max_new_tokens: 2, ..Default::default() }).unwrap();
+    assert_eq!(SessionParams::default().precision, Precision::F32);
+    let mut s = model.session(&SessionParams { max_new_tokens: 2, precision: Precision::Bf16, ..Default::default() }).unwrap();
     s.add_image_file(&pages[0]).unwrap();
     let ran = s.run(|_| true).unwrap().precision;
     assert!(ran == Precision::Bf16 as i32 || ran == Precision::F32 as i32, "{}", ran);

@@ -27,8 +27,7 @@ struct EngineOptions {
   bool cuda_graphs = true;  // CUDA: decode steps replay CUDA graphs; other backends ignore it
   // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): bf16 runs
   // on the cpu backend where the CPU has bf16 dot products; everywhere else f32 runs. An engine
-  // opened directly computes the reference (f32), the arithmetic backends are checked against;
-  // sessions ask for bf16 unless told otherwise (SessionParams::precision).
+  // opened directly computes the reference (f32), as a session does unless told otherwise.
   Precision precision = Precision::f32;
 };
 

@@ -52,11 +52,12 @@ struct SessionParams {
   int device_index = 0;              // the backend's device (Vulkan: Context::list_devices() order)
   BatchParams batching;              // continuous batching with the model's other sessions (open_engine); off by default
   bool cuda_graphs = true;           // CUDA backend: decode steps replay CUDA graphs (same logits; backends/cuda/README.md)
-  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): bf16, the
-  // default, is about twice as fast where the CPU has bf16 dot products and runs f32 elsewhere
-  // (other backends, older CPUs); f32 is the reference. Changes the tokens: part of a
-  // checkpoint's identity (as it ran: EngineInfo::precision).
-  Precision precision = Precision::bf16;
+  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): f32, the
+  // default and the reference, or bf16, upstream's own arithmetic, which runs on the cpu backend
+  // of CPUs with bf16 dot products (f32 elsewhere): faster where float32 FMAs are single-ported,
+  // slower where they are not (docs/PERFORMANCE.md). Changes the tokens: part of a checkpoint's
+  // identity (as it ran: EngineInfo::precision).
+  Precision precision = Precision::f32;
   // Seconds a run may take per page of its document (encoding, prefill and generation; a run of
   // N pages stops after N times this, between two tokens, with StopReason::time_budget: the text
   // so far and the last checkpoint are kept, a resumed run gets the budget afresh). 0: none.

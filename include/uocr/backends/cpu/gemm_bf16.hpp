@@ -24,6 +24,14 @@
 UOCR_NAMESPACE_BEGIN
 namespace cpu {
 
+// y[i*n + j] += bias[j] for rows i < m and columns [j0, j1) (bias may be null): every kernel
+// adds the bias to its own block of the output (here and in linear.hpp).
+inline void add_bias(float* y, int64_t m, int64_t n, int64_t j0, int64_t j1, const float* bias) {
+  if (!bias) return;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = j0; j < j1; ++j) y[i * n + j] += bias[j];
+}
+
 // True when this CPU runs AVX-512 BF16 dot products (checked once).
 inline bool bf16_compute_available() {
 #ifdef UOCR_CPU_BF16_KERNEL
@@ -141,6 +149,49 @@ UOCR_BF16_TARGET inline void tile(const uint16_t* a, int64_t kpad, const uint32_
   }
 }
 
+// The sum of v's 16 lanes (halves, then quarters, then within 128 bits). The zero-masked
+// shuffle and extract, because GCC 12 warns about the undefined vector the plain ones start from.
+UOCR_BF16_TARGET inline float lane_sum(__m512 v) {
+  const __mmask16 all = 0xFFFF;
+  v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(all, v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(all, v, v, 0xB1));
+  __m128 q = _mm512_maskz_extractf32x4_ps(__mmask8(0xF), v, 0);
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+// y[i * n + r] = a_i · w_r for M rounded input rows (stride ka, zero past k) and R weight rows
+// (bf16, stride k): a row's adjacent bf16 elements are already the pairs VDPBF16PS multiplies, so
+// nothing is packed; 16-lane partial sums per (i, r), added up at the end.
+template <int M, int R>
+UOCR_BF16_TARGET inline void dot_block(const uint16_t* a, int64_t ka, const uint16_t* w, int64_t k, int64_t n, float* y) {
+  __m512 acc[M][R];
+  for (int i = 0; i < M; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < k; c += 32) {
+    const __mmask32 live = k - c >= 32 ? ~__mmask32(0) : __mmask32((uint64_t(1) << (k - c)) - 1);
+    __m512bh wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(live, w + r * k + c);
+    for (int i = 0; i < M; ++i) {
+      const __m512bh av = (__m512bh)_mm512_loadu_si512(a + i * ka + c);
+      for (int r = 0; r < R; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], av, wv[r]);
+    }
+  }
+  for (int i = 0; i < M; ++i)
+    for (int r = 0; r < R; ++r) y[i * n + r] = lane_sum(acc[i][r]);
+}
+
+template <int M>
+UOCR_BF16_TARGET inline void dot_rows(const uint16_t* a, int64_t ka, const uint16_t* w, int64_t k, int64_t n, float* y, int64_t rows) {
+  switch (rows) {
+    case 4: dot_block<M, 4>(a, ka, w, k, n, y); break;
+    case 3: dot_block<M, 3>(a, ka, w, k, n, y); break;
+    case 2: dot_block<M, 2>(a, ka, w, k, n, y); break;
+    default: dot_block<M, 1>(a, ka, w, k, n, y); break;
+  }
+}
+
 }  // namespace bf16_detail
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) in bf16 compute with float32 accumulation. Needs
@@ -170,10 +221,38 @@ UOCR_BF16_TARGET inline void gemm_bf16(const float* x, int64_t m, const TensorVi
       const int64_t i0 = (t / nt) * kTileRows, j0 = (t % nt) * kTileCols;
       const int64_t i1 = std::min(m, i0 + kTileRows), j1 = std::min(n, j0 + kTileCols);
       tile(a, kpad, packed, kpairs, n, i0, i1, j0, j1, y);
-      if (bias)
-        for (int64_t i = i0; i < i1; ++i)
-          for (int64_t j = j0; j < j1; ++j) y[i * n + j] += bias[j];
+      add_bias(y + i0 * n, i1 - i0, n, j0, j1, bias);
     }
+  }
+}
+
+// The same product for the few dozen rows each MoE expert sees in a prefill, bf16 weights: x
+// rounded once, then blocks of 16 weight rows handed out dynamically, 4 x 4 dot blocks in each.
+UOCR_BF16_TARGET inline void gemm_bf16_small_m(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y,
+                                               const float* bias) {
+  using namespace bf16_detail;
+  const int64_t ka = (k + 31) / 32 * 32;  // whole 32-element loads; the pad is zero
+  thread_local std::vector<uint16_t> xs;
+  if (xs.size() < size_t(m * ka)) xs.resize(size_t(m * ka));
+  uint16_t* const a = xs.data();  // thread_local: the team must use this thread's buffer
+  round_rows(x, k, ka, 0, m, a);
+  for (int64_t i = 0; i < m; ++i) std::fill(a + i * ka + k, a + (i + 1) * ka, uint16_t(0));
+  const int64_t blocks = (n + 15) / 16;
+#pragma omp parallel for schedule(dynamic) if (m * n * k >= (int64_t(1) << 20))
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j1 = std::min(n, b * 16 + 16);
+    for (int64_t j = b * 16; j < j1; j += 4) {
+      const int64_t rows = std::min<int64_t>(4, j1 - j);
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4) dot_rows<4>(a + i * ka, ka, w + j * k, k, n, y + i * n + j, rows);
+      switch (m - i) {
+        case 3: dot_rows<3>(a + i * ka, ka, w + j * k, k, n, y + i * n + j, rows); break;
+        case 2: dot_rows<2>(a + i * ka, ka, w + j * k, k, n, y + i * n + j, rows); break;
+        case 1: dot_rows<1>(a + i * ka, ka, w + j * k, k, n, y + i * n + j, rows); break;
+        default: break;
+      }
+    }
+    add_bias(y, m, n, b * 16, j1, bias);
   }
 }
 #endif

@@ -3,7 +3,8 @@
 //  - m <= 4 rows (decode, memory-bound): each weight row streamed once for all m inputs; with
 //    AVX-512, 4 weight rows widened in registers x m inputs, software prefetch one block ahead;
 //  - 4 < m <= kSmallGemmRows, bf16 (MoE experts in a prefill): 4 weight rows widened into an
-//    L1 buffer at a time, then a 4 x 4 dot kernel over the inputs;
+//    L1 buffer at a time, then a 4 x 4 dot kernel over the inputs; or, asked for
+//    Precision::bf16 with bf16 dot products, gemm_bf16_small_m() (gemm_bf16.hpp);
 //  - larger m (vision, prefill projections): the weight widened to float32 once, then
 //    independent 512 x 256 output tiles, each a single-threaded Eigen GEMM; or, asked for
 //    Precision::bf16 on a CPU with bf16 dot products, gemm_bf16() (gemm_bf16.hpp).
@@ -73,13 +74,6 @@ inline void weight_to_f32(const TensorView& w, int64_t offset, int64_t n, float*
     widen_bf16_block(reinterpret_cast<const uint16_t*>(w.data) + offset, out, n);
   else
     w.read_f32(offset, n, out);
-}
-
-// y[i*n + j] += bias[j] for rows i < m and columns [j0, j1) (bias may be null).
-inline void add_bias(float* y, int64_t m, int64_t n, int64_t j0, int64_t j1, const float* bias) {
-  if (!bias) return;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = j0; j < j1; ++j) y[i * n + j] += bias[j];
 }
 
 #ifdef UOCR_CPU_AVX512
@@ -321,8 +315,9 @@ inline int64_t row_exact_rows(const TensorView& w) {
   return w.dtype == DType::f16 ? 1 : 4;
 }
 
-// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]). `precision` applies to the tiled GEMM's sizes
-// (m > kSmallGemmRows); bf16 runs in float32 where the CPU has no bf16 dot products.
+// y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]). `precision` applies from m = 5 (a decode step's
+// mat-vec stays float32), to bf16 weights below kSmallGemmRows; bf16 runs in float32 where the
+// CPU has no bf16 dot products.
 inline void linear(const float* x, int64_t m, const TensorView& w, const TensorView* bias, float* y,
                    Precision precision = Precision::f32) {
   const int64_t n = w.dim(0), k = w.dim(1);
@@ -337,6 +332,10 @@ inline void linear(const float* x, int64_t m, const TensorView& w, const TensorV
     detail::matvec(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
   } else if (m <= 4 && w.dtype == DType::f32) {
     detail::matvec(reinterpret_cast<const float*>(w.data), x, m, n, k, y, bv);
+#ifdef UOCR_CPU_BF16_KERNEL
+  } else if (precision == Precision::bf16 && m <= kSmallGemmRows && w.dtype == DType::bf16 && bf16_compute_available()) {
+    gemm_bf16_small_m(x, m, reinterpret_cast<const uint16_t*>(w.data), n, k, y, bv);
+#endif
 #ifdef UOCR_CPU_AVX512
   } else if (m <= kSmallGemmRows && w.dtype == DType::bf16) {
     detail::gemm_small_m(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
