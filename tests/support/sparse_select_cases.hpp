@@ -1,5 +1,5 @@
 // The SR-SWA device-selection cases shared by the Vulkan and CUDA tests (test_vulkan_sparse.cpp,
-// backends/cuda/test_cuda_sparse.cpp): random reference keys summarized into a SparseReference,
+// tests/cuda/test_cuda_sparse.cpp): random reference keys summarized into a SparseReference,
 // settings covering gate trees of every depth, budgets that pass everything or nothing of a
 // level, head dims with and without a tail past the 8 summation lanes, GQA and crafted ties; and
 // the check that a device's selection is the CPU's (uocr::SparseReference::select_step) span for

@@ -190,39 +190,19 @@ class Decoder {
   // the logits of the last position [vocab], or of every position [P, vocab] (tests/scoring).
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, KvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
-    const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
     const int64_t t = check_prefill(embeddings.size(), first_position, cache);
     cache.reset(t);
-
-    float* const x = grow(x_, t * hidden);
-    float* const a = grow(a_, t * hidden);
-    float* const f = grow(f_, t * hidden);
-    float* const q = grow(q_, t * qr);
-    float* const attn = grow(attn_, t * qr);
-    std::copy(embeddings.begin(), embeddings.end(), x);
-    for (int l = 0; l < c_.layers; ++l) {
-      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-      float* k = cache.reference_k(l);
-      float* v = cache.reference_v(l);
-      rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-      cpu::linear(a, t, lw.q, q, prefill_precision_);
-      cpu::linear(a, t, lw.k, k, prefill_precision_);
-      cpu::linear(a, t, lw.v, v, prefill_precision_);
-      for (int64_t i = 0; i < t; ++i) {
-        rope_.apply(q + i * qr, shape_.heads, first_position + i);
-        rope_.apply(k + i * kr, shape_.kv_heads, first_position + i);
-      }
-      causal_attention(q, k, v, t, shape_, attn, block_scores_);
-      cpu::linear(attn, t, lw.o, f, prefill_precision_);
-      add_into(x, f, t * hidden);
-      rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, t, f, mlp_, moe_, prefill_precision_);
-      add_into(x, f, t * hidden);
-    }
+    float* const x = begin_rows(embeddings.data(), t);
+    token_positions_.resize(size_t(t));
+    for (int64_t i = 0; i < t; ++i) token_positions_[size_t(i)] = first_position + i;
+    for (int l = 0; l < c_.layers; ++l)
+      layer(l, t, cache.reference_k(l), cache.reference_v(l), token_positions_.data(), prefill_precision_,
+            [&](const float* q, const float* k, const float* v, float* attn) {
+              causal_attention(q, k, v, t, shape_, attn, block_scores_);
+            });
     const int64_t rows = which == PrefillLogits::all ? t : 1;
-    rms_norm(x + (t - rows) * hidden, rows, hidden, final_norm_.data(), c_.rms_eps, a);
     std::vector<float> logits(size_t(rows * c_.vocab));
-    cpu::linear(a, rows, *w_.lm_head, nullptr, logits.data());
+    final_logits(x + (t - rows) * c_.hidden, rows, logits.data());
     return logits;
   }
 
@@ -234,42 +214,21 @@ class Decoder {
   // of the last new token [vocab] when `want_logits`, else nothing.
   std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, KvCache& cache,
                                      int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
-    const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
+    const int64_t kr = shape_.kv_row();
     check_segment(t, positions, cache, dst, context);
-
-    float* const x = grow(x_, t * hidden);
-    float* const a = grow(a_, t * hidden);
-    float* const f = grow(f_, t * hidden);
-    float* const q = grow(q_, t * qr);
-    float* const attn = grow(attn_, t * qr);
-    std::copy(embeddings, embeddings + t * hidden, x);
+    float* const x = begin_rows(embeddings, t);
     context_.resize(context.size());
-    for (int l = 0; l < c_.layers; ++l) {
-      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-      float* k = cache.reference_k(l) + dst * kr;
-      float* v = cache.reference_v(l) + dst * kr;
-      rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-      cpu::linear(a, t, lw.q, q, prefill_precision_);
-      cpu::linear(a, t, lw.k, k, prefill_precision_);
-      cpu::linear(a, t, lw.v, v, prefill_precision_);
-      for (int64_t i = 0; i < t; ++i) {
-        rope_.apply(q + i * qr, shape_.heads, positions[i]);
-        rope_.apply(k + i * kr, shape_.kv_heads, positions[i]);
-      }
-      for (size_t i = 0; i < context.size(); ++i)
-        context_[i] = KvRows{cache.reference_k(l) + context[i].begin * kr, cache.reference_v(l) + context[i].begin * kr,
-                             context[i].rows};
-      segment_attention(q, k, v, t, context_, shape_, attn, block_scores_);
-      cpu::linear(attn, t, lw.o, f, prefill_precision_);
-      add_into(x, f, t * hidden);
-      rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, t, f, mlp_, moe_, prefill_precision_);
-      add_into(x, f, t * hidden);
-    }
+    for (int l = 0; l < c_.layers; ++l)
+      layer(l, t, cache.reference_k(l) + dst * kr, cache.reference_v(l) + dst * kr, positions, prefill_precision_,
+            [&](const float* q, const float* k, const float* v, float* attn) {
+              for (size_t i = 0; i < context.size(); ++i)
+                context_[i] = KvRows{cache.reference_k(l) + context[i].begin * kr,
+                                     cache.reference_v(l) + context[i].begin * kr, context[i].rows};
+              segment_attention(q, k, v, t, context_, shape_, attn, block_scores_);
+            });
     if (!want_logits) return {};
-    rms_norm(x + (t - 1) * hidden, 1, hidden, final_norm_.data(), c_.rms_eps, a);
     std::vector<float> logits(size_t(c_.vocab));
-    cpu::linear(a, 1, *w_.lm_head, nullptr, logits.data());
+    final_logits(x + (t - 1) * c_.hidden, 1, logits.data());
     return logits;
   }
 
@@ -365,11 +324,7 @@ class Decoder {
   UOCR_NOT_SPECIALIZED void decode_rows(const int32_t* tokens, const int64_t* positions, KvCache* const* caches,
                    DecodeAttention* const* attentions, int64_t n, float* logits) {
     const int64_t hidden = c_.hidden, kr = shape_.kv_row(), qr = shape_.q_row();
-    float* const x = grow(x_, n * hidden);
-    float* const a = grow(a_, n * hidden);
-    float* const f = grow(f_, n * hidden);
-    float* const q = grow(q_, n * qr);
-    float* const attn = grow(attn_, n * qr);
+    float* const x = begin_rows(nullptr, n);
     float* const k = grow(new_k_, n * kr);
     float* const v = grow(new_v_, n * kr);
     slots_.resize(size_t(n));
@@ -383,36 +338,72 @@ class Decoder {
       if (!attentions[i]) score_rows = std::max(score_rows, caches[i]->reference_rows() + caches[i]->generated_capacity());
     }
     float* const scores = score_rows ? grow(scores_, shape_.heads * score_rows) : nullptr;
-    for (int l = 0; l < c_.layers; ++l) {
-      const DecoderLayerWeights& lw = w_.layers[size_t(l)];
-      rms_norm(x, n, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-      cpu::linear(a, n, lw.q, q);
-      cpu::linear(a, n, lw.k, k);
-      cpu::linear(a, n, lw.v, v);
-      for (int64_t i = 0; i < n; ++i) {
-        KvCache& cache = *caches[i];
-        float* const qi = q + i * qr;
-        float* const ki = k + i * kr;
-        rope_.apply(qi, shape_.heads, positions[i]);
-        rope_.apply(ki, shape_.kv_heads, positions[i]);
-        std::copy(ki, ki + kr, cache.generated_k(l) + slots_[size_t(i)] * kr);
-        std::copy(v + i * kr, v + (i + 1) * kr, cache.generated_v(l) + slots_[size_t(i)] * kr);
-        const KvRows ref{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()};
-        const KvRows gen{cache.generated_k(l), cache.generated_v(l), generated_seen_[size_t(i)]};
-        if (attentions[i])
-          attentions[i]->attend(l, qi, ref, gen, shape_, attn + i * qr);
-        else
-          decode_attention(qi, ref, gen, shape_, scores, attn + i * qr);
-      }
-      cpu::linear(attn, n, lw.o, f);
-      add_into(x, f, n * hidden);
-      rms_norm(x, n, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
-      feed_forward(lw, a, n, f, mlp_, moe_, Precision::f32);
-      add_into(x, f, n * hidden);
+    for (int l = 0; l < c_.layers; ++l)
+      layer(l, n, k, v, positions, Precision::f32, [&](const float* q, const float* nk, const float* nv, float* attn) {
+        // Row by row: a later row's slot may still hold an older token an earlier row attends to.
+        for (int64_t i = 0; i < n; ++i) {
+          KvCache& cache = *caches[i];
+          std::copy(nk + i * kr, nk + (i + 1) * kr, cache.generated_k(l) + slots_[size_t(i)] * kr);
+          std::copy(nv + i * kr, nv + (i + 1) * kr, cache.generated_v(l) + slots_[size_t(i)] * kr);
+          const KvRows ref{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()};
+          const KvRows gen{cache.generated_k(l), cache.generated_v(l), generated_seen_[size_t(i)]};
+          if (attentions[i])
+            attentions[i]->attend(l, q + i * qr, ref, gen, shape_, attn + i * qr);
+          else
+            decode_attention(q + i * qr, ref, gen, shape_, scores, attn + i * qr);
+        }
+      });
+    if (logits) final_logits(x, n, logits);
+  }
+
+  // The hidden-state rows of a call of t rows, the first t·hidden floats of x_ (copied from
+  // `embeddings` when given), with the other row buffers grown to t rows.
+  float* begin_rows(const float* embeddings, int64_t t) {
+    const int64_t hidden = c_.hidden;
+    float* const x = grow(x_, t * hidden);
+    grow(a_, t * hidden);
+    grow(f_, t * hidden);
+    grow(q_, t * shape_.q_row());
+    grow(attn_, t * shape_.q_row());
+    if (embeddings) std::copy(embeddings, embeddings + t * hidden, x);
+    return x;
+  }
+
+  // Layer l over the t rows of x_ (prefill, segment and decode rows alike): the rows' keys and
+  // values into k / v [t, kv_row], RoPE at `positions`, then attend(q, k, v, attn) fills attn_
+  // (the one part that differs; it may also store k and v elsewhere), the output projection,
+  // residual, MLP or MoE, residual. `precision`: of the projections and the feed-forward.
+  template <class Attend>
+  UOCR_NOT_SPECIALIZED void layer(int l, int64_t t, float* k, float* v, const int64_t* positions, Precision precision,
+                                  Attend&& attend) {
+    const int64_t hidden = c_.hidden, qr = shape_.q_row(), kr = shape_.kv_row();
+    const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+    float* const x = x_.data();
+    float* const a = a_.data();
+    float* const f = f_.data();
+    float* const q = q_.data();
+    float* const attn = attn_.data();
+    rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
+    cpu::linear(a, t, lw.q, q, precision);
+    cpu::linear(a, t, lw.k, k, precision);
+    cpu::linear(a, t, lw.v, v, precision);
+    for (int64_t i = 0; i < t; ++i) {
+      rope_.apply(q + i * qr, shape_.heads, positions[i]);
+      rope_.apply(k + i * kr, shape_.kv_heads, positions[i]);
     }
-    if (!logits) return;
-    rms_norm(x, n, hidden, final_norm_.data(), c_.rms_eps, a);
-    cpu::linear(a, n, *w_.lm_head, nullptr, logits);
+    attend(q, k, v, attn);
+    cpu::linear(attn, t, lw.o, f, precision);
+    add_into(x, f, t * hidden);
+    rms_norm(x, t, hidden, post_norm_[size_t(l)].data(), c_.rms_eps, a);
+    feed_forward(lw, a, t, f, mlp_, moe_, precision);
+    add_into(x, f, t * hidden);
+  }
+
+  // logits [rows, vocab] of hidden-state rows x: the final norm, then lm_head; one compiled body,
+  // so a row's logits do not depend on which call computed them.
+  UOCR_NOT_SPECIALIZED void final_logits(const float* x, int64_t rows, float* logits) {
+    rms_norm(x, rows, c_.hidden, final_norm_.data(), c_.rms_eps, a_.data());
+    cpu::linear(a_.data(), rows, *w_.lm_head, nullptr, logits);
   }
 
   void check_positions(int64_t first, int64_t count) const {

@@ -366,6 +366,22 @@ class SparseReference final : public DecodeAttention {
   // Budgets that pass every page and every block select the whole layout, whatever the query:
   // when that is the whole reference, a step is dense R-SWA, and its kernel serves it.
   bool dense_step(int64_t reference_rows) const { return p_.dense_when_complete && selects_all() && coverage_ == reference_rows; }
+  // A device backend's decode step, which selects on the device (Vulkan, CUDA): before it, the
+  // checks of each of its `layers` layers; true when the device selects, false when the budgets
+  // cover the whole reference and the dense kernel serves (dense R-SWA's bits).
+  bool begin_device_step(int layers, int64_t reference_rows, const AttentionShape& s) const {
+    for (int l = 0; l < layers; ++l) check_step(l, reference_rows, s);
+    return !dense_step(reference_rows);
+  }
+  // After it: its `head_layers` heads' selections counted, the device's two counters when it
+  // `selected`, else every reference row.
+  void end_device_step(int64_t head_layers, int64_t reference_rows, bool selected, int64_t rows_attended, int64_t bounds) {
+    if (!selected) {
+      rows_attended = head_layers * reference_rows;
+      bounds = 0;
+    }
+    count_selection(head_layers, reference_rows, rows_attended, bounds);
+  }
   // Adds selections to the counters: `head_layers` heads' (one layer's heads, or a step's heads
   // times layers) reference rows attended and Quest bounds evaluated, over a reference of
   // `reference_rows` rows (select_step's, or a device backend's own selection).

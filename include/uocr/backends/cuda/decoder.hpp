@@ -47,6 +47,7 @@
 #include "uocr/backends/cuda/ops.hpp"
 #include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/backends/cuda/weights.hpp"
+#include "uocr/backends/device_kv_cache.hpp"
 #include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/kv_cache.hpp"
@@ -58,80 +59,31 @@
 UOCR_NAMESPACE_BEGIN
 namespace cuda {
 
-// Keys and values of one sequence in device memory, laid out and accounted like uocr::KvCache
-// (float32 rows of kv_heads·head_dim; the bookkeeping and checkpoints' visit_rows are
-// ReservedKvRing's).
-class CudaKvCache : public ReservedKvRing<CudaKvCache> {
+// How the KV cache reaches CUDA memory (uocr/backends/device_kv_cache.hpp): rows are device
+// addresses, used on the cache's Context (made current for each host transfer).
+class KvMemory {
  public:
-  CudaKvCache(Context& ctx, const DecoderConfig& config, int window)
-      : ReservedKvRing(config, window), ctx_(&ctx), layers_(size_t(config.layers)) {
-    size_ring();
-  }
-
-  Context& context() const { return *ctx_; }  // where the rows live and are written by prefills
-  float* reference_k(int layer) const { return layers_[size_t(layer)].ref_k.f32(); }
-  float* reference_v(int layer) const { return layers_[size_t(layer)].ref_v.f32(); }
-  float* generated_k(int layer) const { return layers_[size_t(layer)].gen_k.f32(); }
-  float* generated_v(int layer) const { return layers_[size_t(layer)].gen_v.f32(); }
-
-  // SR-SWA summaries of `page` of s's layout (BasicPageGroupDecoder, after the page's rows were
-  // written): its key rows are read back one layer at a time and summarized on the host.
-  void summarize_page(SparseReference& s, size_t page) const {
-    require(page < s.page_count() && s.layout().pages[page].end() <= reference_rows(), Status::invalid_argument,
-            "SR-SWA page is outside the cache's reference");
-    const RowSpan span = s.layout().pages[page];
-    std::vector<float> host(size_t(span.rows * row_));
+  using Context = cuda::Context;
+  using Array = Buffer;
+  using Rows = float*;
+  explicit KvMemory(Context& ctx) : ctx_(&ctx) {}
+  Context& context() const { return *ctx_; }
+  Buffer alloc(size_t bytes, const char* what) { return ctx_->alloc(bytes, what); }
+  static float* rows(const Buffer& a) { return a.f32(); }
+  void copy(const float* src, float* dst, size_t bytes) { ctx_->copy(dst, src, bytes); }
+  void download(const float* a, size_t offset, float* host, size_t bytes) const {
     ctx_->make_current();
-    for (int l = 0; l < layers(); ++l) {
-      ctx_->download(reference_k(l) + span.begin * row_, host.data(), host.size() * sizeof(float));
-      s.summarize_rows(l, page, host.data());
-    }
+    ctx_->download(reinterpret_cast<const char*>(a) + offset, host, bytes);
+  }
+  void upload(float* a, const float* host, size_t bytes) {
+    ctx_->make_current();
+    ctx_->upload(a, host, bytes);
   }
 
  private:
-  friend class KvRing<CudaKvCache>;
-  friend class ReservedKvRing<CudaKvCache>;
-  struct Layer {
-    Buffer ref_k, ref_v, gen_k, gen_v;
-  };
-
-  Buffer rows_buffer(int64_t rows, const char* what) { return ctx_->alloc(size_t(rows * row_) * sizeof(float), what); }
-
-  // ReservedKvRing::visit_rows (checkpoints): the first `floats` floats of a device array.
-  void read_rows(float* array, float* host, size_t floats) const {
-    ctx_->make_current();
-    ctx_->download(array, host, floats * sizeof(float));
-  }
-  void write_rows(float* array, const float* host, size_t floats) {
-    ctx_->make_current();
-    ctx_->upload(array, host, floats * sizeof(float));
-  }
-
-  void grow_reference(int64_t rows, int64_t keep) {
-    for (Layer& l : layers_) {
-      Buffer k = rows_buffer(rows, "KV cache reference keys"), v = rows_buffer(rows, "KV cache reference values");
-      ctx_->copy(k.data(), l.ref_k.data(), size_t(keep * row_) * sizeof(float));
-      ctx_->copy(v.data(), l.ref_v.data(), size_t(keep * row_) * sizeof(float));
-      l.ref_k = std::move(k);
-      l.ref_v = std::move(v);
-    }
-  }
-
-  // Full mode grows geometrically (amortised O(1) appends), keeping the rows held; R-SWA sizes once.
-  void grow_generated(int64_t rows) {
-    for (Layer& l : layers_) {
-      Buffer k = rows_buffer(rows, "KV cache generated keys"), v = rows_buffer(rows, "KV cache generated values");
-      ctx_->copy(k.data(), l.gen_k.data(), size_t(generated_ * row_) * sizeof(float));
-      ctx_->copy(v.data(), l.gen_v.data(), size_t(generated_ * row_) * sizeof(float));
-      l.gen_k = std::move(k);
-      l.gen_v = std::move(v);
-    }
-    capacity_ = rows;
-  }
-
   Context* ctx_;
-  std::vector<Layer> layers_;
 };
+using CudaKvCache = DeviceKvCache<KvMemory>;
 
 class CudaDecoder {
  public:
@@ -494,30 +446,21 @@ class CudaDecoder {
     ops::add(c, x_.f32(), f_.f32(), t * hidden);
   }
 
-  // Before a one-row SR-SWA step (nothing enqueued yet, no slot claimed): the CPU's checks for
-  // every layer; true when the device selects (else budgets cover the whole reference and the
-  // dense kernel serves), the mirror then synced and its counters zeroed.
+  // Before a one-row SR-SWA step (nothing enqueued yet, no slot claimed): true when the device
+  // selects (SparseReference::begin_device_step), the mirror then synced and its counters zeroed.
   bool begin_sparse_step(const CudaKvCache& cache) {
-    const int64_t ref = cache.reference_rows();
-    const AttentionShape shape{c_->heads, c_->kv_heads, c_->head_dim};
-    for (int l = 0; l < c_->layers; ++l) sparse_->check_step(l, ref, shape);
-    if (sparse_->dense_step(ref)) return false;
+    if (!sparse_->begin_device_step(c_->layers, cache.reference_rows(), AttentionShape{c_->heads, c_->kv_heads, c_->head_dim}))
+      return false;
     ctx_->make_current();
     sparse_dev_.sync(*sparse_, c_->heads);
     sparse_dev_.begin_step();
     return true;
   }
 
-  // After the step's last layer: its selections added to the SparseReference's counters (the
-  // device's two counters, one read; dense steps count every reference row).
+  // After the step's last layer: its selections counted (the device's two counters, one read).
   void end_sparse_step(bool selected, int64_t reference_rows) {
-    const int64_t head_layers = int64_t(c_->heads) * c_->layers;
-    if (!selected) {
-      sparse_->count_selection(head_layers, reference_rows, head_layers * reference_rows, 0);
-      return;
-    }
-    const DeviceSparseReference::StepCounts n = sparse_dev_.step_counts();
-    sparse_->count_selection(head_layers, reference_rows, n.rows_attended, n.bounds_evaluated);
+    const DeviceSparseReference::StepCounts n = selected ? sparse_dev_.step_counts() : DeviceSparseReference::StepCounts{};
+    sparse_->end_device_step(int64_t(c_->heads) * c_->layers, reference_rows, selected, n.rows_attended, n.bounds_evaluated);
   }
 
   // SR-SWA attention of layer l for the one row of a decode step: the device selects each head's

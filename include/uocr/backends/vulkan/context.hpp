@@ -1,23 +1,13 @@
-// uocr::vulkan::Context: one Vulkan device and compute queue, the memory the backend allocates
-// on it, the compute pipelines and a pipeline cache persisted on disk. Every failing Vulkan call
-// becomes a uocr::Error (out-of-memory results -> Status::out_of_memory; no driver, no device,
-// missing layer/extension/feature -> Status::unsupported; anything else -> Status::internal).
+// uocr::vulkan::Context: one Vulkan device and compute queue, with the backend's memory pools
+// (memory.hpp), its compute pipelines and their disk cache (pipelines.hpp), and the command
+// buffers a Recorder (recorder.hpp) records into. Every failing Vulkan call becomes a
+// uocr::Error (device.hpp).
 //
 //   vulkan::Context ctx;                      // device 0; ContextOptions picks another index
 //   vulkan::Buffer b = ctx.buffer(bytes, vulkan::MemoryUse::activations, "x");
 //   ctx.upload(b, host, bytes);
 //   vulkan::Recorder rec(ctx);                // records dispatches into one command buffer,
 //   rec.dispatch(...); rec.submit();          // inserting barriers only where buffers conflict
-//
-// Memory: three pools of large VkDeviceMemory blocks sub-allocated first-fit, one per use:
-// weights (device-local, uploaded once), activations and KV cache (device-local), staging and
-// per-submission temporaries (host-visible, coherent, persistently mapped). Where the device-local
-// type is also host-visible (integrated GPUs, Mesa lavapipe), buffers are mapped directly and no
-// staging copies happen.
-//
-// Validation: VK_LAYER_KHRONOS_validation is enabled when ContextOptions::validation says so or
-// the environment has UOCR_VK_VALIDATION=1 (and the layer is installed); a debug messenger counts
-// the errors and warnings it reports (validation_errors()), so tests can assert zero.
 //
 // Adopting a host application's device: Context(ExternalDevice{...}) uses its VkInstance,
 // VkPhysicalDevice, VkDevice and queue without owning them (the queue must support compute; the
@@ -31,219 +21,23 @@
 #include <vulkan/vulkan.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <filesystem>
-#include <fstream>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
+#include "uocr/backends/vulkan/device.hpp"
+#include "uocr/backends/vulkan/memory.hpp"
+#include "uocr/backends/vulkan/pipelines.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
 namespace vulkan {
-
-inline const char* result_name(VkResult r) {
-  switch (r) {
-    case VK_SUCCESS: return "VK_SUCCESS";
-    case VK_NOT_READY: return "VK_NOT_READY";
-    case VK_TIMEOUT: return "VK_TIMEOUT";
-    case VK_INCOMPLETE: return "VK_INCOMPLETE";
-    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
-    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
-    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
-    case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
-    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
-    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
-    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
-    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
-    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
-    case VK_ERROR_FORMAT_NOT_SUPPORTED: return "VK_ERROR_FORMAT_NOT_SUPPORTED";
-    case VK_ERROR_FRAGMENTED_POOL: return "VK_ERROR_FRAGMENTED_POOL";
-    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
-    case VK_ERROR_INVALID_EXTERNAL_HANDLE: return "VK_ERROR_INVALID_EXTERNAL_HANDLE";
-    case VK_ERROR_FRAGMENTATION: return "VK_ERROR_FRAGMENTATION";
-    case VK_ERROR_INVALID_SHADER_NV: return "VK_ERROR_INVALID_SHADER_NV";
-    case VK_ERROR_UNKNOWN: return "VK_ERROR_UNKNOWN";
-    default: return "VkResult (unnamed)";
-  }
-}
-
-inline Status status_of(VkResult r) {
-  switch (r) {
-    case VK_ERROR_OUT_OF_HOST_MEMORY:
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
-    case VK_ERROR_OUT_OF_POOL_MEMORY:
-    case VK_ERROR_FRAGMENTED_POOL:
-    case VK_ERROR_FRAGMENTATION:
-    case VK_ERROR_TOO_MANY_OBJECTS:
-      return Status::out_of_memory;
-    case VK_ERROR_INITIALIZATION_FAILED:
-    case VK_ERROR_LAYER_NOT_PRESENT:
-    case VK_ERROR_EXTENSION_NOT_PRESENT:
-    case VK_ERROR_FEATURE_NOT_PRESENT:
-    case VK_ERROR_INCOMPATIBLE_DRIVER:
-      return Status::unsupported;
-    default:
-      return Status::internal;
-  }
-}
-
-// Throws uocr::Error naming the call and the result unless r is VK_SUCCESS.
-inline void check(VkResult r, const char* call) {
-  if (r == VK_SUCCESS) return;
-  throw Error(status_of(r), std::string("Vulkan: ") + call + " failed with " + result_name(r) + " (" +
-                                std::to_string(int(r)) + ")");
-}
-
-// A zero-initialised Vulkan structure with its sType set.
-template <class T>
-inline T vulkan_info(VkStructureType type) {
-  T t{};
-  t.sType = type;
-  return t;
-}
-
-namespace detail {
-
-inline bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0 && std::strcmp(v, "false") != 0 && std::strcmp(v, "off") != 0;
-}
-
-inline std::string mib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
-inline VkDeviceSize align_up(VkDeviceSize v, VkDeviceSize a) { return a ? (v + a - 1) / a * a : v; }
-
-// The default folder of the pipeline cache: $UOCR_VK_CACHE_DIR, else $XDG_CACHE_HOME/uocr, else
-// $HOME/.cache/uocr; "" when none of these is set.
-inline std::string default_cache_dir() {
-  if (const char* d = std::getenv("UOCR_VK_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/uocr";
-  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/uocr";
-  return "";
-}
-
-// Shared with the debug messenger callback; heap-allocated so its address is stable.
-struct ValidationLog {
-  std::atomic<int> errors{0};
-  std::atomic<int> warnings{0};
-  std::mutex mutex;                   // the layer may call back from driver threads
-  std::vector<std::string> messages;  // the first few error/warning texts
-};
-
-inline VKAPI_ATTR VkBool32 VKAPI_CALL debug_callback(VkDebugUtilsMessageSeverityFlagBitsEXT severity,
-                                                    VkDebugUtilsMessageTypeFlagsEXT,
-                                                    const VkDebugUtilsMessengerCallbackDataEXT* data, void* user) {
-  auto* log = static_cast<ValidationLog*>(user);
-  const bool error = severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
-  const bool warning = severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT;
-  if (!error && !warning) return VK_FALSE;
-  (error ? log->errors : log->warnings).fetch_add(1);
-  const std::string text = std::string(error ? "error: " : "warning: ") + (data && data->pMessage ? data->pMessage : "");
-  {
-    std::lock_guard<std::mutex> lock(log->mutex);
-    if (log->messages.size() < 32) log->messages.push_back(text);
-  }
-  if (env_flag("UOCR_VK_VALIDATION_PRINT")) std::fprintf(stderr, "[uocr vulkan validation] %s\n", text.c_str());
-  return VK_FALSE;
-}
-
-}  // namespace detail
-
-struct ContextOptions {
-  int device_index = 0;   // index in vkEnumeratePhysicalDevices order (see list_devices())
-  int validation = -1;    // 1: enable VK_LAYER_KHRONOS_validation if installed; 0: off; -1: $UOCR_VK_VALIDATION
-  int profiling = -1;     // 1: per-dispatch timestamps (profile()); 0: off; -1: $UOCR_VK_PROFILE
-  bool pipeline_cache = true;
-  std::string cache_dir;  // pipeline cache folder; "": detail::default_cache_dir()
-};
-
-// A VkDevice that the host application created; the Context uses it without destroying it.
-struct ExternalDevice {
-  VkInstance instance = VK_NULL_HANDLE;
-  VkPhysicalDevice physical_device = VK_NULL_HANDLE;
-  VkDevice device = VK_NULL_HANDLE;
-  uint32_t queue_family = 0;  // must support VK_QUEUE_COMPUTE_BIT
-  VkQueue queue = VK_NULL_HANDLE;
-};
-
-struct DeviceInfo {
-  int index = 0;
-  std::string name;
-  VkPhysicalDeviceType type = VK_PHYSICAL_DEVICE_TYPE_OTHER;
-  uint32_t api_version = 0;
-  uint32_t vendor_id = 0, device_id = 0;
-};
-
-inline const char* device_type_name(VkPhysicalDeviceType t) {
-  switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
-    default: return "other";
-  }
-}
-
-enum class MemoryUse { weights, activations, staging };
-
-class Context;
-
-// A VkBuffer bound to a sub-allocation of one of the context's pools. Move-only; returns its
-// memory to the pool when destroyed. Must not outlive its Context.
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
-  Buffer& operator=(Buffer&& o) noexcept;
-  ~Buffer() { reset(); }
-
-  void reset();
-  bool valid() const { return buf_ != VK_NULL_HANDLE; }
-  VkBuffer handle() const { return buf_; }
-  size_t size() const { return size_; }
-  void* mapped() const { return map_; }  // non-null when host-visible
-  MemoryUse use() const { return use_; }
-
- private:
-  friend class Context;
-  Context* ctx_ = nullptr;
-  VkBuffer buf_ = VK_NULL_HANDLE;
-  size_t size_ = 0;
-  MemoryUse use_ = MemoryUse::activations;
-  size_t block_ = 0;
-  VkDeviceSize offset_ = 0, alloc_size_ = 0;
-  uint8_t* map_ = nullptr;
-};
-
-// A compute pipeline: `bindings` storage buffers in set 0 (bindings 0..n-1) and up to 128 bytes
-// of push constants.
-struct Pipeline {
-  std::string name;
-  uint32_t bindings = 0;
-  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
-  VkPipelineLayout layout = VK_NULL_HANDLE;
-  VkPipeline pipeline = VK_NULL_HANDLE;
-};
 
 struct ProfileEntry {
   int64_t dispatches = 0;
@@ -297,10 +91,8 @@ class Context {
     if (query_pool_) vkDestroyQueryPool(device_, query_pool_, nullptr);
     if (fence_) vkDestroyFence(device_, fence_, nullptr);
     if (cmd_pool_) vkDestroyCommandPool(device_, cmd_pool_, nullptr);
-    if (pipeline_cache_) vkDestroyPipelineCache(device_, pipeline_cache_, nullptr);
-    for (Pool& pool : pools_)
-      for (auto& b : pool.blocks)
-        if (b) free_block(*b);
+    pipeline_cache_.destroy();
+    memory_.free_all();
     if (owns_device_ && device_) vkDestroyDevice(device_, nullptr);
     if (messenger_) {
       auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
@@ -347,7 +139,7 @@ class Context {
   }
   int device_index() const { return device_index_; }
   // Device-local memory is host-visible too: buffers are mapped, no staging copies.
-  bool unified_memory() const { return unified_; }
+  bool unified_memory() const { return memory_.unified(); }
   bool owns_device() const { return owns_device_; }
   // Largest range one storage-buffer binding may cover (bigger tensors are split into chunks).
   VkDeviceSize max_binding_bytes() const {
@@ -381,76 +173,20 @@ class Context {
   }
 
   // --- pipeline cache ----------------------------------------------------------------------
-  const std::string& pipeline_cache_path() const { return cache_path_; }
-  bool pipeline_cache_loaded() const { return cache_loaded_; }
+  const std::string& pipeline_cache_path() const { return pipeline_cache_.path(); }
+  bool pipeline_cache_loaded() const { return pipeline_cache_.loaded(); }
   // Writes the cache file now (also done by the destructor). Failure to write is not an error
   // (the cache only saves compile time); the reason is kept in pipeline_cache_note().
   void save_pipeline_cache() {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    if (!pipeline_cache_ || cache_path_.empty()) return;
-    size_t size = 0;
-    if (vkGetPipelineCacheData(device_, pipeline_cache_, &size, nullptr) != VK_SUCCESS || size == 0) return;
-    std::vector<char> data(size);
-    if (vkGetPipelineCacheData(device_, pipeline_cache_, &size, data.data()) != VK_SUCCESS) return;
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(cache_path_).parent_path(), ec);
-    const std::string tmp = cache_path_ + ".tmp" + std::to_string(uintptr_t(this) & 0xffffff);
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f.write(data.data(), std::streamsize(size));
-      if (!f) {
-        cache_note_ = "could not write " + tmp;
-        std::filesystem::remove(tmp, ec);
-        return;
-      }
-    }
-    std::filesystem::rename(tmp, cache_path_, ec);
-    if (ec) {
-      cache_note_ = "could not rename " + tmp + ": " + ec.message();
-      std::filesystem::remove(tmp, ec);
-    }
+    pipeline_cache_.save();
   }
-  const std::string& pipeline_cache_note() const { return cache_note_; }
+  const std::string& pipeline_cache_note() const { return pipeline_cache_.note(); }
 
   // --- memory ------------------------------------------------------------------------------
   // A buffer of `bytes` (rounded up to 4) usable as storage buffer and copy source/target.
   // Status::out_of_memory when the device (heap or allocation limit) cannot hold it.
-  Buffer buffer(size_t bytes, MemoryUse use, const std::string& what) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    bytes = std::max<size_t>(4, (bytes + 3) / 4 * 4);
-    auto bi = vulkan_info<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
-    bi.size = bytes;
-    // Indirect: dispatch sizes a shader computed (MoE routing) are read from activation buffers.
-    bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-               VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT;
-    bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    Pool& pool = pools_[size_t(use)];
-    const VkMemoryHeap& heap = mem_props_.memoryHeaps[mem_props_.memoryTypes[pool.type].heapIndex];
-    require(bytes <= heap.size && bytes <= max_allocation_, Status::out_of_memory, [&] {
-      return "Vulkan: " + what + " needs " + detail::mib(bytes) + " but device '" + device_name() + "' allows at most " +
-             detail::mib(std::min<VkDeviceSize>(heap.size, max_allocation_)) + " in one allocation";
-    });
-    Buffer b;
-    b.ctx_ = this;
-    b.size_ = bytes;
-    b.use_ = use;
-    check(vkCreateBuffer(device_, &bi, nullptr, &b.buf_), "vkCreateBuffer");
-    VkMemoryRequirements req;
-    vkGetBufferMemoryRequirements(device_, b.buf_, &req);
-    require(req.memoryTypeBits & (1u << pool.type), Status::internal,
-            "Vulkan: the buffer cannot live in the memory type chosen for its pool");
-    try {
-      allocate(pool, req.size, req.alignment, what, b);
-    } catch (...) {
-      vkDestroyBuffer(device_, b.buf_, nullptr);
-      b.buf_ = VK_NULL_HANDLE;
-      b.ctx_ = nullptr;
-      throw;
-    }
-    check(vkBindBufferMemory(device_, b.buf_, pool.blocks[b.block_]->memory, b.offset_), "vkBindBufferMemory");
-    if (pool.blocks[b.block_]->map) b.map_ = pool.blocks[b.block_]->map + b.offset_;
-    return b;
-  }
+  Buffer buffer(size_t bytes, MemoryUse use, const std::string& what) { return memory_.buffer(bytes, use, what); }
 
   // Host -> buffer, synchronous (the buffer must not be in use by a pending submission). Writes
   // the buffer's memory, not the handle: const like the ops' output buffers.
@@ -512,13 +248,7 @@ class Context {
   }
 
   // Bytes of device memory blocks held by a pool (sub-allocated or free).
-  size_t pool_bytes(MemoryUse use) const {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    size_t n = 0;
-    for (const auto& b : pools_[size_t(use)].blocks)
-      if (b) n += size_t(b->size);
-    return n;
-  }
+  size_t pool_bytes(MemoryUse use) const { return memory_.pool_bytes(use); }
 
   // --- pipelines -----------------------------------------------------------------------------
   // The pipeline `name` built from SPIR-V `code` (created on first use, then cached by name).
@@ -566,7 +296,7 @@ class Context {
       ci.stage.module = module;
       ci.stage.pName = "main";
       ci.layout = p->layout;
-      const VkResult rp = vkCreateComputePipelines(device_, pipeline_cache_, 1, &ci, nullptr, &p->pipeline);
+      const VkResult rp = vkCreateComputePipelines(device_, pipeline_cache_.handle(), 1, &ci, nullptr, &p->pipeline);
       vkDestroyShaderModule(device_, module, nullptr);
       if (rp != VK_SUCCESS)
         throw Error(status_of(rp) == Status::out_of_memory ? Status::out_of_memory : Status::internal,
@@ -609,23 +339,7 @@ class Context {
   }
 
  private:
-  friend class Buffer;
   friend class Recorder;
-
-  struct Block {
-    VkDeviceMemory memory = VK_NULL_HANDLE;
-    VkDeviceSize size = 0;
-    uint8_t* map = nullptr;
-    std::map<VkDeviceSize, VkDeviceSize> free;  // offset -> size, coalesced
-    bool dedicated = false;                     // one oversized allocation: released when empty
-  };
-  struct Pool {
-    uint32_t type = 0;
-    bool host_visible = false;
-    VkDeviceSize block_size = 0;
-    std::vector<std::unique_ptr<Block>> blocks;
-    const char* name = "";
-  };
 
   void init_flags() {
     validation_ = options_.validation < 0 ? detail::env_flag("UOCR_VK_VALIDATION") : options_.validation > 0;
@@ -786,16 +500,18 @@ class Context {
 
   void finish_init() {
     vkGetPhysicalDeviceProperties(physical_, &props_);
-    vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
     auto m3 = vulkan_info<VkPhysicalDeviceMaintenance3Properties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
     auto p2 = vulkan_info<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
     p2.pNext = &m3;
+    VkDeviceSize max_allocation = VkDeviceSize(1) << 62;
     if (props_.apiVersion >= VK_API_VERSION_1_1) {
       vkGetPhysicalDeviceProperties2(physical_, &p2);
-      max_allocation_ = m3.maxMemoryAllocationSize ? m3.maxMemoryAllocationSize : max_allocation_;
+      if (m3.maxMemoryAllocationSize) max_allocation = m3.maxMemoryAllocationSize;
     }
     if (timestamp_bits_ == 0 || props_.limits.timestampPeriod <= 0) profiling_ = false;
-    setup_pools();
+    VkPhysicalDeviceMemoryProperties memory_properties;
+    vkGetPhysicalDeviceMemoryProperties(physical_, &memory_properties);
+    memory_.open(device_, memory_properties, max_allocation, device_name());
 
     auto cp = vulkan_info<VkCommandPoolCreateInfo>(VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO);
     cp.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
@@ -815,191 +531,7 @@ class Context {
       qp.queryCount = kMaxTimestamps;
       check(vkCreateQueryPool(device_, &qp, nullptr, &query_pool_), "vkCreateQueryPool");
     }
-    setup_pipeline_cache();
-  }
-
-  void setup_pools() {
-    auto find_type = [&](VkMemoryPropertyFlags required, VkMemoryPropertyFlags preferred) -> int {
-      int best = -1;
-      for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i) {
-        const VkMemoryPropertyFlags f = mem_props_.memoryTypes[i].propertyFlags;
-        if ((f & required) != required) continue;
-        if (best < 0) best = int(i);
-        if ((f & preferred) == preferred &&
-            (mem_props_.memoryTypes[best].propertyFlags & preferred) != preferred)
-          best = int(i);
-      }
-      return best;
-    };
-    // Device-local for weights and activations; host-visible coherent (cached if possible) for
-    // staging. Buffers are created with the same usage everywhere, so any type their
-    // requirements allow is fine: checked per buffer.
-    int local = find_type(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
-    const int host = find_type(VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                               VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    require(host >= 0, Status::unsupported, "Vulkan: the device has no host-visible coherent memory type");
-    if (local < 0) local = host;
-    // A device-local type that is also host-visible and coherent: map it directly.
-    const int unified = find_type(VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                      VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    const VkMemoryHeap& local_heap = mem_props_.memoryHeaps[mem_props_.memoryTypes[local].heapIndex];
-    // Small BAR windows (256 MiB device-local host-visible heaps on discrete GPUs) are not unified memory.
-    if (unified >= 0 && mem_props_.memoryHeaps[mem_props_.memoryTypes[unified].heapIndex].size >= local_heap.size) {
-      local = unified;
-      unified_ = true;
-    }
-    const VkMemoryPropertyFlags host_flags = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    auto set = [&](MemoryUse u, int type, VkDeviceSize block, const char* name) {
-      Pool& p = pools_[size_t(u)];
-      p.type = uint32_t(type);
-      p.host_visible = (mem_props_.memoryTypes[type].propertyFlags & host_flags) == host_flags;
-      p.block_size = block;
-      p.name = name;
-    };
-    set(MemoryUse::weights, local, VkDeviceSize(256) << 20, "weights");
-    set(MemoryUse::activations, local, VkDeviceSize(64) << 20, "activations");
-    set(MemoryUse::staging, host, VkDeviceSize(32) << 20, "staging");
-  }
-
-  void allocate(Pool& pool, VkDeviceSize size, VkDeviceSize alignment, const std::string& what, Buffer& b) {
-    alignment = std::max<VkDeviceSize>(alignment, 16);
-    for (size_t bi = 0; bi < pool.blocks.size(); ++bi) {
-      Block* blk = pool.blocks[bi].get();
-      if (!blk) continue;
-      for (auto it = blk->free.begin(); it != blk->free.end(); ++it) {
-        const VkDeviceSize off = it->first, len = it->second, at = detail::align_up(off, alignment);
-        if (at + size > off + len) continue;
-        blk->free.erase(it);
-        if (at > off) blk->free.emplace(off, at - off);
-        if (at + size < off + len) blk->free.emplace(at + size, off + len - at - size);
-        b.block_ = bi;
-        b.offset_ = at;
-        b.alloc_size_ = size;
-        return;
-      }
-    }
-    auto blk = std::make_unique<Block>();
-    blk->dedicated = size > pool.block_size;
-    blk->size = std::max(pool.block_size, detail::align_up(size, 4096));
-    // Never ask for a standard block the heap could not hold: fall back to the exact size.
-    const VkMemoryHeap& heap = mem_props_.memoryHeaps[mem_props_.memoryTypes[pool.type].heapIndex];
-    if (blk->size > heap.size / 2 || blk->size > max_allocation_) blk->size = detail::align_up(size, 4096);
-    auto ai = vulkan_info<VkMemoryAllocateInfo>(VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO);
-    ai.allocationSize = blk->size;
-    ai.memoryTypeIndex = pool.type;
-    const VkResult r = vkAllocateMemory(device_, &ai, nullptr, &blk->memory);
-    if (r != VK_SUCCESS)
-      throw Error(status_of(r) == Status::out_of_memory ? Status::out_of_memory : Status::internal,
-                  "Vulkan: out of device memory allocating " + detail::mib(blk->size) + " for " + what + " (" +
-                      pool.name + " pool, " + detail::mib(pool_total(pool)) + " already held on '" + device_name() +
-                      "'): vkAllocateMemory returned " + result_name(r));
-    if (pool.host_visible) {
-      void* p = nullptr;
-      const VkResult rm = vkMapMemory(device_, blk->memory, 0, VK_WHOLE_SIZE, 0, &p);
-      if (rm != VK_SUCCESS) {
-        vkFreeMemory(device_, blk->memory, nullptr);
-        check(rm, "vkMapMemory");
-      }
-      blk->map = static_cast<uint8_t*>(p);
-    }
-    if (blk->size > size) blk->free.emplace(size, blk->size - size);
-    b.block_ = pool.blocks.size();
-    b.offset_ = 0;
-    b.alloc_size_ = size;
-    // Reuse an empty slot so block indices stay small.
-    for (size_t bi = 0; bi < pool.blocks.size(); ++bi)
-      if (!pool.blocks[bi]) {
-        pool.blocks[bi] = std::move(blk);
-        b.block_ = bi;
-        return;
-      }
-    pool.blocks.push_back(std::move(blk));
-  }
-
-  static VkDeviceSize pool_total(const Pool& p) {
-    VkDeviceSize n = 0;
-    for (const auto& b : p.blocks)
-      if (b) n += b->size;
-    return n;
-  }
-
-  void release(Buffer& b) {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    vkDestroyBuffer(device_, b.buf_, nullptr);
-    Pool& pool = pools_[size_t(b.use_)];
-    Block& blk = *pool.blocks[b.block_];
-    VkDeviceSize off = b.offset_, len = b.alloc_size_;
-    auto next = blk.free.lower_bound(off);
-    if (next != blk.free.end() && off + len == next->first) {
-      len += next->second;
-      next = blk.free.erase(next);
-    }
-    if (next != blk.free.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == off) {
-        off = prev->first;
-        len += prev->second;
-        blk.free.erase(prev);
-      }
-    }
-    blk.free.emplace(off, len);
-    if (off == 0 && len == blk.size && blk.dedicated) {
-      free_block(blk);
-      pool.blocks[b.block_].reset();
-    }
-  }
-
-  void free_block(Block& b) {
-    if (b.map) vkUnmapMemory(device_, b.memory);
-    vkFreeMemory(device_, b.memory, nullptr);
-    b.memory = VK_NULL_HANDLE;
-    b.map = nullptr;
-  }
-
-  void setup_pipeline_cache() {
-    std::vector<char> data;
-    if (options_.pipeline_cache) {
-      const std::string dir = options_.cache_dir.empty() ? detail::default_cache_dir() : options_.cache_dir;
-      if (!dir.empty()) {
-        char name[128];
-        std::snprintf(name, sizeof name, "/vk-pipelines-%04x-%04x-", props_.vendorID, props_.deviceID);
-        std::string uuid;
-        for (uint8_t c : props_.pipelineCacheUUID) {
-          char h[3];
-          std::snprintf(h, sizeof h, "%02x", c);
-          uuid += h;
-        }
-        cache_path_ = dir + name + uuid + ".bin";
-        std::ifstream f(cache_path_, std::ios::binary);
-        if (f) data.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-        // Only hand the driver a cache whose header names this device (drivers should check too).
-        if (data.size() >= 32) {
-          uint32_t hdr[4];
-          std::memcpy(hdr, data.data(), 16);
-          const bool ok = hdr[0] >= 32 && hdr[1] == VK_PIPELINE_CACHE_HEADER_VERSION_ONE && hdr[2] == props_.vendorID &&
-                          hdr[3] == props_.deviceID &&
-                          std::memcmp(data.data() + 16, props_.pipelineCacheUUID, VK_UUID_SIZE) == 0;
-          if (!ok) {
-            data.clear();
-            cache_note_ = "ignored " + cache_path_ + ": written by another driver or device";
-          }
-        } else {
-          data.clear();
-        }
-      }
-    }
-    auto ci = vulkan_info<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
-    ci.initialDataSize = data.size();
-    ci.pInitialData = data.empty() ? nullptr : data.data();
-    VkResult r = vkCreatePipelineCache(device_, &ci, nullptr, &pipeline_cache_);
-    if (r != VK_SUCCESS && !data.empty()) {  // a corrupt file: start empty
-      ci.initialDataSize = 0;
-      ci.pInitialData = nullptr;
-      r = vkCreatePipelineCache(device_, &ci, nullptr, &pipeline_cache_);
-      data.clear();
-    }
-    check(r, "vkCreatePipelineCache");
-    cache_loaded_ = !data.empty();
+    pipeline_cache_.open(device_, props_, options_.pipeline_cache, options_.cache_dir);
   }
 
   void destroy_pipeline(Pipeline& p) {
@@ -1081,7 +613,7 @@ class Context {
 
   ContextOptions options_;
   std::unique_ptr<detail::ValidationLog> log_;
-  bool validation_ = false, profiling_ = false, owns_device_ = true, unified_ = false;
+  bool validation_ = false, profiling_ = false, owns_device_ = true;
   std::string validation_note_;
   VkInstance instance_ = VK_NULL_HANDLE;
   VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;
@@ -1091,285 +623,19 @@ class Context {
   uint32_t queue_family_ = 0, timestamp_bits_ = 0;
   int device_index_ = -1;
   VkPhysicalDeviceProperties props_{};
-  VkPhysicalDeviceMemoryProperties mem_props_{};
-  VkDeviceSize max_allocation_ = VkDeviceSize(1) << 62;
-  Pool pools_[3];
   VkCommandPool cmd_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer record_cb_ = VK_NULL_HANDLE, immediate_cb_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   std::vector<VkDescriptorPool> desc_pools_;
   size_t desc_pool_at_ = 0;
-  VkPipelineCache pipeline_cache_ = VK_NULL_HANDLE;
-  std::string cache_path_, cache_note_;
-  bool cache_loaded_ = false;
+  PipelineCache pipeline_cache_;
   std::unordered_map<std::string, std::unique_ptr<Pipeline>> pipelines_;
   std::map<std::string, ProfileEntry> profile_;
   bool recording_ = false;
   uint64_t submissions_ = 0, dispatches_ = 0;
   mutable std::recursive_mutex mutex_;  // see "Thread-safety" above
-};
-
-inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    reset();
-    ctx_ = o.ctx_;
-    buf_ = o.buf_;
-    size_ = o.size_;
-    use_ = o.use_;
-    block_ = o.block_;
-    offset_ = o.offset_;
-    alloc_size_ = o.alloc_size_;
-    map_ = o.map_;
-    o.ctx_ = nullptr;
-    o.buf_ = VK_NULL_HANDLE;
-    o.map_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
-
-inline void Buffer::reset() {
-  if (ctx_ && buf_) ctx_->release(*this);
-  ctx_ = nullptr;
-  buf_ = VK_NULL_HANDLE;
-  map_ = nullptr;
-  size_ = 0;
-}
-
-// A storage-buffer binding of a dispatch; `write` marks buffers the shader writes (for the
-// hazard tracking that places barriers).
-struct Binding {
-  const Buffer* buffer = nullptr;
-  bool write = false;
-};
-inline Binding in(const Buffer& b) { return Binding{&b, false}; }
-inline Binding out(const Buffer& b) { return Binding{&b, true}; }
-
-// Records compute dispatches and copies into the context's command buffer. A barrier is placed
-// before a command only when it reads or writes a buffer written since the last barrier, or
-// writes one read since then. submit() runs everything recorded and waits; the recorder can
-// then record the next batch. One Recorder per Context at a time: it holds the Context's lock for
-// its lifetime, so another thread's Recorder waits.
-class Recorder {
- public:
-  explicit Recorder(Context& c) : lock_(c.mutex_), c_(c) {
-    require(!c_.recording_, Status::internal, "Vulkan: only one Recorder per Context may be active");
-    c_.recording_ = true;
-    begin();
-  }
-  Recorder(const Recorder&) = delete;
-  Recorder& operator=(const Recorder&) = delete;
-  ~Recorder() {
-    if (open_) {  // abandoned (e.g. an exception): discard what was recorded
-      vkEndCommandBuffer(c_.record_cb_);
-      vkResetCommandBuffer(c_.record_cb_, 0);
-      c_.reset_descriptor_pools();
-    }
-    c_.recording_ = false;
-  }
-
-  Context& context() { return c_; }
-
-  void dispatch(const Pipeline& p, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
-                uint32_t gx, uint32_t gy = 1, uint32_t gz = 1) {
-    bind(p, bindings, push, push_bytes);  // checks the bindings first
-    hazard(bindings);
-    vkCmdDispatch(c_.record_cb_, gx, gy, gz);
-    ++dispatches_;
-    ++c_.dispatches_;
-    stamp(p.name);
-  }
-
-  // As dispatch(), the workgroup counts being the VkDispatchIndirectCommand that earlier commands
-  // wrote at `offset` bytes into `args` (no host read-back).
-  void dispatch_indirect(const Pipeline& p, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes,
-                         const Buffer& args, size_t offset) {
-    require(offset % 4 == 0 && offset + 12 <= args.size(), Status::internal, "Vulkan: indirect dispatch arguments out of range");
-    bind(p, bindings, push, push_bytes);
-    const Binding sizes = in(args);
-    hazard(bindings, &sizes);
-    vkCmdDispatchIndirect(c_.record_cb_, args.handle(), offset);
-    ++dispatches_;
-    ++c_.dispatches_;
-    stamp(p.name);
-  }
-
-  // Runs f(), whose commands write disjoint parts of their buffers and read nothing another of
-  // them writes: they are ordered after the commands before them but not among one another (MoE
-  // experts' GEMMs into one grouped buffer: one barrier, not one per expert).
-  template <class F>
-  void unordered(F&& f) {
-    require(!unordered_, Status::internal, "Vulkan: nested unordered() groups");
-    unordered_ = true;
-    group_written_ = written_.size();
-    group_read_ = read_.size();
-    try {
-      f();
-    } catch (...) {
-      unordered_ = false;
-      throw;
-    }
-    unordered_ = false;
-  }
-
-  // dst[offset, offset + bytes) = 0 (offset and bytes multiples of 4).
-  void zero(const Buffer& dst, size_t offset, size_t bytes) {
-    hazard({out(dst)});
-    vkCmdFillBuffer(c_.record_cb_, dst.handle(), offset, bytes, 0u);
-    stamp("fill");
-  }
-
-  void copy(const Buffer& src, size_t src_off, const Buffer& dst, size_t dst_off, size_t bytes) {
-    hazard({in(src), out(dst)});
-    VkBufferCopy region{src_off, dst_off, bytes};
-    vkCmdCopyBuffer(c_.record_cb_, src.handle(), dst.handle(), 1, &region);
-    stamp("copy");
-  }
-
-  // A host-visible buffer holding `bytes` of `data`, alive until the next submit() completes
-  // (small per-step inputs: token ids, MoE routing tables).
-  const Buffer& temp(const void* data, size_t bytes) {
-    temps_.push_back(c_.buffer(bytes, MemoryUse::staging, "per-submission input"));
-    std::memcpy(temps_.back().mapped(), data, bytes);
-    return temps_.back();
-  }
-
-  // A device buffer of `bytes` for intermediates of the recorded commands, alive until the next
-  // submit() completes.
-  const Buffer& scratch(size_t bytes, const std::string& what) {
-    temps_.push_back(c_.buffer(bytes, MemoryUse::activations, what));
-    return temps_.back();
-  }
-
-  int64_t dispatches() const { return dispatches_; }
-
-  // Runs what was recorded, waits for it, then starts a new batch.
-  void submit() {
-    VkCommandBuffer cb = c_.record_cb_;
-    auto mb = vulkan_info<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
-    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT,
-                         0, 1, &mb, 0, nullptr, 0, nullptr);
-    open_ = false;
-    c_.submit_and_wait(cb);
-    collect_timestamps();
-    c_.reset_descriptor_pools();
-    temps_.clear();
-    begin();
-  }
-
- private:
-  void begin() {
-    c_.begin_command_buffer(c_.record_cb_);
-    Context::order_after_previous_submissions(c_.record_cb_);
-    open_ = true;
-    written_.clear();
-    read_.clear();
-    labels_.clear();
-    if (c_.profiling_) {
-      vkCmdResetQueryPool(c_.record_cb_, c_.query_pool_, 0, Context::kMaxTimestamps);
-      vkCmdWriteTimestamp(c_.record_cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, c_.query_pool_, 0);
-    }
-  }
-
-  // Pipeline, descriptor set and push constants of the next dispatch (barriers recorded after
-  // this still precede the dispatch).
-  void bind(const Pipeline& p, std::initializer_list<Binding> bindings, const void* push, uint32_t push_bytes) {
-    require(bindings.size() == p.bindings, Status::internal,
-            [&] { return "Vulkan: " + p.name + " dispatched with the wrong number of buffers"; });
-    require(push_bytes <= Context::kPushConstantBytes && push_bytes % 4 == 0, Status::internal, "Vulkan: bad push constants");
-    VkDescriptorSet set = c_.descriptor_set(p);
-    VkDescriptorBufferInfo infos[16];
-    VkWriteDescriptorSet writes[16];
-    require(bindings.size() <= 16, Status::internal, "Vulkan: too many bindings");
-    uint32_t i = 0;
-    for (const Binding& b : bindings) {
-      require(b.buffer && b.buffer->valid(), Status::internal, [&] { return "Vulkan: " + p.name + " bound an empty buffer"; });
-      require(b.buffer->size() <= c_.max_binding_bytes(), Status::internal, [&] {
-        return "Vulkan: " + p.name + " binds a buffer of " + detail::mib(b.buffer->size()) +
-               ", more than the device's storage-buffer range";
-      });
-      infos[i] = VkDescriptorBufferInfo{b.buffer->handle(), 0, VK_WHOLE_SIZE};
-      writes[i] = vulkan_info<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
-      writes[i].dstSet = set;
-      writes[i].dstBinding = i;
-      writes[i].descriptorCount = 1;
-      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-      writes[i].pBufferInfo = &infos[i];
-      ++i;
-    }
-    vkUpdateDescriptorSets(c_.device_, i, writes, 0, nullptr);
-    VkCommandBuffer cb = c_.record_cb_;
-    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
-    if (push_bytes) vkCmdPushConstants(cb, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
-  }
-
-  // Whether buffer h is among the first n entries of v.
-  static bool contains(const std::vector<VkBuffer>& v, VkBuffer h, size_t n) {
-    return std::find(v.begin(), v.begin() + std::ptrdiff_t(n), h) != v.begin() + std::ptrdiff_t(n);
-  }
-
-  // A barrier before the next command if it touches a buffer it conflicts with (`extra`: one more
-  // binding, an indirect dispatch's arguments).
-  void hazard(std::initializer_list<Binding> bindings, const Binding* extra = nullptr) {
-    // Inside unordered(), only what was recorded before the group counts.
-    const size_t nw = unordered_ ? group_written_ : written_.size(), nr = unordered_ ? group_read_ : read_.size();
-    bool conflict = false;
-    auto check_one = [&](const Binding& b) {
-      const VkBuffer h = b.buffer->handle();
-      if (contains(written_, h, nw) || (b.write && contains(read_, h, nr))) conflict = true;
-    };
-    for (const Binding& b : bindings) check_one(b);
-    if (extra) check_one(*extra);
-    if (conflict) {
-      auto mb = vulkan_info<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
-      mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-      mb.dstAccessMask = Context::kBarrierDstAccess;
-      vkCmdPipelineBarrier(c_.record_cb_, Context::kBarrierSrcStages, Context::kBarrierDstStages, 0, 1, &mb, 0, nullptr, 0,
-                           nullptr);
-      written_.clear();
-      read_.clear();
-      group_written_ = group_read_ = 0;
-      ++barriers_;
-    }
-    for (const Binding& b : bindings) (b.write ? written_ : read_).push_back(b.buffer->handle());
-    if (extra) (extra->write ? written_ : read_).push_back(extra->buffer->handle());
-  }
-
-  void stamp(const std::string& label) {
-    if (!c_.profiling_ || labels_.size() + 1 >= Context::kMaxTimestamps) return;
-    labels_.push_back(label);
-    vkCmdWriteTimestamp(c_.record_cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, c_.query_pool_, uint32_t(labels_.size()));
-  }
-
-  void collect_timestamps() {
-    if (!c_.profiling_ || labels_.empty()) return;
-    std::vector<uint64_t> t(labels_.size() + 1);
-    check(vkGetQueryPoolResults(c_.device_, c_.query_pool_, 0, uint32_t(t.size()), t.size() * 8, t.data(), 8,
-                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
-          "vkGetQueryPoolResults");
-    const uint64_t mask = c_.timestamp_bits_ >= 64 ? ~uint64_t(0) : ((uint64_t(1) << c_.timestamp_bits_) - 1);
-    const double ns = c_.props_.limits.timestampPeriod;
-    for (size_t i = 0; i < labels_.size(); ++i) {
-      const uint64_t d = ((t[i + 1] & mask) - (t[i] & mask)) & mask;
-      ProfileEntry& e = c_.profile_[labels_[i]];
-      ++e.dispatches;
-      e.ms += double(d) * ns * 1e-6;
-    }
-  }
-
-  std::unique_lock<std::recursive_mutex> lock_;  // first member: released after the buffers below
-  Context& c_;
-  bool open_ = false;
-  std::vector<VkBuffer> written_, read_;
-  bool unordered_ = false;                     // inside unordered()
-  size_t group_written_ = 0, group_read_ = 0;  // entries of written_/read_ from before the group
-  std::deque<Buffer> temps_;  // deque: references stay valid as it grows
-  std::vector<std::string> labels_;
-  int64_t dispatches_ = 0, barriers_ = 0;
+  MemoryPools memory_{mutex_};
 };
 
 }  // namespace vulkan

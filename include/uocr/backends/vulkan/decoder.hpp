@@ -41,8 +41,10 @@
 #include <vector>
 
 #include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/recorder.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/backends/vulkan/sparse.hpp"
+#include "uocr/backends/device_kv_cache.hpp"
 #include "uocr/backends/device_weights.hpp"
 #include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/decoder.hpp"
@@ -55,76 +57,24 @@
 UOCR_NAMESPACE_BEGIN
 namespace vulkan {
 
-// Keys and values of one sequence in device memory, laid out like uocr::KvCache (rows of
-// kv_heads*head_dim floats) with the same accounting (ReservedKvRing's), so sessions can report the same numbers;
-// checkpoints read and write them through ReservedKvRing::visit_rows.
-class VulkanKvCache : public ReservedKvRing<VulkanKvCache> {
+// How the KV cache reaches Vulkan memory (uocr/backends/device_kv_cache.hpp).
+class KvMemory {
  public:
-  VulkanKvCache(Context& ctx, const DecoderConfig& config, int window)
-      : ReservedKvRing(config, window), ctx_(&ctx), layers_(size_t(config.layers)) {
-    size_ring();
-  }
-
-  const Buffer& reference_k(int layer) const { return layers_[size_t(layer)].ref_k; }
-  const Buffer& reference_v(int layer) const { return layers_[size_t(layer)].ref_v; }
-  const Buffer& generated_k(int layer) const { return layers_[size_t(layer)].gen_k; }
-  const Buffer& generated_v(int layer) const { return layers_[size_t(layer)].gen_v; }
-
-  // SR-SWA summaries of `page` of s's layout (BasicPageGroupDecoder, after the page's rows were
-  // written): its key rows are read back one layer at a time and summarized on the host.
-  void summarize_page(SparseReference& s, size_t page) const {
-    require(page < s.page_count() && s.layout().pages[page].end() <= reference_rows(), Status::invalid_argument,
-            "SR-SWA page is outside the cache's reference");
-    const RowSpan span = s.layout().pages[page];
-    std::vector<float> host(size_t(span.rows * row_));
-    for (int l = 0; l < layers(); ++l) {
-      ctx_->download(layers_[size_t(l)].ref_k, host.data(), host.size() * 4, size_t(span.begin * row_) * 4);
-      s.summarize_rows(l, page, host.data());
-    }
-  }
+  using Context = vulkan::Context;
+  using Array = Buffer;
+  using Rows = const Buffer&;
+  explicit KvMemory(Context& ctx) : ctx_(&ctx) {}
+  Context& context() const { return *ctx_; }
+  Buffer alloc(size_t bytes, const char* what) { return ctx_->buffer(bytes, MemoryUse::activations, what); }
+  static const Buffer& rows(const Buffer& a) { return a; }
+  void copy(const Buffer& src, const Buffer& dst, size_t bytes) { ctx_->copy_now(src, 0, dst, 0, bytes); }
+  void download(const Buffer& a, size_t offset, float* host, size_t bytes) const { ctx_->download(a, host, bytes, offset); }
+  void upload(const Buffer& a, const float* host, size_t bytes) { ctx_->upload(a, host, bytes); }
 
  private:
-  friend class KvRing<VulkanKvCache>;
-  friend class ReservedKvRing<VulkanKvCache>;
-  struct Layer {
-    Buffer ref_k, ref_v, gen_k, gen_v;
-  };
-
-  // ReservedKvRing::visit_rows (checkpoints): the first `floats` floats of a device array.
-  void read_rows(const Buffer& b, float* host, size_t floats) const { ctx_->download(b, host, floats * 4); }
-  void write_rows(const Buffer& b, const float* host, size_t floats) { ctx_->upload(b, host, floats * 4); }
-
-  // New reference storage for `rows` rows, the first `keep` rows copied over.
-  void grow_reference(int64_t rows, int64_t keep) {
-    for (Layer& l : layers_) {
-      Buffer k = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference keys");
-      Buffer v = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache reference values");
-      if (keep) {
-        ctx_->copy_now(l.ref_k, 0, k, 0, size_t(keep * row_) * 4);
-        ctx_->copy_now(l.ref_v, 0, v, 0, size_t(keep * row_) * 4);
-      }
-      l.ref_k = std::move(k);
-      l.ref_v = std::move(v);
-    }
-  }
-
-  void grow_generated(int64_t rows) {
-    for (Layer& l : layers_) {
-      Buffer k = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache generated keys");
-      Buffer v = ctx_->buffer(size_t(rows * row_) * 4, MemoryUse::activations, "KV cache generated values");
-      if (capacity_ > 0 && generated_ > 0) {  // full mode: keep the rows held so far
-        ctx_->copy_now(l.gen_k, 0, k, 0, size_t(generated_ * row_) * 4);
-        ctx_->copy_now(l.gen_v, 0, v, 0, size_t(generated_ * row_) * 4);
-      }
-      l.gen_k = std::move(k);
-      l.gen_v = std::move(v);
-    }
-    capacity_ = rows;
-  }
-
   Context* ctx_;
-  std::vector<Layer> layers_;
 };
+using VulkanKvCache = DeviceKvCache<KvMemory>;
 
 // The decoder's weights on the device (uploaded once; shareable by several VulkanDecoders on the
 // same Context); the routed experts of a projection are one StackedMatrix.
@@ -292,9 +242,7 @@ class VulkanDecoder {
     ensure_scratch(1);
     ensure_logits(1);
     load_rope(&position, 1);
-    const AttentionShape shape{c_.heads, c_.kv_heads, c_.head_dim};
-    for (int l = 0; sparse_ && l < c_.layers; ++l) sparse_->check_step(l, ref, shape);
-    const bool sparse = sparse_ && !sparse_->dense_step(ref);
+    const bool sparse = sparse_ && sparse_->begin_device_step(c_.layers, ref, AttentionShape{c_.heads, c_.kv_heads, c_.head_dim});
     if (sparse) device_sparse_.sync(*sparse_, c_.heads);
 
     Recorder rec(ctx_);
@@ -317,12 +265,9 @@ class VulkanDecoder {
     ops::rms_norm(rec, x_, 0, 1, hidden, d_->final_norm, c_.rms_eps, a_, 0);
     ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
     rec.submit();
-    const int64_t head_layers = int64_t(c_.heads) * c_.layers;
-    if (sparse) {
-      const DeviceSparseReference::StepCounts n = device_sparse_.step_counts();
-      sparse_->count_selection(head_layers, ref, n.rows_attended, n.bounds_evaluated);
-    } else if (sparse_) {
-      sparse_->count_selection(head_layers, ref, head_layers * ref, 0);
+    if (sparse_) {
+      const DeviceSparseReference::StepCounts n = sparse ? device_sparse_.step_counts() : DeviceSparseReference::StepCounts{};
+      sparse_->end_device_step(int64_t(c_.heads) * c_.layers, ref, sparse, n.rows_attended, n.bounds_evaluated);
     }
     ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
     return logits_;

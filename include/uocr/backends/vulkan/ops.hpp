@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/recorder.hpp"
 #include "uocr/core/dtype.hpp"
 #include "uocr/decoder/rope.hpp"
 #include "uocr/io/safetensors.hpp"

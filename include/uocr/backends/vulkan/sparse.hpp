@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/recorder.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/decoder/sparse_tables.hpp"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "uocr/backends/vulkan/context.hpp"
+#include "uocr/backends/vulkan/recorder.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/version.hpp"
 #include "uocr/vision/device_encoder.hpp"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "support/golden_decoder.hpp"
-#include "gpu_test.hpp"
+#include "support/gpu_test.hpp"
 #include "support/test_support.hpp"
 #include "uocr/backends/cuda/decoder.hpp"
 

@@ -1,4 +1,4 @@
-// The upstream multi_3 case (tests/multi3_case.hpp: tiny-b, 3 pages) through page groups on the
+// The upstream multi_3 case (tests/support/multi3_case.hpp: tiny-b, 3 pages) through page groups on the
 // GPU, shared by the CUDA tests that run it (test_cuda_sparse.cpp, test_cuda_resume.cpp): one
 // Context with tiny-b's decoder weights, made by the first GPU case; CudaPageGroups over it; the
 // teacher-forced run; CUDA logits rows against the CPU's.

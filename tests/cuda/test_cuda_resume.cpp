@@ -19,8 +19,8 @@
 
 #include <unistd.h>
 
-#include "gpu_test.hpp"
-#include "multi3_device.hpp"
+#include "support/gpu_test.hpp"
+#include "support/multi3_device.hpp"
 #include "support/resume_case.hpp"
 #include "uocr/backends/cuda/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "gpu_test.hpp"
-#include "multi3_device.hpp"
+#include "support/gpu_test.hpp"
+#include "support/multi3_device.hpp"
 #include "support/sparse_select_cases.hpp"
 #include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/decoder/decoder.hpp"
