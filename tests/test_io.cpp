@@ -325,13 +325,19 @@ TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape,
   if (!uocr::cpu::bf16_compute_available()) {
     MESSAGE("this CPU has no AVX-512 BF16: Precision::bf16 runs the float32 kernels, checked below");
   }
+  MESSAGE("bf16 products (past 128 rows, and MoE experts of AMX widths) run on "
+          << std::string(uocr::cpu::amx_bf16_available() ? "AMX tiles" : "AVX-512 vectors")
+          << "; both units checked where the CPU has them");
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   // m: one micro-kernel row short of a tile and past it, the tail; n: not a multiple of the
   // 16-row panel or the 32-column step; k: odd (a zero-padded pair) and past one k pass (512).
-  // m from 5 to kSmallGemmRows (128): the small-m kernel, bf16 weights only (as MoE experts are).
+  // m from 5 to kSmallGemmRows (128): the small-m kernel, bf16 weights only (as MoE experts are);
+  // widths AMX takes there (k a multiple of 32, n of 16; a lone last 16 weight rows; one and
+  // several x panels, an odd count) and ones it leaves to the vector kernel.
   for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {129, 17, 3}, {200, 300, 257}, {131, 33, 1100}, {5, 17, 3}, {26, 300, 257}, {128, 33, 1100}, {7, 6, 31}}) {
+           {129, 17, 3}, {200, 300, 257}, {131, 33, 1100}, {5, 17, 3}, {26, 300, 257}, {128, 33, 1100}, {7, 6, 31},
+           {26, 48, 64}, {5, 32, 96}, {100, 80, 640}}) {
     for (uocr::DType dtype : {uocr::DType::bf16, uocr::DType::f32}) {
       if (m <= 128 && dtype == uocr::DType::f32) continue;
       std::vector<float> x(size_t(m * k)), wf(size_t(n * k)), bias(static_cast<size_t>(n));
@@ -351,18 +357,27 @@ TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape,
       uocr::cpu::linear(x.data(), m, w, &b, y32.data(), uocr::Precision::f32);
       // Reference in double over what bf16 compute multiplies: both operands rounded to bf16
       // (exact products), so only float32 accumulation separates it from the kernel.
-      double worst = 0, differs = 0;
+      std::vector<double> ref(y.size()), scale(y.size());
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) {
-          double ref = bias[size_t(j)], scale = std::fabs(bias[size_t(j)]);
+          double r = bias[size_t(j)], a = std::fabs(bias[size_t(j)]);
           for (int64_t c = 0; c < k; ++c) {
             const double t = double(uocr::round_to_bf16(x[size_t(i * k + c)])) * uocr::bf16_to_f32(wb[size_t(j * k + c)]);
-            ref += t;
-            scale += std::fabs(t);
+            r += t;
+            a += std::fabs(t);
           }
-          worst = std::max(worst, std::fabs(ref - y[size_t(i * n + j)]) / scale);
-          differs = std::max(differs, double(std::fabs(y[size_t(i * n + j)] - y32[size_t(i * n + j)])));
+          ref[size_t(i * n + j)] = r;
+          scale[size_t(i * n + j)] = a;
         }
+      // The largest error relative to the sum of |terms|.
+      const auto worst_of = [&](const std::vector<float>& out) {
+        double worst = 0;
+        for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(ref[i] - out[i]) / scale[i]);
+        return worst;
+      };
+      const double worst = worst_of(y);
+      double differs = 0;
+      for (size_t i = 0; i < y.size(); ++i) differs = std::max(differs, double(std::fabs(y[i] - y32[i])));
       CAPTURE(m);
       CAPTURE(n);
       CAPTURE(k);
@@ -372,6 +387,24 @@ TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape,
       } else {
         CHECK(differs == 0);
       }
+#ifdef UOCR_CPU_BF16_KERNEL
+      // Both units (AMX tiles where the CPU has them, linear()'s choice then; AVX-512 vectors)
+      // agree with the reference too, and linear() ran the default unit.
+      if (uocr::cpu::bf16_compute_available()) {
+        std::vector<uocr::cpu::Bf16Unit> units{uocr::cpu::Bf16Unit::vector};
+        if (uocr::cpu::amx_bf16_available()) units.push_back(uocr::cpu::Bf16Unit::amx);
+        for (uocr::cpu::Bf16Unit unit : units) {
+          std::vector<float> yu(y.size());
+          if (m > 128)
+            uocr::cpu::gemm_bf16(x.data(), m, w, yu.data(), bias.data(), unit);
+          else
+            uocr::cpu::gemm_bf16_small_m(x.data(), m, wb.data(), n, k, yu.data(), bias.data(), unit);
+          CAPTURE(int(unit));
+          CHECK(worst_of(yu) < 1e-6);
+          if (unit == (uocr::cpu::amx_bf16_available() ? uocr::cpu::Bf16Unit::amx : uocr::cpu::Bf16Unit::vector)) CHECK(yu == y);
+        }
+      }
+#endif
     }
   }
   // A decode step's mat-vec (m <= 4) and float32 weights up to kSmallGemmRows rows keep float32

@@ -1,17 +1,21 @@
 // bf16 compute for the large products (vision encoder, prefill): y[m, n] = x[m, k] · W[n, k]ᵀ
 // with x rounded to bf16 (round to nearest even, as torch's autocast casts a linear's input),
-// the weight in bf16 (as stored; f32/f16 weights are rounded too) and float32 accumulation, by
-// AVX-512 BF16 dot products (VDPBF16PS: two products per float32 lane per instruction, twice the
-// rate of float32 FMAs). The kernels are compiled for that instruction set by target attribute
-// and called only when the CPU reports it (bf16_compute_available()), so a binary built for an
-// older CPU still runs and falls back to float32.
+// the weight in bf16 (as stored; f32/f16 weights are rounded too) and float32 accumulation.
+// Where the CPU has AMX (Sapphire Rapids and later), by its tile unit (TDPBF16PS: a 16 x 16
+// float32 tile += 16 x 32 bf16 by 32 x 16 bf16 per instruction); else by AVX-512 BF16 dot
+// products (VDPBF16PS: two products per float32 lane per instruction). The kernels are compiled
+// for those instruction sets by target attribute and called only when the CPU reports them
+// (bf16_compute_available(), amx_bf16_available()), so a binary built for an older CPU still runs
+// and falls back to float32. UOCR_CPU_AMX=0 in the environment keeps AMX off.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "uocr/core/dtype.hpp"
+#include "uocr/core/error.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/version.hpp"
 
@@ -19,6 +23,13 @@
 #include <immintrin.h>
 #define UOCR_CPU_BF16_KERNEL 1
 #define UOCR_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#if defined(__linux__) && (defined(__clang__) || __GNUC__ >= 11)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define UOCR_CPU_AMX_KERNEL 1
+#define UOCR_AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#endif
 #endif
 
 UOCR_NAMESPACE_BEGIN
@@ -46,6 +57,29 @@ inline bool bf16_compute_available() {
 #endif
 }
 
+// True when this CPU has AMX tiles with bf16 and the kernel lets this process use them (Linux
+// hands out the tile state on request, once per process); checked once. UOCR_CPU_AMX=0 says no.
+inline bool amx_bf16_available() {
+#ifdef UOCR_CPU_AMX_KERNEL
+  static const bool available = [] {
+    const char* env = std::getenv("UOCR_CPU_AMX");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;  // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE
+    if (!bf16_compute_available() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
+    constexpr long kRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
+    constexpr long kTileData = 18;               // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
+// What runs a bf16 product: AVX-512 BF16 vector dot products, or AMX tiles.
+enum class Bf16Unit { vector, amx };
+
 #ifdef UOCR_CPU_BF16_KERNEL
 namespace bf16_detail {
 
@@ -57,8 +91,7 @@ inline constexpr int64_t kPanel = 16;
 // of one pass (32 x 256 pairs x 4 bytes = 32 KiB) stays in L1, its x rows in L2.
 inline constexpr int64_t kTileRows = 16 * kRows, kTileCols = 256, kPassPairs = 256;
 
-// Rows [r0, r1) of x[., k] rounded to bf16 into out[., kpad] (kpad = k rounded up to even, the
-// pad a zero).
+// Rows [r0, r1) of x[., k] rounded to bf16 into out[., kpad] (kpad >= k, even; the pad zero).
 UOCR_BF16_TARGET inline void round_rows(const float* x, int64_t k, int64_t kpad, int64_t r0, int64_t r1, uint16_t* out) {
   for (int64_t r = r0; r < r1; ++r) {
     const float* src = x + r * k;
@@ -69,7 +102,7 @@ UOCR_BF16_TARGET inline void round_rows(const float* x, int64_t k, int64_t kpad,
       _mm512_storeu_si512(dst + c, (__m512i)v);
     }
     for (; c < k; ++c) dst[c] = f32_to_bf16(src[c]);
-    if (kpad > k) dst[k] = 0;
+    std::fill(dst + k, dst + kpad, uint16_t(0));
   }
 }
 
@@ -192,13 +225,170 @@ UOCR_BF16_TARGET inline void dot_rows(const uint16_t* a, int64_t ka, const uint1
   }
 }
 
+#ifdef UOCR_CPU_AMX_KERNEL
+// AMX: each output block of 32 x 32 is four 16 x 16 float32 tiles, fed per 16 k-pairs by two
+// tiles of x rows (16 rows x 32 bf16) and two of weight panels: a packed panel (pack_panel) is
+// already the tile's pair layout, 16 k-pairs x 16 columns.
+inline constexpr int64_t kAmxBlock = 32, kAmxPairs = 16;
+
+// Palette 1 with the eight tiles the kernels here use, each 16 rows of 64 bytes.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// The calling thread's tiles, configured for its lifetime (tile state is per thread).
+struct AmxTiles {
+  UOCR_AMX_TARGET AmxTiles() {
+    const AmxTileConfig config;
+    _tile_loadconfig(&config);
+  }
+  UOCR_AMX_TARGET ~AmxTiles() { _tile_release(); }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+};
+
+// The four 16 x 16 float32 tiles of (left rows l0 | l1, 16 rows each of bf16 pairs, `l_stride`
+// bytes apart) · (right panels r0 | r1 in pack_panel's layout) over `kpairs` k-pairs (a multiple
+// of kAmxPairs), stored with rows `ldc` bytes apart: out[0] = l0·r0, out[1] = l0·r1, out[2] =
+// l1·r0, out[3] = l1·r1. Tiles: tmm0..3 the sums, tmm4, 5 the left, tmm6, 7 the right operands.
+UOCR_AMX_TARGET inline void amx_2x2(const uint16_t* l0, const uint16_t* l1, int64_t l_stride, const uint32_t* r0,
+                                    const uint32_t* r1, int64_t kpairs, float* const out[4], int64_t ldc) {
+  const int64_t r_stride = kPanel * int64_t(sizeof(uint32_t));
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t kp = 0; kp < kpairs; kp += kAmxPairs) {
+    _tile_loadd(4, l0 + 2 * kp, l_stride);
+    _tile_loadd(5, l1 + 2 * kp, l_stride);
+    _tile_loadd(6, r0 + kp * kPanel, r_stride);
+    _tile_loadd(7, r1 + kp * kPanel, r_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, out[0], ldc);
+  _tile_stored(1, out[1], ldc);
+  _tile_stored(2, out[2], ldc);
+  _tile_stored(3, out[3], ldc);
+}
+
+// Output block `block` (row-major over blocks of 32 x 32) of y[m, n] from a[., kpad] (rows past
+// m readable) and the packed panels (kpairs a multiple of kAmxPairs; panels past n zero).
+UOCR_AMX_TARGET inline void amx_blocks(const uint16_t* a, int64_t kpad, const uint32_t* packed, int64_t kpairs, int64_t m,
+                                       int64_t n, int64_t block, float* y, const float* bias) {
+  alignas(64) float c[kAmxBlock * kAmxBlock];
+  const int64_t blocks_n = (n + kAmxBlock - 1) / kAmxBlock;
+  const int64_t i0 = block / blocks_n * kAmxBlock, j0 = block % blocks_n * kAmxBlock;
+  const uint16_t* a0 = a + i0 * kpad;
+  const uint16_t* a1 = a0 + 16 * kpad;
+  const uint32_t* b0 = packed + j0 / kPanel * kpairs * kPanel;
+  const uint32_t* b1 = b0 + kpairs * kPanel;
+  float* const out[4] = {c, c + 16, c + 16 * kAmxBlock, c + 16 * kAmxBlock + 16};
+  amx_2x2(a0, a1, kpad * int64_t(sizeof(uint16_t)), b0, b1, kpairs, out, kAmxBlock * int64_t(sizeof(float)));
+  const int64_t rows = std::min(kAmxBlock, m - i0), cols = std::min(kAmxBlock, n - j0);
+  for (int64_t r = 0; r < rows; ++r) std::copy(c + r * kAmxBlock, c + r * kAmxBlock + cols, y + (i0 + r) * n + j0);
+  add_bias(y + i0 * n, rows, n, j0, j0 + cols, bias);
+}
+
+// gemm_bf16_small_m on AMX, computed transposed: yᵀ[n, m] = W · xᵀ, so that the weight rows
+// are the tiles' left operand and load as they are stored (16 rows x 32 bf16 at the row stride),
+// and the few x rows are the right one, packed as pairs (pack_panel's layout, 16 rows a panel).
+// Needs k a multiple of 32 and n of 16 (the experts' widths); each task is 32 weight rows
+// against every x panel, two at a time.
+UOCR_AMX_TARGET inline void amx_small_m_block(const uint16_t* w, int64_t n, int64_t k, const uint32_t* xp, int64_t panels,
+                                              int64_t m, int64_t block, float* y, const float* bias) {
+  alignas(64) float c[4][16 * 16];
+  const int64_t kpairs = k / 2, j0 = block * kAmxBlock;
+  const uint16_t* w0 = w + j0 * k;
+  const uint16_t* w1 = j0 + 16 < n ? w0 + 16 * k : w0;  // a lone last 16 rows: computed twice, kept once
+  for (int64_t p = 0; p < panels; p += 2) {
+    const uint32_t* x0 = xp + p * kpairs * kPanel;
+    const uint32_t* x1 = p + 1 < panels ? x0 + kpairs * kPanel : x0;
+    float* const out[4] = {c[0], c[1], c[2], c[3]};
+    amx_2x2(w0, w1, k * int64_t(sizeof(uint16_t)), x0, x1, kpairs, out, 16 * int64_t(sizeof(float)));
+    // c[2 * half + q][r * 16 + i]: weight row j0 + 16 * half + r against x row 16 * (p + q) + i.
+    for (int half = 0; half < 2 && j0 + 16 * half < n; ++half)
+      for (int q = 0; q < 2 && p + q < panels; ++q)
+        for (int64_t i = 0; i < 16 && 16 * (p + q) + i < m; ++i) {
+          float* yi = y + (16 * (p + q) + i) * n + j0 + 16 * half;
+          for (int r = 0; r < 16; ++r) yi[r] = c[2 * half + q][r * 16 + i] + (bias ? bias[j0 + 16 * half + r] : 0.0f);
+        }
+  }
+}
+
+// x rows [16p, 16p + 16) rounded to bf16 as pairs: out[kp * 16 + lane] holds row 16p + lane's
+// columns 2kp and 2kp + 1 (rows past m zero).
+UOCR_BF16_TARGET inline void pack_x_panel(const float* x, int64_t m, int64_t k, int64_t p, uint32_t* out) {
+  const int64_t kpairs = k / 2;
+  std::memset(out, 0, size_t(kpairs * kPanel) * sizeof(uint32_t));
+  for (int64_t lane = 0; lane < kPanel && p * kPanel + lane < m; ++lane) {
+    const float* row = x + (p * kPanel + lane) * k;
+    for (int64_t c = 0; c < k; ++c) out[(c / 2) * kPanel + lane] |= uint32_t(f32_to_bf16(row[c])) << (16 * (c % 2));
+  }
+}
+
+UOCR_AMX_TARGET inline void gemm_amx_small_m(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y,
+                                             const float* bias) {
+  const int64_t panels = (m + kPanel - 1) / kPanel, kpairs = k / 2;
+  thread_local std::vector<uint32_t> xs;
+  if (xs.size() < size_t(panels * kpairs * kPanel)) xs.resize(size_t(panels * kpairs * kPanel));
+  uint32_t* const xp = xs.data();  // thread_local: the team must use this thread's buffer
+  for (int64_t p = 0; p < panels; ++p) pack_x_panel(x, m, k, p, xp + p * kpairs * kPanel);
+  const int64_t blocks = (n + kAmxBlock - 1) / kAmxBlock;
+#pragma omp parallel if (m * n * k >= (int64_t(1) << 20))
+  {
+    const AmxTiles tiles;
+#pragma omp for schedule(dynamic)
+    for (int64_t b = 0; b < blocks; ++b) amx_small_m_block(w, n, k, xp, panels, m, b, y, bias);
+  }
+}
+
+// gemm_bf16 on AMX: x rounded (rows padded to whole blocks), W packed, then blocks handed out
+// dynamically.
+UOCR_AMX_TARGET inline void gemm_amx(const float* x, int64_t m, const TensorView& w, float* y, const float* bias) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  const int64_t kpairs = (k + 2 * kAmxPairs - 1) / (2 * kAmxPairs) * kAmxPairs, kpad = 2 * kpairs;
+  const int64_t mpad = (m + kAmxBlock - 1) / kAmxBlock * kAmxBlock, panels = (n + kAmxBlock - 1) / kAmxBlock * 2;
+  thread_local std::vector<uint16_t> xs;
+  thread_local std::vector<uint32_t> ws;
+  if (xs.size() < size_t(mpad * kpad)) xs.resize(size_t(mpad * kpad));
+  if (ws.size() < size_t(panels * kpairs * kPanel)) ws.resize(size_t(panels * kpairs * kPanel));
+  uint16_t* const a = xs.data();  // thread_local: the team must use this thread's buffers
+  uint32_t* const packed = ws.data();
+  const int64_t row_blocks = (m + 63) / 64, blocks = mpad / kAmxBlock * (panels / 2);
+#pragma omp parallel
+  {
+    std::vector<float> row;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t b = 0; b < row_blocks; ++b) round_rows(x, k, kpad, b * 64, std::min(m, b * 64 + 64), a);
+#pragma omp for schedule(dynamic)
+    for (int64_t p = 0; p < panels; ++p) pack_panel(w, p, kpairs, packed + p * kpairs * kPanel, row);
+    const AmxTiles tiles;
+#pragma omp for schedule(dynamic)
+    for (int64_t b = 0; b < blocks; ++b) amx_blocks(a, kpad, packed, kpairs, m, n, b, y, bias);
+  }
+}
+#endif
+
 }  // namespace bf16_detail
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) in bf16 compute with float32 accumulation. Needs
-// bf16_compute_available(). Uses the OpenMP threads: x rounded and W packed in parallel, then
-// output tiles handed out dynamically.
-UOCR_BF16_TARGET inline void gemm_bf16(const float* x, int64_t m, const TensorView& w, float* y, const float* bias) {
+// bf16_compute_available(); `unit`: AMX tiles (when amx_bf16_available(), the default then) or
+// AVX-512 vectors. Uses the OpenMP threads: x rounded and W packed in parallel, then output tiles
+// handed out dynamically.
+UOCR_BF16_TARGET inline void gemm_bf16(const float* x, int64_t m, const TensorView& w, float* y, const float* bias,
+                                       Bf16Unit unit = amx_bf16_available() ? Bf16Unit::amx : Bf16Unit::vector) {
   using namespace bf16_detail;
+#ifdef UOCR_CPU_AMX_KERNEL
+  if (unit == Bf16Unit::amx) {
+    require(amx_bf16_available(), Status::unsupported, "gemm_bf16: this CPU (or process) cannot use AMX");
+    return gemm_amx(x, m, w, y, bias);
+  }
+#endif
   const int64_t n = w.dim(0), k = w.dim(1);
   const int64_t kpairs = (k + 1) / 2, kpad = 2 * kpairs, panels = (n + kPanel - 1) / kPanel;
   thread_local std::vector<uint16_t> xs;
@@ -226,17 +416,25 @@ UOCR_BF16_TARGET inline void gemm_bf16(const float* x, int64_t m, const TensorVi
   }
 }
 
-// The same product for the few dozen rows each MoE expert sees in a prefill, bf16 weights: x
-// rounded once, then blocks of 16 weight rows handed out dynamically, 4 x 4 dot blocks in each.
+// The same product for the few dozen rows each MoE expert sees in a prefill, bf16 weights. On AMX
+// (`unit`, as gemm_bf16's; widths the tiles take: k a multiple of 32, n of 16) the weights are the
+// tiles' left operand as stored; else x is rounded once, then blocks of 16 weight rows handed
+// out dynamically, 4 x 4 dot blocks in each.
 UOCR_BF16_TARGET inline void gemm_bf16_small_m(const float* x, int64_t m, const uint16_t* w, int64_t n, int64_t k, float* y,
-                                               const float* bias) {
+                                               const float* bias,
+                                               Bf16Unit unit = amx_bf16_available() ? Bf16Unit::amx : Bf16Unit::vector) {
   using namespace bf16_detail;
+#ifdef UOCR_CPU_AMX_KERNEL
+  if (unit == Bf16Unit::amx && k % (2 * kAmxPairs) == 0 && n % kPanel == 0) {
+    require(amx_bf16_available(), Status::unsupported, "gemm_bf16_small_m: this CPU (or process) cannot use AMX");
+    return gemm_amx_small_m(x, m, w, n, k, y, bias);
+  }
+#endif
   const int64_t ka = (k + 31) / 32 * 32;  // whole 32-element loads; the pad is zero
   thread_local std::vector<uint16_t> xs;
   if (xs.size() < size_t(m * ka)) xs.resize(size_t(m * ka));
   uint16_t* const a = xs.data();  // thread_local: the team must use this thread's buffer
   round_rows(x, k, ka, 0, m, a);
-  for (int64_t i = 0; i < m; ++i) std::fill(a + i * ka + k, a + (i + 1) * ka, uint16_t(0));
   const int64_t blocks = (n + 15) / 16;
 #pragma omp parallel for schedule(dynamic) if (m * n * k >= (int64_t(1) << 20))
   for (int64_t b = 0; b < blocks; ++b) {
