@@ -1,5 +1,5 @@
 // SR-SWA selection on the Vulkan device (backends/vulkan/shaders/sparse_select.comp through
-// vulkan::DeviceSparseReference) against the CPU's rule (uocr::SparseReference::select_step): on
+// vulkan::VulkanSparseReference) against the CPU's rule (uocr::SparseReference::select_step): on
 // random keys and queries, every layer's and head's spans must be the CPU's exactly, and the rows
 // attended and bounds evaluated the same counts, over gate trees of every depth, budgets that pass
 // everything or nothing of a level, head dims with and without a tail past the 8 summation lanes,
@@ -28,11 +28,11 @@ vk::Context& context() {
   return c;
 }
 
-// check_device_selection's Device over vulkan::DeviceSparseReference: a step is one recording,
+// check_device_selection's Device over vulkan::VulkanSparseReference: a step is one recording,
 // submitted after each layer's select (the one q buffer is rewritten between layers).
 struct VulkanSelection {
   vk::Context& ctx = context();
-  vk::DeviceSparseReference dev{ctx};
+  vk::VulkanSparseReference dev{ctx};
   vk::Buffer q;
 
   void sync(const uocr::SparseReference& s, int heads) {
@@ -47,7 +47,7 @@ struct VulkanSelection {
       dev.select(rec, int(l), q);
       rec.submit();
     }
-    const vk::DeviceSparseReference::StepCounts n = dev.step_counts();
+    const vk::VulkanSparseReference::StepCounts n = dev.step_counts();
     return {n.rows_attended, n.bounds_evaluated};
   }
   std::vector<uocr::RowSpan> spans(int layer, int h) const { return dev.selection(layer, h); }
@@ -67,7 +67,7 @@ TEST_CASE("SR-SWA attention over the device's spans and the window matches the C
   const uocr_test::SpanAttentionCase t;
   uocr::SparseReference cpu = t.f.sparse(t.c.params);
   vk::Context& ctx = context();
-  vk::DeviceSparseReference dev(ctx);
+  vk::VulkanSparseReference dev(ctx);
   dev.sync(cpu, t.c.heads);
   auto upload = [&](const std::vector<float>& v) {
     vk::Buffer b = ctx.buffer(v.size() * 4, vk::MemoryUse::activations, "test input");

@@ -1,5 +1,5 @@
 // SR-SWA on the CUDA device. The selection kernel (sparse_select.cu through
-// cuda::DeviceSparseReference) against the CPU's rule (uocr::SparseReference::select_step) span for
+// cuda::CudaSparseReference) against the CPU's rule (uocr::SparseReference::select_step) span for
 // span and count for count over the cases the Vulkan test runs (tests/sparse_select_cases.hpp:
 // gate trees of every depth, budgets, tail lanes, GQA, ties), and the span attention against the
 // CPU's. The decoder (decoder.hpp) on the upstream multi_3 case (tiny-b, GQA 4/2 heads, 3 pages)
@@ -52,20 +52,20 @@ cu::Buffer upload(cu::Context& ctx, const std::vector<float>& v) {
   return b;
 }
 
-// check_device_selection's Device over cuda::DeviceSparseReference: a step's queries go up at
+// check_device_selection's Device over cuda::CudaSparseReference: a step's queries go up at
 // once (one row per layer), the layers' selections are enqueued, the counters read once.
 struct CudaSelection {
   cu::Context& ctx = context();
-  cu::DeviceSparseReference dev{ctx};
+  cu::CudaSparseReference dev{ctx};
 
   void sync(const uocr::SparseReference& s, int heads) { dev.sync(s, heads); }
   std::pair<int64_t, int64_t> step(const std::vector<std::vector<float>>& queries) {
     std::vector<float> all;
     for (const std::vector<float>& q : queries) all.insert(all.end(), q.begin(), q.end());
     const cu::Buffer q = upload(ctx, all);
-    dev.begin_step();
-    for (size_t l = 0; l < queries.size(); ++l) dev.select(int(l), q.f32() + l * queries[0].size());
-    const cu::DeviceSparseReference::StepCounts n = dev.step_counts();
+    dev.begin_step(ctx);
+    for (size_t l = 0; l < queries.size(); ++l) dev.select(ctx, int(l), q.f32() + l * queries[0].size());
+    const cu::CudaSparseReference::StepCounts n = dev.step_counts();
     return {n.rows_attended, n.bounds_evaluated};
   }
   std::vector<uocr::RowSpan> spans(int layer, int h) const { return dev.selection(layer, h); }
@@ -86,15 +86,15 @@ TEST_CASE("SR-SWA attention over the CUDA device's spans and the window matches 
   const uocr_test::SpanAttentionCase t;
   uocr::SparseReference cpu = t.f.sparse(t.c.params);
   cu::Context& ctx = context();
-  cu::DeviceSparseReference dev(ctx);
+  cu::CudaSparseReference dev(ctx);
   dev.sync(cpu, t.c.heads);
   const cu::Buffer rk = upload(ctx, t.keys()), rv = upload(ctx, t.values), wk = upload(ctx, t.win_k),
                    wv = upload(ctx, t.win_v), q = upload(ctx, t.query);
   const cu::Buffer out = ctx.alloc(size_t(t.shape.q_row()) * sizeof(float), "out");
-  dev.begin_step();
-  dev.select(t.layer, q.f32());
-  dev.attend(t.layer, q.f32(), cu::ops::AttentionDims{t.c.heads, t.c.kv_heads, t.c.head_dim},
-             cu::ops::KvSpan{rk.f32(), rv.f32(), t.f.rows}, cu::ops::KvSpan{wk.f32(), wv.f32(), t.window}, out.f32());
+  dev.begin_step(ctx);
+  dev.select(ctx, t.layer, q.f32());
+  dev.attend(ctx, t.layer, q.f32(), cu::ops::KvSpan{rk.f32(), rv.f32(), t.f.rows},
+             cu::ops::KvSpan{wk.f32(), wv.f32(), t.window}, out.f32());
   const std::vector<float> want = t.expected(cpu);
   std::vector<float> got(want.size());
   ctx.download(out, 0, got.data(), got.size() * sizeof(float));

@@ -23,7 +23,7 @@
 //
 // SR-SWA (set_decode_attention), as on Vulkan: the CPU's SparseReference holds the key summaries
 // (CudaKvCache::summarize_page reads a page's keys back after it was prefilled), and a mirror on
-// the device (DeviceSparseReference, cuda/sparse.hpp) selects each head's reference spans per
+// the device (CudaSparseReference: backends/device_sparse_reference.hpp) selects each head's reference spans per
 // layer with the CPU's rule, bit for bit; the span attention kernel reads them. No q read-back:
 // the step's rows-attended / bounds-evaluated counters are read once, after the last layer.
 // Budgets covering everything take the dense path: the bits of dense R-SWA. One sequence per
@@ -47,6 +47,7 @@
 #include "uocr/backends/cuda/ops.hpp"
 #include "uocr/backends/cuda/sparse.hpp"
 #include "uocr/backends/cuda/weights.hpp"
+#include "uocr/backends/device_decoder.hpp"
 #include "uocr/backends/device_kv_cache.hpp"
 #include "uocr/decoder/backend_contract.hpp"
 #include "uocr/decoder/decoder.hpp"
@@ -85,7 +86,7 @@ class KvMemory {
 };
 using CudaKvCache = DeviceKvCache<KvMemory>;
 
-class CudaDecoder {
+class CudaDecoder : public DeviceDecoder<CudaDecoder> {
  public:
   // batched_decode: dense rows only; SR-SWA documents step alone (decode_batch below).
   static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ true, /*multi_token_decode*/ false};
@@ -97,7 +98,7 @@ class CudaDecoder {
 
   CudaDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
               std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
-      : ctx_(&ctx), c_(&config), host_(config, weights),
+      : DeviceDecoder(config, weights), ctx_(&ctx),
         d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, config, weights)),
         dims_{config.heads, config.kv_heads, config.head_dim} {
     require(int(d_->layers.size()) == c_->layers, Status::invalid_argument, "device weights were uploaded for a different config");
@@ -112,14 +113,8 @@ class CudaDecoder {
     }
   }
 
-  const DecoderConfig& config() const { return *c_; }
   Context& context() { return *ctx_; }
   const DecoderDeviceWeights& device_weights() const { return *d_; }
-
-  // As uocr::Decoder::set_position_limit (RoPE angles are computed on the device, so positions
-  // past max_position_embeddings work here too when asked for).
-  void set_position_limit(int64_t limit) { host_.set_position_limit(limit); }
-  int64_t position_limit() const { return host_.position_limit(); }
 
   // Decode steps through CUDA graphs (on by default; see the top of this file); either way the
   // logits are the same bits.
@@ -137,10 +132,6 @@ class CudaDecoder {
   };
   const GraphStats& graph_stats() const { return graph_stats_; }
 
-  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). Selection and
-  // attention run on the device (see the top of this file).
-  void set_decode_attention(SparseReference* sparse) { sparse_ = sparse; }
-
   // Head h's reference spans in layer `layer` of the last SR-SWA decode step that selected on the
   // device, read back (tests).
   std::vector<RowSpan> device_selection(int layer, int h) const { return sparse_dev_.selection(layer, h); }
@@ -156,13 +147,6 @@ class CudaDecoder {
     return n;
   }
 
-  // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
-  std::vector<float> embed(const std::vector<int32_t>& ids) const { return host_.embed(ids); }
-  std::vector<float> embed_prompt(const std::vector<int32_t>& ids, const std::vector<float>& visual,
-                                  int32_t image_token = kImageTokenId) const {
-    return host_.embed_prompt(ids, visual, image_token);
-  }
-
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, CudaKvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
     const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
@@ -171,8 +155,9 @@ class CudaDecoder {
     ensure_rows(t);
     ctx_->upload(x_, 0, embeddings.data(), embeddings.size() * sizeof(float));
     const ops::AttentionRow* rows = causal_rows(cache, 0, t, [](int) { return ops::KvSpan{}; });
+    rope_at(first_position, nullptr);
     for (int l = 0; l < c_->layers; ++l)
-      layer(l, t, cache.reference_k(l), cache.reference_v(l), nullptr, first_position, nullptr, rows + l * t, t);
+      layer(*ctx_, l, t, cache.reference_k(l), cache.reference_v(l), [&] { ops::attention(*ctx_, rows + l * t, t, dims_, t); });
     return logits_of_rows(which == PrefillLogits::all ? 0 : t - 1, t);
   }
 
@@ -194,6 +179,7 @@ class CudaDecoder {
     const ops::KvSpan seg{seg_k_.f32(), seg_v_.f32(), ctx_rows};
     const ops::AttentionRow* table = causal_rows(cache, dst, t, [&](int) { return seg; });
     const size_t row_bytes = size_t(kr) * sizeof(float);
+    rope_at(0, pos);
     for (int l = 0; l < c_->layers; ++l) {
       int64_t at = 0;  // stream order: the previous layer's attention has read seg_k_/seg_v_ by now
       for (const RowSpan& c : context) {
@@ -201,8 +187,8 @@ class CudaDecoder {
         ctx_->copy(seg_v_.f32() + at * kr, cache.reference_v(l) + c.begin * kr, size_t(c.rows) * row_bytes);
         at += c.rows;
       }
-      layer(l, t, cache.reference_k(l) + dst * kr, cache.reference_v(l) + dst * kr, nullptr, 0, pos, table + l * t,
-            ctx_rows + t);
+      layer(*ctx_, l, t, cache.reference_k(l) + dst * kr, cache.reference_v(l) + dst * kr,
+            [&] { ops::attention(*ctx_, table + l * t, t, dims_, ctx_rows + t); });
     }
     if (!want_logits) {
       ctx_->synchronize();  // report a failure here, not at some later call
@@ -267,7 +253,7 @@ class CudaDecoder {
     ctx_->make_current();
     ensure_rows(m);
     ctx_->upload(a_, 0, x.data(), x.size() * sizeof(float));
-    feed_forward(layer, m);
+    feed_forward(*ctx_, layer, m);
     std::vector<float> y(x.size());
     ctx_->download(f_.data(), y.data(), y.size() * sizeof(float));
     return y;
@@ -339,9 +325,22 @@ class CudaDecoder {
     const CudaKvCache* sparse;  // the one cache SR-SWA selects for, else null
   };
   void run_step(const StepArgs& s) {
-    ops::embed(*ctx_, ints_.as<int32_t>(), s.n, d_->embed, x_.f32());
-    for (int64_t l = 0; l < c_->layers; ++l)
-      layer(int(l), s.n, nullptr, nullptr, s.ptrs + 2 * l * s.n, 0, s.positions, s.table + l * s.n, s.max_keys, s.sparse);
+    Context& c = *ctx_;
+    const int64_t kr = int64_t(c_->kv_heads) * c_->head_dim;
+    ops::embed(c, ints_.as<int32_t>(), s.n, d_->embed, x_.f32());
+    rope_at(0, s.positions);
+    for (int l = 0; l < c_->layers; ++l) {
+      // The new rows go through kb_/vb_ to their ring slots (one address per sequence).
+      float* const* dst = s.ptrs + 2 * l * s.n;
+      layer(c, l, s.n, kb_.f32(), vb_.f32(), [&] {
+        ops::scatter_rows(c, kb_.f32(), s.n, kr, dst);
+        ops::scatter_rows(c, vb_.f32(), s.n, kr, dst + s.n);
+        if (s.sparse)
+          sparse_attention(l, *s.sparse);
+        else
+          ops::attention(c, s.table + l * s.n, s.n, dims_, s.max_keys);
+      });
+    }
     final_logits(0, s.n);
   }
 
@@ -414,36 +413,32 @@ class CudaDecoder {
     return upload_table(rows);
   }
 
-  // One decoder layer over t rows of x_. New keys/values go to k_dst/v_dst (t contiguous rows)
-  // or, when those are null, through kb_/vb_ to the row addresses dst[0..t) / dst[t..2t).
-  // `sparse`: the cache of a one-row decode step whose attention SR-SWA selects on the device.
-  void layer(int l, int64_t t, float* k_dst, float* v_dst, float* const* dst, int64_t first_position,
-             const int64_t* positions, const ops::AttentionRow* rows, int64_t max_keys,
-             const CudaKvCache* sparse = nullptr) {
-    const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
-    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim, kr = int64_t(c_->kv_heads) * c_->head_dim;
-    Context& c = *ctx_;
-    float* k = k_dst ? k_dst : kb_.f32();
-    float* v = v_dst ? v_dst : vb_.f32();
-    ops::rms_norm(c, x_.f32(), t, hidden, L.input_norm.f32(), c_->rms_eps, a_.f32());
-    ops::linear(c, a_.f32(), t, L.q, nullptr, q_.f32());
-    ops::linear(c, a_.f32(), t, L.k, nullptr, k);
-    ops::linear(c, a_.f32(), t, L.v, nullptr, v);
-    ops::rope(c, q_.f32(), t, c_->heads, c_->head_dim, qr, d_->inv_freq.f32(), first_position, positions);
-    ops::rope(c, k, t, c_->kv_heads, c_->head_dim, kr, d_->inv_freq.f32(), first_position, positions);
-    if (!k_dst) {
-      ops::scatter_rows(c, k, t, kr, dst);
-      ops::scatter_rows(c, v, t, kr, dst + t);
-    }
-    if (sparse)
-      sparse_attention(l, *sparse);
-    else
-      ops::attention(c, rows, t, dims_, max_keys);
-    ops::linear(c, attn_.f32(), t, L.o, nullptr, f_.f32());
-    ops::add(c, x_.f32(), f_.f32(), t * hidden);
-    ops::rms_norm(c, x_.f32(), t, hidden, L.post_norm.f32(), c_->rms_eps, a_.f32());
-    feed_forward(l, t);
-    ops::add(c, x_.f32(), f_.f32(), t * hidden);
+  friend class DeviceDecoder<CudaDecoder>;
+  using DeviceDecoder::feed_forward;
+
+  // DeviceDecoder's ops, enqueued on the Context's stream.
+  DecoderActivations<float*> activations() const {
+    return {x_.f32(), a_.f32(), f_.f32(), q_.f32(), attn_.f32(), shared_.f32()};
+  }
+  // The positions the next layers rotate: first, first + 1, ... or, when not null, the device
+  // array `positions`.
+  void rope_at(int64_t first, const int64_t* positions) {
+    rope_first_ = first;
+    rope_positions_ = positions;
+  }
+  void op_rms_norm(Context& c, float* in, int64_t rows, const Buffer& w, float* out) {
+    ops::rms_norm(c, in, rows, c_->hidden, w.f32(), c_->rms_eps, out);
+  }
+  void op_linear(Context& c, float* in, int64_t rows, const DeviceMatrix& w, float* out) {
+    ops::linear(c, in, rows, w, nullptr, out);
+  }
+  void op_rope(Context& c, float* x, int64_t rows, int heads) {
+    ops::rope(c, x, rows, heads, c_->head_dim, int64_t(heads) * c_->head_dim, d_->inv_freq.f32(), rope_first_,
+              rope_positions_);
+  }
+  void op_add(Context& c, float* x, float* y, int64_t n) { ops::add(c, x, y, n); }
+  void op_mlp(Context&, const DecoderDeviceWeights::Mlp& w, float* in, int64_t rows, float* out) {
+    mlp(w.gate, w.up, w.down, in, rows, out);
   }
 
   // Before a one-row SR-SWA step (nothing enqueued yet, no slot claimed): true when the device
@@ -453,13 +448,13 @@ class CudaDecoder {
       return false;
     ctx_->make_current();
     sparse_dev_.sync(*sparse_, c_->heads);
-    sparse_dev_.begin_step();
+    sparse_dev_.begin_step(*ctx_);
     return true;
   }
 
   // After the step's last layer: its selections counted (the device's two counters, one read).
   void end_sparse_step(bool selected, int64_t reference_rows) {
-    const DeviceSparseReference::StepCounts n = selected ? sparse_dev_.step_counts() : DeviceSparseReference::StepCounts{};
+    const CudaSparseReference::StepCounts n = selected ? sparse_dev_.step_counts() : CudaSparseReference::StepCounts{};
     sparse_->end_device_step(int64_t(c_->heads) * c_->layers, reference_rows, selected, n.rows_attended, n.bounds_evaluated);
   }
 
@@ -468,8 +463,8 @@ class CudaDecoder {
   // then the ring (reference keys in row order, then the ring: the dense kernel's order, so a
   // selection of the whole reference gives the dense bits).
   void sparse_attention(int l, const CudaKvCache& cache) {
-    sparse_dev_.select(l, q_.f32());
-    sparse_dev_.attend(l, q_.f32(), dims_, ops::KvSpan{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()},
+    sparse_dev_.select(*ctx_, l, q_.f32());
+    sparse_dev_.attend(*ctx_, l, q_.f32(), ops::KvSpan{cache.reference_k(l), cache.reference_v(l), cache.reference_rows()},
                        ops::KvSpan{cache.generated_k(l), cache.generated_v(l), cache.generated_rows()}, attn_.f32());
   }
 
@@ -481,15 +476,10 @@ class CudaDecoder {
     ops::linear(*ctx_, gate_.f32(), m, down, nullptr, y);
   }
 
-  // f_ = FFN(a_) over t rows.
-  void feed_forward(int l, int64_t t) {
+  // f_ = the routed experts of a_'s t rows (+ shared_, added by the combine).
+  void op_routed_experts(Context& c, int l, int64_t t, bool with_shared) {
     const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
-    Context& c = *ctx_;
     const int64_t hidden = c_->hidden;
-    if (!c_->is_moe_layer(l)) {
-      mlp(L.dense.gate, L.dense.up, L.dense.down, a_.f32(), t, f_.f32());
-      return;
-    }
     const int experts = c_->n_routed_experts, k = c_->experts_per_token;
     const int64_t assignments = t * k, inter = L.experts.gate.view.rows;
     int32_t* start = moe_ints_.as<int32_t>();
@@ -526,9 +516,7 @@ class CudaDecoder {
             expert_in_.f32() + a0 * hidden, n, expert_out_.f32() + a0 * hidden);
       }
     }
-    const bool shared = L.shared.gate.view.rows > 0;
-    if (shared) mlp(L.shared.gate, L.shared.up, L.shared.down, a_.f32(), t, shared_.f32());
-    ops::moe_combine(c, expert_out_.f32(), choice, weight_.f32(), slot, shared ? shared_.f32() : nullptr, t, k, hidden,
+    ops::moe_combine(c, expert_out_.f32(), choice, weight_.f32(), slot, with_shared ? shared_.f32() : nullptr, t, k, hidden,
                      f_.f32());
   }
 
@@ -603,16 +591,15 @@ class CudaDecoder {
   }
 
   Context* ctx_;
-  const DecoderConfig* c_;
-  Decoder host_;  // prompt embeddings on the host, as the CPU path
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
   int64_t row_inter_ = 1, expert_inter_ = 1;  // MLP widths: per token row (dense, shared), per routed expert
   int64_t rows_ = 0, logit_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, kb_, vb_, gate_, up_, ints_, probs_, weight_, moe_ints_, expert_in_, expert_out_, shared_;
   Buffer logits_dev_, seg_k_, seg_v_, rows_table_, pointer_table_, positions_;
-  SparseReference* sparse_ = nullptr;
-  DeviceSparseReference sparse_dev_{*ctx_};  // SR-SWA selection on the device (buffers from the first sparse step)
+  int64_t rope_first_ = 0;                 // rope_at()
+  const int64_t* rope_positions_ = nullptr;
+  CudaSparseReference sparse_dev_{*ctx_};  // SR-SWA selection on the device (buffers from the first sparse step)
   std::vector<float> logits_;
   std::vector<int32_t> next_;
   struct StepGraph {

@@ -24,7 +24,7 @@
 //
 // SR-SWA (set_decode_attention): the CPU's SparseReference holds the key summaries
 // (VulkanKvCache::summarize_page reads a page's keys back once after it was prefilled); a mirror on
-// the device (DeviceSparseReference, vulkan/sparse.hpp) selects each head's reference spans with
+// the device (VulkanSparseReference: backends/device_sparse_reference.hpp) selects each head's reference spans with
 // the CPU's rule, bit for bit, and the attention shader reads them: a sparse decode step is one
 // submission too, with no read-back but the logits and two counters. Budgets covering everything
 // take the dense path: the same bits as dense R-SWA.
@@ -44,6 +44,7 @@
 #include "uocr/backends/vulkan/recorder.hpp"
 #include "uocr/backends/vulkan/ops.hpp"
 #include "uocr/backends/vulkan/sparse.hpp"
+#include "uocr/backends/device_decoder.hpp"
 #include "uocr/backends/device_kv_cache.hpp"
 #include "uocr/backends/device_weights.hpp"
 #include "uocr/decoder/backend_contract.hpp"
@@ -96,19 +97,25 @@ struct DecoderDeviceWeights : DeviceDecoderWeights<DeviceMatrix, Buffer, Stacked
   }
 };
 
-class VulkanDecoder {
+// Where rows start in a Vulkan buffer (DeviceDecoder's Rows).
+struct BufferRows {
+  const Buffer* buffer = nullptr;
+  int64_t at = 0;  // floats into it
+};
+
+class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
  public:
   static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ false, /*multi_token_decode*/ false};
 
   VulkanDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
                 std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
-      : ctx_(ctx), c_(config), w_(weights), host_(config, weights), rope_(config.head_dim, config.rope_theta),
+      : DeviceDecoder(config, weights), ctx_(ctx), w_(weights), rope_(config.head_dim, config.rope_theta),
         d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, weights)),
         dims_{config.heads, config.kv_heads, config.head_dim},
         device_sparse_(ctx) {
-    require(int(d_->layers.size()) == c_.layers, Status::invalid_argument, "device weights were uploaded for a different config");
-    require(c_.head_dim <= ops::kMaxAttentionHeadDim, Status::unsupported, [&] {
-      return "Vulkan backend: head_dim " + std::to_string(c_.head_dim) + " exceeds " + std::to_string(ops::kMaxAttentionHeadDim);
+    require(int(d_->layers.size()) == c_->layers, Status::invalid_argument, "device weights were uploaded for a different config");
+    require(c_->head_dim <= ops::kMaxAttentionHeadDim, Status::unsupported, [&] {
+      return "Vulkan backend: head_dim " + std::to_string(c_->head_dim) + " exceeds " + std::to_string(ops::kMaxAttentionHeadDim);
     });
     for (const DecoderLayerWeights& lw : w_.layers) {
       if (lw.moe) max_inter_ = std::max<int64_t>({max_inter_, lw.experts.empty() ? 0 : lw.experts[0].gate.out(),
@@ -116,22 +123,11 @@ class VulkanDecoder {
       if (lw.moe && !lw.experts.empty()) moe_inter_ = std::max<int64_t>(moe_inter_, lw.experts[0].gate.out());
       else max_inter_ = std::max<int64_t>(max_inter_, lw.dense.gate.out());
     }
-    logits_.resize(size_t(c_.vocab));
+    logits_.resize(size_t(c_->vocab));
   }
 
-  const DecoderConfig& config() const { return c_; }
   Context& context() { return ctx_; }
-
-  // As uocr::Decoder::set_position_limit (up to 2^24): each call's RoPE cos/sin are computed on
-  // the host for the positions it rotates, so any position the CPU takes works here too.
-  void set_position_limit(int64_t limit) { host_.set_position_limit(limit); }
-  int64_t position_limit() const { return host_.position_limit(); }
-
   const DecoderDeviceWeights& device_weights() const { return *d_; }
-
-  // SR-SWA for decode steps (page groups attach it; nullptr: dense R-SWA). Selection and
-  // attention run on the device (see the top of this file).
-  void set_decode_attention(SparseReference* sparse) { sparse_ = sparse; }
 
   // Head h's reference spans in layer `layer` of the last sparse decode step, as the device
   // selected them (tests compare them with SparseReference's).
@@ -146,16 +142,9 @@ class VulkanDecoder {
     return n + device_sparse_.bytes();
   }
 
-  // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
-  std::vector<float> embed(const std::vector<int32_t>& ids) const { return host_.embed(ids); }
-  std::vector<float> embed_prompt(const std::vector<int32_t>& ids, const std::vector<float>& visual,
-                                  int32_t image_token = kImageTokenId) const {
-    return host_.embed_prompt(ids, visual, image_token);
-  }
-
   std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, VulkanKvCache& cache,
                              PrefillLogits which = PrefillLogits::last) {
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim;
+    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
     const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
     cache.reset(t);
     ensure_scratch(t);
@@ -165,24 +154,24 @@ class VulkanDecoder {
     load_rope(positions.data(), t);
 
     Recorder rec(ctx_);
-    for (int l = 0; l < c_.layers; ++l) {
+    for (int l = 0; l < c_->layers; ++l) {
       const Buffer& k = cache.reference_k(l);
       const Buffer& v = cache.reference_v(l);
-      layer(rec, l, t, k, v, 0, [&] {
+      layer(rec, l, t, kv_rows(k, 0), kv_rows(v, 0), [&] {
         ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
       });
     }
     const int64_t rows = which == PrefillLogits::all ? t : 1;
-    ops::rms_norm(rec, x_, (t - rows) * hidden, rows, hidden, d_->final_norm, c_.rms_eps, a_, 0);
-    std::vector<float> logits(size_t(rows * c_.vocab));
+    ops::rms_norm(rec, x_, (t - rows) * hidden, rows, hidden, d_->final_norm, c_->rms_eps, a_, 0);
+    std::vector<float> logits(size_t(rows * c_->vocab));
     // The logits of many rows exceed one binding: lm_head in blocks of rows.
-    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(ctx_.max_binding_bytes() / 4) / c_.vocab));
+    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(ctx_.max_binding_bytes() / 4) / c_->vocab));
     ensure_logits(block);
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
       const int64_t n = std::min(block, rows - r0);
-      ops::linear(rec, a_, r0 * hidden, n, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
+      ops::linear(rec, a_, r0 * hidden, n, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
       rec.submit();
-      ctx_.download(logits_buf_, logits.data() + size_t(r0 * c_.vocab), size_t(n * c_.vocab) * 4);
+      ctx_.download(logits_buf_, logits.data() + size_t(r0 * c_->vocab), size_t(n * c_->vocab) * 4);
     }
     return logits;
   }
@@ -193,7 +182,7 @@ class VulkanDecoder {
   // and the segment up to itself.
   std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, VulkanKvCache& cache,
                                      int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
+    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim, kr = int64_t(c_->kv_heads) * c_->head_dim;
     const int64_t ctx_rows = host_.check_segment(t, positions, cache, dst, context);
     ensure_scratch(t);
     ensure_logits(1);
@@ -207,10 +196,10 @@ class VulkanDecoder {
 
     Recorder rec(ctx_);
     const size_t row_bytes = size_t(kr) * 4;
-    for (int l = 0; l < c_.layers; ++l) {
+    for (int l = 0; l < c_->layers; ++l) {
       const Buffer& k = cache.reference_k(l);
       const Buffer& v = cache.reference_v(l);
-      layer(rec, l, t, k, v, dst, [&] {
+      layer(rec, l, t, kv_rows(k, dst), kv_rows(v, dst), [&] {
         int64_t at = 0;
         for (const RowSpan& c : context) {
           if (c.rows == 0) continue;
@@ -228,31 +217,31 @@ class VulkanDecoder {
       rec.submit();
       return {};
     }
-    ops::rms_norm(rec, x_, (t - 1) * hidden, 1, hidden, d_->final_norm, c_.rms_eps, a_, 0);
-    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
+    ops::rms_norm(rec, x_, (t - 1) * hidden, 1, hidden, d_->final_norm, c_->rms_eps, a_, 0);
+    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
     rec.submit();
-    return ctx_.download_vector<float>(logits_buf_, size_t(c_.vocab));
+    return ctx_.download_vector<float>(logits_buf_, size_t(c_->vocab));
   }
 
   const std::vector<float>& decode_step(int32_t token, int64_t position, VulkanKvCache& cache) {
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim;
+    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
     host_.check_step(token, position, cache);
     const int64_t slot = cache.claim_slot();
     const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
     ensure_scratch(1);
     ensure_logits(1);
     load_rope(&position, 1);
-    const bool sparse = sparse_ && sparse_->begin_device_step(c_.layers, ref, AttentionShape{c_.heads, c_.kv_heads, c_.head_dim});
-    if (sparse) device_sparse_.sync(*sparse_, c_.heads);
+    const bool sparse = sparse_ && sparse_->begin_device_step(c_->layers, ref, AttentionShape{c_->heads, c_->kv_heads, c_->head_dim});
+    if (sparse) device_sparse_.sync(*sparse_, c_->heads);
 
     Recorder rec(ctx_);
     if (sparse) device_sparse_.begin_step(rec);
     const uint32_t id = uint32_t(token);
     ops::embed(rec, rec.temp(&id, 4), 1, d_->embed, x_, 0);
-    for (int l = 0; l < c_.layers; ++l) {
+    for (int l = 0; l < c_->layers; ++l) {
       const Buffer& gk = cache.generated_k(l);
       const Buffer& gv = cache.generated_v(l);
-      layer(rec, l, 1, gk, gv, slot, [&] {
+      layer(rec, l, 1, kv_rows(gk, slot), kv_rows(gv, slot), [&] {
         const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref}, window{&gk, &gv, gen};
         if (sparse) {
           device_sparse_.select(rec, l, q_);
@@ -262,12 +251,12 @@ class VulkanDecoder {
         }
       });
     }
-    ops::rms_norm(rec, x_, 0, 1, hidden, d_->final_norm, c_.rms_eps, a_, 0);
-    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_.vocab);
+    ops::rms_norm(rec, x_, 0, 1, hidden, d_->final_norm, c_->rms_eps, a_, 0);
+    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
     rec.submit();
     if (sparse_) {
-      const DeviceSparseReference::StepCounts n = sparse ? device_sparse_.step_counts() : DeviceSparseReference::StepCounts{};
-      sparse_->end_device_step(int64_t(c_.heads) * c_.layers, ref, sparse, n.rows_attended, n.bounds_evaluated);
+      const VulkanSparseReference::StepCounts n = sparse ? device_sparse_.step_counts() : VulkanSparseReference::StepCounts{};
+      sparse_->end_device_step(int64_t(c_->heads) * c_->layers, ref, sparse, n.rows_attended, n.bounds_evaluated);
     }
     ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
     return logits_;
@@ -276,9 +265,9 @@ class VulkanDecoder {
   // One layer's feed-forward half (dense MLP or MoE) on rows of x [m, hidden]; the op that
   // prefill/decode_step run after the post-attention norm (exposed for conformance tests).
   std::vector<float> feed_forward(int layer, const std::vector<float>& x) {
-    require(layer >= 0 && layer < c_.layers && !x.empty() && x.size() % size_t(c_.hidden) == 0, Status::invalid_argument,
+    require(layer >= 0 && layer < c_->layers && !x.empty() && x.size() % size_t(c_->hidden) == 0, Status::invalid_argument,
             "feed_forward: bad layer or input size");
-    const int64_t m = int64_t(x.size()) / c_.hidden;
+    const int64_t m = int64_t(x.size()) / c_->hidden;
     ensure_scratch(m);
     ctx_.upload(a_, x.data(), x.size() * 4);
     Recorder rec(ctx_);
@@ -288,26 +277,25 @@ class VulkanDecoder {
   }
 
  private:
-  // Layer l over the t rows of x_ (prefill, segment, decode step alike): q into q_, the rows'
-  // keys and values into k / v from row kv_row, RoPE, then attend() records the attention into
-  // attn_ (the one part that differs), the output projection, residual, MLP or MoE, residual.
-  template <class Attend>
-  void layer(Recorder& rec, int l, int64_t t, const Buffer& k, const Buffer& v, int64_t kv_row, Attend&& attend) {
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim, kr = int64_t(c_.kv_heads) * c_.head_dim;
-    const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
-    ops::rms_norm(rec, x_, 0, t, hidden, L.input_norm, c_.rms_eps, a_, 0);
-    ops::linear(rec, a_, 0, t, hidden, L.q, nullptr, q_, 0, qr);
-    ops::linear(rec, a_, 0, t, hidden, L.k, nullptr, k, kv_row * kr, kr);
-    ops::linear(rec, a_, 0, t, hidden, L.v, nullptr, v, kv_row * kr, kr);
-    ops::rope(rec, q_, 0, t, c_.heads, c_.head_dim, qr, cos_sin_);
-    ops::rope(rec, k, kv_row * kr, t, c_.kv_heads, c_.head_dim, kr, cos_sin_);
-    attend();
-    ops::linear(rec, attn_, 0, t, qr, L.o, nullptr, f_, 0, hidden);
-    ops::add(rec, x_, 0, f_, 0, t * hidden);
-    ops::rms_norm(rec, x_, 0, t, hidden, L.post_norm, c_.rms_eps, a_, 0);
-    feed_forward(rec, l, t);
-    ops::add(rec, x_, 0, f_, 0, t * hidden);
+  friend class DeviceDecoder<VulkanDecoder>;
+  using DeviceDecoder::feed_forward;
+
+  // DeviceDecoder's ops, recorded into one command buffer.
+  DecoderActivations<BufferRows> activations() const {
+    return {{&x_, 0}, {&a_, 0}, {&f_, 0}, {&q_, 0}, {&attn_, 0}, {&shared_, 0}};
   }
+  // Cache rows from `row` on (where a layer writes its new keys or values).
+  BufferRows kv_rows(const Buffer& b, int64_t row) const { return {&b, row * int64_t(c_->kv_heads) * c_->head_dim}; }
+  void op_rms_norm(Recorder& rec, BufferRows in, int64_t rows, const Buffer& w, BufferRows out) {
+    ops::rms_norm(rec, *in.buffer, in.at, rows, c_->hidden, w, c_->rms_eps, *out.buffer, out.at);
+  }
+  void op_linear(Recorder& rec, BufferRows in, int64_t rows, const DeviceMatrix& w, BufferRows out) {
+    ops::linear(rec, *in.buffer, in.at, rows, w.cols, w, nullptr, *out.buffer, out.at, w.rows);
+  }
+  void op_rope(Recorder& rec, BufferRows x, int64_t rows, int heads) {
+    ops::rope(rec, *x.buffer, x.at, rows, heads, c_->head_dim, int64_t(heads) * c_->head_dim, cos_sin_);
+  }
+  void op_add(Recorder& rec, BufferRows x, BufferRows y, int64_t n) { ops::add(rec, *x.buffer, x.at, *y.buffer, y.at, n); }
 
   static constexpr int64_t kMlpChunk = 256;   // rows per dense-MLP pass, as the CPU path
   static constexpr int64_t kMoeChunk = 1024;  // rows per MoE routing: bounds the grouped buffers
@@ -318,7 +306,7 @@ class VulkanDecoder {
 
   void ensure_scratch(int64_t t) {
     if (t <= rows_) return;
-    const int64_t hidden = c_.hidden, qr = int64_t(c_.heads) * c_.head_dim;
+    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
     auto buf = [&](int64_t floats, const char* what) { return ctx_.buffer(size_t(std::max<int64_t>(1, floats)) * 4, MemoryUse::activations, what); };
     x_ = buf(t * hidden, "decoder hidden state");
     a_ = buf(t * hidden, "decoder normed state");
@@ -326,38 +314,39 @@ class VulkanDecoder {
     q_ = buf(t * qr, "decoder queries");
     attn_ = buf(t * qr, "decoder attention output");
     // MLPs run in chunks of rows; routed experts over a block's grouped rows (k per row).
-    const int64_t mlp_rows = std::min(t, kMlpChunk), moe_rows = std::min(t, kMoeChunk) * c_.experts_per_token;
+    const int64_t mlp_rows = std::min(t, kMlpChunk), moe_rows = std::min(t, kMoeChunk) * c_->experts_per_token;
     gate_ = buf(std::max(mlp_rows * max_inter_, moe_rows * moe_inter_), "MLP gate");
     up_ = buf(std::max(mlp_rows * max_inter_, moe_rows * moe_inter_), "MLP up");
-    if (c_.n_routed_experts > 0) {
-      probs_ = buf(std::min(t, kMoeChunk) * c_.n_routed_experts, "MoE router logits");
-      route_ = buf(ops::MoeRouteLayout{std::min(t, kMoeChunk), c_.n_routed_experts, c_.experts_per_token}.words(),
+    if (c_->n_routed_experts > 0) {
+      probs_ = buf(std::min(t, kMoeChunk) * c_->n_routed_experts, "MoE router logits");
+      route_ = buf(ops::MoeRouteLayout{std::min(t, kMoeChunk), c_->n_routed_experts, c_->experts_per_token}.words(),
                    "MoE routing");
       rows_in_ = buf(moe_rows * hidden, "MoE expert inputs");  // grouped by expert
       rows_out_ = buf(moe_rows * hidden, "MoE expert outputs");
       shared_ = buf(t * hidden, "MoE shared expert output");
     }
     // Host-visible: load_rope() writes it in place before each submission.
-    cos_sin_ = ctx_.buffer(size_t(t * c_.head_dim) * 4, MemoryUse::staging, "RoPE cos/sin");
+    cos_sin_ = ctx_.buffer(size_t(t * c_->head_dim) * 4, MemoryUse::staging, "RoPE cos/sin");
     rows_ = t;
   }
 
   // The cos/sin of the `t` positions the next submission rotates (ensure_scratch(t) first; no
   // submission may be pending, which holds between calls).
   void load_rope(const int64_t* positions, int64_t t) {
-    rope_cos_sin(rope_, c_.head_dim, positions, t, static_cast<float*>(cos_sin_.mapped()));
+    rope_cos_sin(rope_, c_->head_dim, positions, t, static_cast<float*>(cos_sin_.mapped()));
   }
 
   void ensure_logits(int64_t rows) {
     if (rows <= logits_rows_) return;
-    logits_buf_ = ctx_.buffer(size_t(rows * c_.vocab) * 4, MemoryUse::activations, "logits");
+    logits_buf_ = ctx_.buffer(size_t(rows * c_->vocab) * 4, MemoryUse::activations, "logits");
     logits_rows_ = rows;
   }
 
-  // y[m, hidden] = down(silu(gate·x) ⊙ up·x) for x = rows [x_off/hidden ..) of `x`.
-  void mlp(Recorder& rec, const DecoderDeviceWeights::Mlp& w, const Buffer& x, int64_t x_off, int64_t m, const Buffer& y,
-           int64_t y_off) {
-    const int64_t hidden = c_.hidden, inter = w.gate.rows, chunk = kMlpChunk;
+  // y[m, hidden] = down(silu(gate·x) ⊙ up·x), in passes of kMlpChunk rows.
+  void op_mlp(Recorder& rec, const DecoderDeviceWeights::Mlp& w, BufferRows in, int64_t m, BufferRows out) {
+    const Buffer &x = *in.buffer, &y = *out.buffer;
+    const int64_t x_off = in.at, y_off = out.at;
+    const int64_t hidden = c_->hidden, inter = w.gate.rows, chunk = kMlpChunk;
     for (int64_t r0 = 0; r0 < m; r0 += chunk) {
       const int64_t rows = std::min(chunk, m - r0);
       ops::linear(rec, x, x_off + r0 * hidden, rows, hidden, w.gate, nullptr, gate_, 0, inter);
@@ -367,28 +356,23 @@ class VulkanDecoder {
     }
   }
 
-  // f_ = FFN(a_) over t rows. MoE, per block of up to kMoeChunk rows: router GEMM, routing on the
-  // device, rows gathered by expert, then the expert projections over the stacked weights: for up
-  // to kStackedRows rows (decode) one mat-vec dispatch per projection (and stack chunk) running
-  // every slot's mat-vec with its expert read from the routing; for more, each expert's GEMMs
-  // launched indirectly over its rows (one unordered group per GEMM: the experts' rows are
-  // disjoint). Last the weighted sum into f_.
-  void feed_forward(Recorder& rec, int l, int64_t t) {
-    const DecoderLayerWeights& lw = w_.layers[size_t(l)];
+  // f_ = the routed experts of a_'s t rows (+ shared_). Per block of up to kMoeChunk rows: router
+  // GEMM, routing on the device, rows gathered by expert, then the expert projections over the
+  // stacked weights: for up to kStackedRows rows (decode) one mat-vec dispatch per projection (and
+  // stack chunk) running every slot's mat-vec with its expert read from the routing; for more,
+  // each expert's GEMMs launched indirectly over its rows (one unordered group per GEMM: the
+  // experts' rows are disjoint). Last the weighted sum into f_.
+  void op_routed_experts(Recorder& rec, int l, int64_t t, bool with_shared) {
     const DecoderDeviceWeights::Layer& L = d_->layers[size_t(l)];
-    const int64_t hidden = c_.hidden;
-    if (!lw.moe) {
-      mlp(rec, L.dense, a_, 0, t, f_, 0);
-      return;
-    }
+    const int64_t hidden = c_->hidden;
     const DecoderDeviceWeights::Experts& X = L.experts;
-    const int64_t e_count = c_.n_routed_experts, inter = X.gate.rows;
+    const int64_t e_count = c_->n_routed_experts, inter = X.gate.rows;
     const ops::RoutedGemm gate_up = ops::routed_gemm(X.gate), down = ops::routed_gemm(X.down);
     for (int64_t r0 = 0; r0 < t; r0 += kMoeChunk) {
       const int64_t n = std::min(kMoeChunk, t - r0);
-      const ops::MoeRouteLayout route{n, e_count, c_.experts_per_token};
+      const ops::MoeRouteLayout route{n, e_count, c_->experts_per_token};
       ops::linear(rec, a_, r0 * hidden, n, hidden, L.router, nullptr, probs_, 0, e_count);
-      ops::moe_route(rec, probs_, route, c_.norm_topk_prob, c_.routed_scaling, gate_up, down, route_);
+      ops::moe_route(rec, probs_, route, c_->norm_topk_prob, c_->routed_scaling, gate_up, down, route_);
       ops::gather_rows(rec, route_, route.order(), route.assignments(), hidden, a_, r0 * hidden, rows_in_, 0);
       if (n <= kStackedRows) {
         rec.unordered([&] {
@@ -412,16 +396,11 @@ class VulkanDecoder {
       }
       ops::moe_combine(rec, route_, route, rows_out_, hidden, f_, r0);
     }
-    if (lw.has_shared) {
-      mlp(rec, L.shared, a_, 0, t, shared_, 0);
-      ops::add(rec, f_, 0, shared_, 0, t * hidden);
-    }
+    if (with_shared) ops::add(rec, f_, 0, shared_, 0, t * hidden);
   }
 
   Context& ctx_;
-  const DecoderConfig& c_;
   const DecoderWeights& w_;
-  Decoder host_;  // embeddings of the prompt (host-side, like the CPU path) and the position limit
   Rope rope_;     // the CPU's RoPE angles (load_rope)
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
@@ -431,8 +410,7 @@ class VulkanDecoder {
   Buffer route_;          // MoE: one block's routing (ops::MoeRouteLayout)
   Buffer cos_sin_;        // RoPE cos/sin of the rows being rotated (load_rope)
   Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
-  SparseReference* sparse_ = nullptr;
-  DeviceSparseReference device_sparse_;  // SR-SWA selection on the device
+  VulkanSparseReference device_sparse_;  // SR-SWA selection on the device
   std::vector<float> logits_;
 };
 
