@@ -44,6 +44,12 @@ UOCR_PIN(uocr_model_info, struct_size, 0);
 UOCR_PIN(uocr_model_info, image_token_id, 36);
 static_assert(sizeof(uocr_model_info) == 40, "uocr_model_info size changed");
 
+UOCR_PIN(uocr_engine_params, reserved0, 28);
+static_assert(sizeof(uocr_engine_params) == 32, "uocr_engine_params size changed");
+UOCR_PIN(uocr_engine_info, device, 16);
+UOCR_PIN(uocr_engine_info, driver, 144);
+static_assert(sizeof(uocr_engine_info) == 208, "uocr_engine_info size changed");
+
 UOCR_PIN(uocr_session_params, struct_size, 0);
 UOCR_PIN(uocr_session_params, image_mode, 4);
 UOCR_PIN(uocr_session_params, max_new_tokens, 8);
@@ -141,6 +147,7 @@ namespace {
 constexpr uint32_t kModelMagic = 0x4d52434fu;    // "OCRM"
 constexpr uint32_t kSessionMagic = 0x53524346u;  // "FCRS"
 constexpr uint32_t kPageMagic = 0x45474150u;     // "PAGE"
+constexpr uint32_t kEngineMagic = 0x4e474e45u;   // "ENGN"
 constexpr uint32_t kDeadMagic = 0xdeadf7eeu;
 
 }  // namespace
@@ -148,6 +155,15 @@ constexpr uint32_t kDeadMagic = 0xdeadf7eeu;
 struct uocr_model {
   uint32_t magic = kModelMagic;
   std::shared_ptr<const uocr::Model> model;
+  // The engines uocr_session_create opened for sessions of this handle, one per distinct engine
+  // choice in their params, so that those sessions share a device's weights and batcher.
+  mutable std::mutex engines_mutex;
+  mutable std::vector<std::shared_ptr<uocr::Engine>> engines;
+};
+
+struct uocr_engine {
+  uint32_t magic = kEngineMagic;
+  std::shared_ptr<uocr::Engine> engine;
 };
 
 // A page being handed over by a uocr_page_callback (lives on the stack of the page source).
@@ -204,7 +220,7 @@ bool is_live(const void* h, uint32_t magic) {
     const auto it = registry().find(h);
     if (it == registry().end() || it->second != magic) return false;
   }
-  return *static_cast<const uint32_t*>(h) == magic;  // both handle types start with `magic`
+  return *static_cast<const uint32_t*>(h) == magic;  // every handle type starts with `magic`
 }
 
 // ---- error plumbing -----------------------------------------------------------------------
@@ -312,6 +328,12 @@ const uocr_model* check_model(const uocr_model* m) {
   return m;
 }
 
+const uocr_engine* check_engine(const uocr_engine* e) {
+  if (e == nullptr) fail(UOCR_E_INVALID_HANDLE, "engine handle is NULL");
+  if (!is_live(e, kEngineMagic)) fail(UOCR_E_INVALID_HANDLE, "not a live engine handle (freed, or not a uocr_engine)");
+  return e;
+}
+
 const uocr_session* check_session(const uocr_session* s) {
   if (s == nullptr) fail(UOCR_E_INVALID_HANDLE, "session handle is NULL");
   if (!is_live(s, kSessionMagic))
@@ -367,6 +389,14 @@ void write_defaults(T* out, T defaults, uint32_t caller_size) {
   std::memcpy(out, &defaults, size);
 }
 
+// A struct of zeros: the defaults of the structs whose every field defaults to 0.
+template <class T>
+T zeroed() {
+  T t;
+  std::memset(&t, 0, sizeof t);
+  return t;
+}
+
 // Struct sizes of API version 2, written by the unsized _init symbols that binaries built against
 // API 1-2 headers call (API 3 headers call the _sized functions). The run summary (API 3) and the
 // session params (API 4: batching) have grown since (the size pins at the top of this file catch
@@ -400,6 +430,34 @@ uocr_session_params default_session_params() {
   return p;
 }
 
+// The backend and engine options of uocr_session_params' and uocr_engine_params' fields.
+struct EngineChoice {
+  uocr::Backend backend = uocr::Backend::cpu;
+  uocr::EngineOptions options;
+};
+EngineChoice to_engine_choice(int32_t backend, int32_t device_index, int32_t max_batch, int32_t max_batch_wait_us,
+                              int32_t cuda_graphs, int32_t precision) {
+  EngineChoice c;
+  if (backend < UOCR_BACKEND_CPU || backend > UOCR_BACKEND_CUDA)
+    fail(UOCR_E_INVALID_ARGUMENT, "backend " + std::to_string(backend) + " is not a UOCR_BACKEND_* value");
+  c.backend = backend == UOCR_BACKEND_VULKAN ? uocr::Backend::vulkan
+              : backend == UOCR_BACKEND_CUDA ? uocr::Backend::cuda
+                                             : uocr::Backend::cpu;
+  c.options.device_index = device_index;
+  if (max_batch < 0) fail(UOCR_E_INVALID_ARGUMENT, "max_batch must be >= 0, got " + std::to_string(max_batch));
+  if (max_batch_wait_us < -1)
+    fail(UOCR_E_INVALID_ARGUMENT, "max_batch_wait_us must be -1, 0 or positive, got " + std::to_string(max_batch_wait_us));
+  if (max_batch) c.options.batching.max_batch = max_batch;
+  if (max_batch_wait_us) c.options.batching.max_wait_us = max_batch_wait_us < 0 ? 0 : max_batch_wait_us;
+  if (cuda_graphs < UOCR_CUDA_GRAPHS_DEFAULT || cuda_graphs > UOCR_CUDA_GRAPHS_OFF)
+    fail(UOCR_E_INVALID_ARGUMENT, "cuda_graphs " + std::to_string(cuda_graphs) + " is not a UOCR_CUDA_GRAPHS_* value");
+  if (cuda_graphs != UOCR_CUDA_GRAPHS_DEFAULT) c.options.cuda_graphs = cuda_graphs == UOCR_CUDA_GRAPHS_ON;
+  if (precision != UOCR_PRECISION_F32 && precision != UOCR_PRECISION_BF16)
+    fail(UOCR_E_INVALID_ARGUMENT, "precision " + std::to_string(precision) + " is not a UOCR_PRECISION_* value");
+  c.options.precision = precision == UOCR_PRECISION_BF16 ? uocr::Precision::bf16 : uocr::Precision::f32;
+  return c;
+}
+
 uocr::SessionParams to_core(const uocr_session_params& p) {
   uocr::SessionParams c;
   if (p.image_mode != UOCR_IMAGE_MODE_BASE && p.image_mode != UOCR_IMAGE_MODE_GUNDAM)
@@ -420,27 +478,17 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
   c.ngram_size = p.ngram_size;
   c.ngram_window = p.ngram_window;
   c.loop_guard = p.loop_guard != 0;
-  if (p.backend < UOCR_BACKEND_CPU || p.backend > UOCR_BACKEND_CUDA)
-    fail(UOCR_E_INVALID_ARGUMENT, "backend " + std::to_string(p.backend) + " is not a UOCR_BACKEND_* value");
-  c.backend = p.backend == UOCR_BACKEND_VULKAN ? uocr::Backend::vulkan
-              : p.backend == UOCR_BACKEND_CUDA ? uocr::Backend::cuda
-                                               : uocr::Backend::cpu;
-  c.device_index = p.device_index;
-  if (p.max_batch < 0) fail(UOCR_E_INVALID_ARGUMENT, "max_batch must be >= 0, got " + std::to_string(p.max_batch));
-  if (p.max_batch_wait_us < -1)
-    fail(UOCR_E_INVALID_ARGUMENT, "max_batch_wait_us must be -1, 0 or positive, got " + std::to_string(p.max_batch_wait_us));
-  if (p.max_batch) c.batching.max_batch = p.max_batch;
-  if (p.max_batch_wait_us) c.batching.max_wait_us = p.max_batch_wait_us < 0 ? 0 : p.max_batch_wait_us;
-  if (p.cuda_graphs < UOCR_CUDA_GRAPHS_DEFAULT || p.cuda_graphs > UOCR_CUDA_GRAPHS_OFF)
-    fail(UOCR_E_INVALID_ARGUMENT, "cuda_graphs " + std::to_string(p.cuda_graphs) + " is not a UOCR_CUDA_GRAPHS_* value");
-  if (p.cuda_graphs != UOCR_CUDA_GRAPHS_DEFAULT) c.cuda_graphs = p.cuda_graphs == UOCR_CUDA_GRAPHS_ON;
+  const EngineChoice e = to_engine_choice(p.backend, p.device_index, p.max_batch, p.max_batch_wait_us, p.cuda_graphs,
+                                          p.precision);
+  c.backend = e.backend;
+  c.device_index = e.options.device_index;
+  c.batching = e.options.batching;
+  c.cuda_graphs = e.options.cuda_graphs;
+  c.precision = e.options.precision;
   if (p.model_defaults != UOCR_MODEL_DEFAULTS_USE && p.model_defaults != UOCR_MODEL_DEFAULTS_IGNORE)
     fail(UOCR_E_INVALID_ARGUMENT, "model_defaults " + std::to_string(p.model_defaults) + " is not a UOCR_MODEL_DEFAULTS_* value");
   c.page_time_budget_seconds = p.page_time_budget_seconds;  // checked with the rest by the core
-  if (p.precision != UOCR_PRECISION_F32 && p.precision != UOCR_PRECISION_BF16)
-    fail(UOCR_E_INVALID_ARGUMENT, "precision " + std::to_string(p.precision) + " is not a UOCR_PRECISION_* value");
   if (p.reserved_api11 != 0) fail(UOCR_E_INVALID_ARGUMENT, "reserved_api11 must be 0");
-  c.precision = p.precision == UOCR_PRECISION_BF16 ? uocr::Precision::bf16 : uocr::Precision::f32;
   return c;
 }
 
@@ -665,6 +713,48 @@ void free_handle(Handle* h, Check&& check) noexcept {
   }
 }
 
+// The engine a session created from a model handle runs on: the handle's engine for the same
+// choice, opened the first time (under the lock, so racing sessions open it once).
+std::shared_ptr<uocr::Engine> model_engine(const uocr_model& m, const uocr::SessionParams& p) {
+  std::lock_guard<std::mutex> lock(m.engines_mutex);
+  for (const std::shared_ptr<uocr::Engine>& e : m.engines)
+    if (uocr::asks_for_engine(p, e->backend(), e->options())) return e;
+  m.engines.push_back(uocr::open_engine(m.model, p.backend, uocr::engine_options(p)));
+  return m.engines.back();
+}
+
+// What uocr_session_create and uocr_session_create_on_engine share: the params read and checked
+// (against `model` before any device is opened), then the session made on `engine_for(params)`.
+template <class EngineFor>
+void create_session(const std::shared_ptr<const uocr::Model>& model, const uocr_session_params* params,
+                    uocr_session** out_session, EngineFor&& engine_for) {
+  uocr_session_params p = read_params(params, default_session_params(), UOCR_SESSION_PARAMS_MIN_SIZE, "uocr_session_params");
+  // A struct from before API 11 has no precision field: its caller got f32 then, and still does.
+  if (params != nullptr && params->struct_size <= offsetof(uocr_session_params, precision)) p.precision = UOCR_PRECISION_F32;
+  auto s = std::make_unique<uocr_session>();
+  s->model = model;
+  s->params = to_core(p);
+  if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
+  if (p.max_image_bytes != 0) s->limits.max_bytes = p.max_image_bytes;
+  if (p.max_jpeg_scans < 0)
+    fail(UOCR_E_INVALID_ARGUMENT, "max_jpeg_scans must be 0 (default) or positive, got " + std::to_string(p.max_jpeg_scans));
+  if (p.max_jpeg_scans != 0) s->limits.max_jpeg_scans = p.max_jpeg_scans;
+  s->checkpoint = to_checkpoint(p);
+  const uocr::DocumentParams document = to_document_params(p, model->decode_defaults());
+  uocr::validate(*model, s->params);
+  s->core = std::make_unique<uocr::Session>(engine_for(s->params), s->params, document);  // validates the rest
+  register_handle(s.get(), kSessionMagic);
+  *out_session = s.release();
+}
+
+// NUL-terminated `text` in dst[capacity], cut at a UTF-8 character boundary when it is longer.
+void copy_text(char* dst, size_t capacity, const std::string& text) {
+  size_t n = std::min(text.size(), capacity - 1);
+  while (n > 0 && n < text.size() && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  std::memcpy(dst, text.data(), n);
+  dst[n] = '\0';
+}
+
 }  // namespace
 
 // ---- library information --------------------------------------------------------------------
@@ -779,9 +869,7 @@ UOCR_API uocr_status uocr_model_load(const char* dir, const uocr_model_params* p
 UOCR_API void uocr_model_free(uocr_model* model) { free_handle(model, check_model); }
 
 UOCR_API void uocr_model_info_init_sized(uocr_model_info* info, uint32_t struct_size) {
-  uocr_model_info d;
-  std::memset(&d, 0, sizeof d);
-  write_defaults(info, d, struct_size);
+  write_defaults(info, zeroed<uocr_model_info>(), struct_size);
 }
 
 UOCR_API void(uocr_model_info_init)(uocr_model_info* info) { uocr_model_info_init_sized(info, kApi2Size.model_info); }
@@ -828,22 +916,64 @@ UOCR_API uocr_status uocr_session_create(const uocr_model* model, const uocr_ses
     if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
     *out_session = nullptr;
     check_model(model);
-    uocr_session_params p =
-        read_params(params, default_session_params(), UOCR_SESSION_PARAMS_MIN_SIZE, "uocr_session_params");
-    // A struct from before API 11 has no precision field: its caller got f32 then, and still does.
-    if (params != nullptr && params->struct_size <= offsetof(uocr_session_params, precision)) p.precision = UOCR_PRECISION_F32;
-    auto s = std::make_unique<uocr_session>();
-    s->model = model->model;
-    s->params = to_core(p);
-    if (p.max_image_pixels != 0) s->limits.max_pixels = p.max_image_pixels;
-    if (p.max_image_bytes != 0) s->limits.max_bytes = p.max_image_bytes;
-    if (p.max_jpeg_scans < 0)
-      fail(UOCR_E_INVALID_ARGUMENT, "max_jpeg_scans must be 0 (default) or positive, got " + std::to_string(p.max_jpeg_scans));
-    if (p.max_jpeg_scans != 0) s->limits.max_jpeg_scans = p.max_jpeg_scans;
-    s->checkpoint = to_checkpoint(p);
-    s->core = std::make_unique<uocr::Session>(s->model, s->params, to_document_params(p, s->model->decode_defaults()));  // validates the rest
-    register_handle(s.get(), kSessionMagic);
-    *out_session = s.release();
+    create_session(model->model, params, out_session, [&](const uocr::SessionParams& p) { return model_engine(*model, p); });
+  });
+}
+
+UOCR_API uocr_status uocr_session_create_on_engine(uocr_engine* engine, const uocr_session_params* params,
+                                                   uocr_session** out_session) {
+  return c_call("creating the session", [&] {
+    if (out_session == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_session is NULL");
+    *out_session = nullptr;
+    check_engine(engine);
+    create_session(engine->engine->model(), params, out_session, [&](const uocr::SessionParams&) { return engine->engine; });
+  });
+}
+
+// ---- engines --------------------------------------------------------------------------------
+
+UOCR_API void uocr_engine_params_init_sized(uocr_engine_params* p, uint32_t struct_size) {
+  write_defaults(p, zeroed<uocr_engine_params>(), struct_size);
+}
+
+UOCR_API uocr_status uocr_engine_open(const uocr_model* model, const uocr_engine_params* params, uocr_engine** out_engine) {
+  return c_call("opening the engine", [&] {
+    if (out_engine == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "out_engine is NULL");
+    *out_engine = nullptr;
+    check_model(model);
+    uocr_engine_params defaults;
+    uocr_engine_params_init(&defaults);
+    const uocr_engine_params p = read_params(params, defaults, UOCR_ENGINE_PARAMS_MIN_SIZE, "uocr_engine_params");
+    if (p.reserved0 != 0) fail(UOCR_E_INVALID_ARGUMENT, "uocr_engine_params.reserved0 must be 0");
+    const EngineChoice c = to_engine_choice(p.backend, p.device_index, p.max_batch, p.max_batch_wait_us, p.cuda_graphs, p.precision);
+    auto handle = std::make_unique<uocr_engine>();
+    handle->engine = uocr::open_engine(model->model, c.backend, c.options);
+    register_handle(handle.get(), kEngineMagic);
+    *out_engine = handle.release();
+  });
+}
+
+UOCR_API void uocr_engine_free(uocr_engine* engine) { free_handle(engine, check_engine); }
+
+UOCR_API void uocr_engine_info_init_sized(uocr_engine_info* info, uint32_t struct_size) {
+  write_defaults(info, zeroed<uocr_engine_info>(), struct_size);
+}
+
+UOCR_API uocr_status uocr_engine_get_info(const uocr_engine* engine, uocr_engine_info* info) {
+  return c_call("reading the engine info", [&] {
+    check_engine(engine);
+    check_output(info, UOCR_ENGINE_INFO_MIN_SIZE, "info");
+    const uocr::EngineInfo e = engine->engine->info();
+    uocr_engine_info o;
+    uocr_engine_info_init(&o);
+    o.backend = e.backend == uocr::Backend::vulkan ? UOCR_BACKEND_VULKAN
+                : e.backend == uocr::Backend::cuda ? UOCR_BACKEND_CUDA
+                                                   : UOCR_BACKEND_CPU;
+    o.device_index = e.device_index;
+    o.precision = int32_t(e.precision);
+    copy_text(o.device, sizeof o.device, e.device);
+    copy_text(o.driver, sizeof o.driver, e.driver);
+    write_output(info, o);
   });
 }
 

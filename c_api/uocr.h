@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 12
+#define UOCR_API_VERSION 13
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,6 +101,7 @@ typedef int32_t uocr_status;
 /* ---- opaque handles ---------------------------------------------------------------------- */
 typedef struct uocr_model uocr_model;     /* weights + tokenizer + config; immutable, shareable */
 typedef struct uocr_session uocr_session; /* pages + one transcription at a time; one thread */
+typedef struct uocr_engine uocr_engine;   /* (API 13) a model on one backend device; shareable */
 
 /* ---- library information (all thread-safe, never fail) ------------------------------------- */
 
@@ -308,6 +309,74 @@ UOCR_API void (uocr_session_params_init)(uocr_session_params * p);
  * Thread-safe (many threads may create sessions on one model concurrently). */
 UOCR_API uocr_status uocr_session_create(const uocr_model * model, const uocr_session_params * params,
                                          uocr_session ** out_session);
+
+/* ---- engines (API 13) ------------------------------------------------------------------------
+ * An engine is a model opened on one backend device: the device, the weights uploaded to it, the
+ * vision encoder there and, with max_batch > 1, the batcher that computes the decode steps of its
+ * sessions together. Open one per device and create every session on it: they share all of that.
+ * uocr_session_create opens engines itself, one per model handle and distinct backend, device,
+ * max_batch, max_batch_wait_us, cuda_graphs and precision, kept until the model handle is freed
+ * (how sessions of one model shared a device's weights before API 13). */
+
+typedef struct uocr_engine_params {
+    uint32_t struct_size;      /* sizeof(uocr_engine_params), set by _init */
+    int32_t backend;           /* UOCR_BACKEND_*; 0: CPU (default) */
+    int32_t device_index;      /* the backend's device; 0: the first */
+    int32_t max_batch;         /* sessions per batched step; 0 or 1: off (default); UNSUPPORTED on Vulkan */
+    int32_t max_batch_wait_us; /* longest a step waits for the other sessions' steps; 0: 1000; -1: no wait */
+    int32_t cuda_graphs;       /* UOCR_CUDA_GRAPHS_*; 0: default (on) */
+    int32_t precision;         /* UOCR_PRECISION_*; as uocr_session_params.precision */
+    int32_t reserved0;         /* must be 0 */
+    /* append-only below this line */
+} uocr_engine_params;
+
+#define UOCR_ENGINE_PARAMS_MIN_SIZE ((uint32_t)sizeof(uocr_engine_params))
+
+/* Fills defaults into min(struct_size, sizeof(uocr_engine_params)) bytes of `p` and sets its
+ * struct_size to that count (thread-safe; NULL is ignored). */
+UOCR_API void uocr_engine_params_init_sized(uocr_engine_params * p, uint32_t struct_size);
+#define uocr_engine_params_init(p) uocr_engine_params_init_sized((p), (uint32_t)sizeof(*(p)))
+
+/* Opens `model` on the device `params` names (NULL: defaults, the CPU) and uploads what the
+ * device needs. The engine keeps the model alive. On failure *out_engine is set to NULL (when not
+ * NULL). Errors: INVALID_HANDLE, INVALID_ARGUMENT, UNSUPPORTED (a backend not built in, with the
+ * ones that are; no such device, with the devices found; batching on Vulkan), OUT_OF_MEMORY.
+ * Thread-safe. */
+UOCR_API uocr_status uocr_engine_open(const uocr_model * model, const uocr_engine_params * params,
+                                      uocr_engine ** out_engine);
+
+/* Releases the caller's reference: the sessions created on the engine keep what they use, so
+ * engines, sessions and models may be freed in any order. NULL is a no-op. Not thread-safe with
+ * other calls on the same handle. */
+UOCR_API void uocr_engine_free(uocr_engine * engine);
+
+typedef struct uocr_engine_info {
+    uint32_t struct_size;  /* set by the caller (uocr_engine_info_init) */
+    int32_t backend;       /* UOCR_BACKEND_* */
+    int32_t device_index;
+    int32_t precision;     /* UOCR_PRECISION_* its large products compute in: BF16 only where it was
+                            * asked for and the backend and CPU have it */
+    char device[128];      /* the device's name (CPU: its model name), NUL-terminated, cut to fit */
+    char driver[64];       /* the driver's version; "" without one (CPU) */
+    /* append-only below this line */
+} uocr_engine_info;
+
+#define UOCR_ENGINE_INFO_MIN_SIZE ((uint32_t)sizeof(uocr_engine_info))
+
+UOCR_API void uocr_engine_info_init_sized(uocr_engine_info * info, uint32_t struct_size);
+#define uocr_engine_info_init(info) uocr_engine_info_init_sized((info), (uint32_t)sizeof(*(info)))
+
+/* Writes min(info->struct_size, sizeof(uocr_engine_info)) bytes (struct_size itself is kept).
+ * Errors: INVALID_HANDLE, INVALID_ARGUMENT (NULL info, struct_size below
+ * UOCR_ENGINE_INFO_MIN_SIZE). Thread-safe. */
+UOCR_API uocr_status uocr_engine_get_info(const uocr_engine * engine, uocr_engine_info * info);
+
+/* As uocr_session_create, on `engine` (its model, its device): `params` as there, but their
+ * backend, device_index, max_batch, max_batch_wait_us, cuda_graphs and precision are either all
+ * left at their defaults (the engine's are used) or all the engine's; anything else is
+ * INVALID_ARGUMENT naming both. Errors: those of uocr_session_create. Thread-safe. */
+UOCR_API uocr_status uocr_session_create_on_engine(uocr_engine * engine, const uocr_session_params * params,
+                                                   uocr_session ** out_session);
 
 /* Frees a session. NULL is a no-op. Refused (and recorded in uocr_last_error) when called on a
  * session that is busy, e.g. from inside its own event callback. Not thread-safe on the same

@@ -99,6 +99,35 @@ TEST_CASE("the engine registry opens what the program registered, and says what 
   CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }) == uocr::Status::unsupported);
 }
 
+TEST_CASE("sessions opened on an engine run on it; params asking for another engine are refused") {
+  const auto model = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");
+  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(model, uocr::Backend::cpu, {0, {4, 1000}});
+  CHECK(engine->model() == model);
+  CHECK(engine->options().batching.max_batch == 4);
+
+  uocr::Session defaults(engine);  // engine fields left at their defaults: the engine's
+  CHECK(defaults.engine() == engine);
+  uocr::SessionParams same;
+  same.batching = {4, 1000};
+  CHECK(uocr::Session(engine, same).engine() == engine);
+
+  uocr::SessionParams other = same;
+  other.batching.max_batch = 2;
+  std::string msg;
+  CHECK(uocr_test::status_of([&] { uocr::Session s(engine, other); }, &msg) == uocr::Status::invalid_argument);
+  CHECK(msg.find("ask for cpu device 0, batching 2 (wait 1000 us), f32 but its engine runs cpu device 0, batching 4") !=
+        std::string::npos);
+  other = same;
+  other.precision = uocr::Precision::bf16;
+  CHECK(uocr_test::status_of([&] { uocr::Session s(engine, other); }) == uocr::Status::invalid_argument);
+  CHECK(uocr_test::status_of([&] { uocr::Session s(std::shared_ptr<uocr::Engine>{}); }) == uocr::Status::invalid_argument);
+
+  // Sessions opened from the model open engines of their own: nothing shared, nothing kept.
+  const uocr::Session a(model, same), b(model, same);
+  CHECK(a.engine() != b.engine());
+  CHECK(a.engine()->options().batching.max_batch == 4);
+}
+
 TEST_CASE("the umbrella header's example runs as written") {
   // uocr/uocr.hpp's example, with a short output.
   auto model = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");

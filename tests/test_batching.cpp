@@ -355,12 +355,11 @@ class StartGate {
 
 // Document d of the threaded test: one sample page each (the fourth sampled with a seed), and a
 // three-page document in groups of two (a slide: the document leaves the batch while its next
-// page is encoded and prefilled). `stop_after` > 0 cancels after that many tokens; `gate`, when
-// given, is passed at the first token.
-Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_after = 0, StartGate* gate = nullptr) {
+// page is encoded and prefilled), on `engine` (null: an engine of its own, without batching).
+// `stop_after` > 0 cancels after that many tokens; `gate`, when given, is passed at the first token.
+Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_t stop_after = 0, StartGate* gate = nullptr) {
   uocr::SessionParams sp;
   sp.max_new_tokens = 120;
-  sp.batching = batching;
   uocr::DocumentParams ip;
   std::vector<std::string> files{sample(1 + d % 3)};
   if (d == 3) sp.sampling = {1.5f, 1.0f, 42};  // hot enough to leave the greedy path of a confident model
@@ -372,7 +371,7 @@ Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_aft
   }
   Transcript out;
   out.status = status_of([&] {
-    uocr::Session s(demo_model(), sp, ip);
+    uocr::Session s = engine ? uocr::Session(engine, sp, ip) : uocr::Session(demo_model(), sp, ip);
     uocr::FilePages pages(files);
     const uocr::RunSummary sum = s.run(pages, [&](const uocr::Event& e) {
       if (e.type == uocr::Event::Type::token && e.token >= 0) out.tokens.push_back(e.token);
@@ -390,7 +389,7 @@ Transcript transcribe(int d, const uocr::BatchParams& batching, int64_t stop_aft
 TEST_CASE("sessions in five threads with batching on give each document's tokens alone; batches formed") {
   constexpr int kDocs = 5;
   std::vector<Transcript> alone;
-  for (int d = 0; d < kDocs; ++d) alone.push_back(transcribe(d, {}));
+  for (int d = 0; d < kDocs; ++d) alone.push_back(transcribe(d, nullptr));
   for (const Transcript& t : alone) {
     REQUIRE(t.status == Status::ok);
     REQUIRE(t.tokens.size() > 10);
@@ -400,16 +399,15 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
 
   // A batch runs when every decoding document has queued its step: the wait only bounds a
   // document busy between steps (sampling, its callback), which never takes seconds.
-  const uocr::BatchParams batching{8, 5000000};
-  const auto stats = [&] { return uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, batching})->batch_stats(); };
-  const uocr::BatchStats before = stats();
+  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {8, 5000000}});
+  const uocr::BatchStats before = engine->batch_stats();
   std::vector<Transcript> together(kDocs);
   std::vector<std::thread> threads;
   StartGate gate(kDocs);
   for (int d = 0; d < kDocs; ++d)
-    threads.emplace_back([&, d] { together[size_t(d)] = transcribe(d, batching, 0, &gate); });
+    threads.emplace_back([&, d] { together[size_t(d)] = transcribe(d, engine, 0, &gate); });
   for (std::thread& th : threads) th.join();
-  const uocr::BatchStats after = stats();
+  const uocr::BatchStats after = engine->batch_stats();
   for (int d = 0; d < kDocs; ++d) {
     CAPTURE(d);
     CHECK(together[size_t(d)].status == Status::ok);
@@ -430,24 +428,23 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
 }
 
 TEST_CASE("batched sessions: one that is cancelled or fails early does not hold up the others") {
-  const uocr::BatchParams batching{4, 1000000};  // 1 s per step: a document left registered would show
-  const Transcript reference = transcribe(0, {});
+  // 1 s per step: a document left registered would show.
+  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {4, 1000000}});
+  const Transcript reference = transcribe(0, nullptr);
   std::vector<Transcript> got(4);
   std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
-  threads.emplace_back([&] { got[0] = transcribe(0, batching); });
-  threads.emplace_back([&] { got[1] = transcribe(0, batching, 5); });  // cancelled after 5 tokens
+  threads.emplace_back([&] { got[0] = transcribe(0, engine); });
+  threads.emplace_back([&] { got[1] = transcribe(0, engine, 5); });  // cancelled after 5 tokens
   threads.emplace_back([&] {
     // Four pages in groups of two: the fourth is read at the second slide (10 tokens after the
     // first at the latest), while the document decodes in the batch, and fails.
-    uocr::SessionParams sp;
-    sp.batching = batching;
     uocr::DocumentParams ip;
     ip.groups.group_pages = 2;
     ip.groups.overlap_pages = 1;
     ip.page_fallback_tokens = 10;
     got[2].status = status_of([&] {
-      uocr::Session s(demo_model(), sp, ip);
+      uocr::Session s(engine, {}, ip);
       uocr::CallbackPages pages(4, [](int64_t i, uocr::ImageU8& page) {
         uocr::require(i < 3, Status::io, "page 4 is unreadable");
         page = uocr::load_image(sample(int(i) + 1));
@@ -459,7 +456,7 @@ TEST_CASE("batched sessions: one that is cancelled or fails early does not hold 
       });
     });
   });
-  threads.emplace_back([&] { got[3] = transcribe(1, batching); });
+  threads.emplace_back([&] { got[3] = transcribe(1, engine); });
   for (std::thread& th : threads) th.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(got[0].status == Status::ok);

@@ -1264,3 +1264,115 @@ TEST_CASE("c_api: precision (API 11): f32 by default, bf16 on request, bad value
   std::memcpy(older.data(), &size, sizeof size);
   CHECK(run(*reinterpret_cast<const uocr_session_params*>(older.data()), UOCR_PRECISION_F32) == f32);
 }
+
+TEST_CASE("c_api: engines (API 13): sessions on one engine share it, run as sessions from the model do, outlive it") {
+  uocr_engine_params ep;
+  uocr_engine_params_init(&ep);
+  CHECK(ep.struct_size == sizeof(uocr_engine_params));
+  CHECK(ep.backend == UOCR_BACKEND_CPU);
+  CHECK(ep.max_batch == 0);
+  uocr_engine* e = reinterpret_cast<uocr_engine*>(&ep);
+  REQUIRE(uocr_engine_open(shared_model(), &ep, &e) == UOCR_OK);
+  REQUIRE(e != nullptr);
+
+  uocr_engine_info info;
+  uocr_engine_info_init(&info);
+  REQUIRE(uocr_engine_get_info(e, &info) == UOCR_OK);
+  CHECK(info.backend == UOCR_BACKEND_CPU);
+  CHECK(info.device_index == 0);
+  CHECK(info.precision == UOCR_PRECISION_F32);
+  CHECK(std::strlen(info.device) > 0);
+  CHECK(std::string(info.driver).empty());
+
+  // The same text as a session made from the model with the same params.
+  const auto transcribe = [](uocr_session* s, std::string* text) {
+    uocr_status st = uocr_session_add_image_file(s, page_path().c_str());
+    if (st == UOCR_OK) st = uocr_session_run(s, nullptr, nullptr, nullptr);
+    if (st == UOCR_OK) *text = session_text(s);
+    return st;
+  };
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  sp.max_new_tokens = 12;
+  uocr_session* on_engine = nullptr;
+  REQUIRE(uocr_session_create_on_engine(e, &sp, &on_engine) == UOCR_OK);
+  uocr_session* from_model = nullptr;
+  REQUIRE(uocr_session_create(shared_model(), &sp, &from_model) == UOCR_OK);
+  std::string a, b;
+  CHECK(transcribe(on_engine, &a) == UOCR_OK);
+  CHECK(transcribe(from_model, &b) == UOCR_OK);
+  CHECK(!a.empty());
+  CHECK(a == b);
+  uocr_session_free(from_model);
+
+  // Params asking for another engine are refused, naming both; all the engine's are accepted.
+  sp.max_batch = 3;
+  uocr_session* refused = reinterpret_cast<uocr_session*>(&sp);
+  CHECK(uocr_session_create_on_engine(e, &sp, &refused) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(refused == nullptr);
+  CHECK(std::string(uocr_last_error()).find("batching 3") != std::string::npos);
+  CHECK(std::string(uocr_last_error()).find("its engine runs cpu device 0") != std::string::npos);
+  sp.max_batch = 1;
+  uocr_session* same = nullptr;
+  CHECK(uocr_session_create_on_engine(e, &sp, &same) == UOCR_OK);
+  uocr_session_free(same);
+
+  // The session keeps what it runs on: free the engine, then run again.
+  uocr_engine_free(e);
+  CHECK(uocr_engine_get_info(e, &info) == UOCR_E_INVALID_HANDLE);
+  CHECK(std::string(uocr_last_error()).find("not a live engine") != std::string::npos);
+  CHECK(uocr_session_clear_pages(on_engine) == UOCR_OK);
+  std::string again;
+  CHECK(transcribe(on_engine, &again) == UOCR_OK);
+  CHECK(again == a);
+  uocr_session_free(on_engine);
+}
+
+TEST_CASE("c_api: engines (API 13): bad params, handles and sizes are refused") {
+  uocr_engine* e = nullptr;
+  CHECK(uocr_engine_open(nullptr, nullptr, &e) == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_engine_open(shared_model(), nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  uocr_session* not_a_model = new_session(1);
+  CHECK(uocr_engine_open(reinterpret_cast<uocr_model*>(not_a_model), nullptr, &e) == UOCR_E_INVALID_HANDLE);
+  uocr_session_free(not_a_model);
+  uocr_engine_params ep;
+  uocr_engine_params_init(&ep);
+  ep.backend = 7;
+  CHECK(uocr_engine_open(shared_model(), &ep, &e) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(std::string(uocr_last_error()).find("UOCR_BACKEND_") != std::string::npos);
+  uocr_engine_params_init(&ep);
+  ep.reserved0 = 1;
+  CHECK(uocr_engine_open(shared_model(), &ep, &e) == UOCR_E_INVALID_ARGUMENT);
+  uocr_engine_params_init(&ep);
+  ep.struct_size = 8;
+  CHECK(uocr_engine_open(shared_model(), &ep, &e) == UOCR_E_INVALID_ARGUMENT);
+  uocr_engine_params_init(&ep);
+  ep.max_batch = -2;
+  CHECK(uocr_engine_open(shared_model(), &ep, &e) == UOCR_E_INVALID_ARGUMENT);
+  uocr_engine_params_init(&ep);
+  ep.precision = 5;
+  CHECK(uocr_engine_open(shared_model(), &ep, &e) == UOCR_E_INVALID_ARGUMENT);
+  uocr_engine_params_init(&ep);
+  ep.backend = UOCR_BACKEND_VULKAN;  // batching is not available there (nor is Vulkan in every build)
+  ep.max_batch = 2;
+  CHECK(uocr_engine_open(shared_model(), &ep, &e) == UOCR_E_UNSUPPORTED);
+  CHECK(e == nullptr);
+
+  uocr_session* s = nullptr;
+  CHECK(uocr_session_create_on_engine(nullptr, nullptr, &s) == UOCR_E_INVALID_HANDLE);
+  CHECK(uocr_session_create_on_engine(reinterpret_cast<uocr_engine*>(shared_model()), nullptr, &s) ==
+        UOCR_E_INVALID_HANDLE);
+  uocr_engine_params_init(&ep);
+  REQUIRE(uocr_engine_open(shared_model(), &ep, &e) == UOCR_OK);
+  CHECK(uocr_session_create_on_engine(e, nullptr, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  uocr_engine_info info;
+  CHECK(uocr_engine_get_info(e, nullptr) == UOCR_E_INVALID_ARGUMENT);
+  uocr_engine_info_init(&info);
+  info.struct_size = 8;
+  CHECK(uocr_engine_get_info(e, &info) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_engine_get_info(nullptr, &info) == UOCR_E_INVALID_HANDLE);
+  uocr_engine_free(e);
+  uocr_engine_free(e);  // double free: detected, recorded, no crash
+  CHECK(std::string(uocr_last_error()).find("not a live engine") != std::string::npos);
+  uocr_engine_free(nullptr);  // no-op
+}

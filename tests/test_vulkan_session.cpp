@@ -278,10 +278,11 @@ TEST_CASE("open_engine: backends by name, a device index out of range is a clear
   CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cpu, on_device(1)); }) == Status::unsupported);
   CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }) == Status::unsupported);
 
-  // One device state per model and device: a second engine shares the uploaded weights.
+  // Each engine owns its device state; the sessions on one engine share it.
   auto a = uocr::open_engine(model, uocr::Backend::vulkan);
   auto b = uocr::open_engine(model, uocr::Backend::vulkan);
-  CHECK(&static_cast<vk::VulkanEngine&>(*a).context() == &static_cast<vk::VulkanEngine&>(*b).context());
+  CHECK(&static_cast<vk::VulkanEngine&>(*a).context() != &static_cast<vk::VulkanEngine&>(*b).context());
+  CHECK(uocr::Session(a).engine() == a);
   CHECK(a->device().find("Vulkan device 0") == 0);
 }
 
@@ -296,14 +297,11 @@ struct Transcript {
   double seconds = 0;
 };
 
-// A greedy session run over `pages` of the demo model on `backend`.
-Transcript transcribe(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend,
-                      const std::vector<std::string>& pages) {
+// A greedy one-shot session over `pages` of the demo model on `engine`.
+Transcript transcribe(const std::shared_ptr<uocr::Engine>& engine, const std::vector<std::string>& pages) {
   uocr::SessionParams p;
-  p.backend = backend;
-  p.precision = uocr::Precision::f32;  // the CPU's reference arithmetic, which Vulkan runs
   const auto t0 = std::chrono::steady_clock::now();
-  uocr::OneShotSession session(model, p);
+  uocr::OneShotSession session(engine, p);
   for (const std::string& f : pages) session.add_page(uocr::load_image(sample(f)));
   Transcript t;
   const uocr::RunSummary sum = session.run([&](const uocr::Event& e) {
@@ -316,16 +314,20 @@ Transcript transcribe(const std::shared_ptr<const uocr::Model>& model, uocr::Bac
   return t;
 }
 
-vk::Context& demo_context(const std::shared_ptr<const uocr::Model>& model) {
-  auto e = uocr::open_engine(model, uocr::Backend::vulkan);
-  return static_cast<vk::VulkanEngine&>(*e).context();  // the model keeps the device alive
-}
+// The demo model on the CPU and on Vulkan device 0 (f32, the CPU's reference arithmetic, which
+// Vulkan runs), each one engine its sessions share.
+struct DemoEngines {
+  std::shared_ptr<const uocr::Model> model = uocr::Model::load(demo_dir());
+  std::shared_ptr<uocr::Engine> cpu = uocr::open_engine(model, uocr::Backend::cpu);
+  std::shared_ptr<uocr::Engine> vulkan = uocr::open_engine(model, uocr::Backend::vulkan);
+  vk::Context& context() { return static_cast<vk::VulkanEngine&>(*vulkan).context(); }
+};
 
-void check_same_transcript(const std::shared_ptr<const uocr::Model>& model, const std::vector<std::string>& pages) {
-  const Transcript cpu = transcribe(model, uocr::Backend::cpu, pages);
-  vk::Context& ctx = demo_context(model);
+void check_same_transcript(DemoEngines& e, const std::vector<std::string>& pages) {
+  const Transcript cpu = transcribe(e.cpu, pages);
+  vk::Context& ctx = e.context();
   ctx.reset_profile();
-  const Transcript gpu = transcribe(model, uocr::Backend::vulkan, pages);
+  const Transcript gpu = transcribe(e.vulkan, pages);
   MESSAGE(pages.size() << " page(s): " << cpu.ids.size() << " tokens; cpu " << cpu.seconds << " s, vulkan " << gpu.seconds
                        << " s (" << ctx.device_name() << ")");
   if (ctx.profiling()) MESSAGE("Vulkan per-op device time of the run (UOCR_VK_PROFILE=1):\n" << ctx.profile_report());
@@ -338,39 +340,36 @@ void check_same_transcript(const std::shared_ptr<const uocr::Model>& model, cons
 }  // namespace
 
 TEST_CASE("a session with backend = vulkan writes the CPU's transcript (demo model, one page)") {
-  const auto model = uocr::Model::load(demo_dir());
-  check_same_transcript(model, {"demo-page1.png"});
-  check_no_validation_errors(demo_context(model), "session, one page");
+  DemoEngines e;
+  check_same_transcript(e, {"demo-page1.png"});
+  check_no_validation_errors(e.context(), "session, one page");
 }
 
 TEST_CASE("a session with backend = vulkan writes the CPU's transcript (demo model, three pages)") {
-  const auto model = uocr::Model::load(demo_dir());
-  check_same_transcript(model, {"demo-page1.png", "demo-page2.png", "demo-page3.png"});
-  check_no_validation_errors(demo_context(model), "session, three pages");
+  DemoEngines e;
+  check_same_transcript(e, {"demo-page1.png", "demo-page2.png", "demo-page3.png"});
+  check_no_validation_errors(e.context(), "session, three pages");
 }
 
 TEST_CASE("SR-SWA in a Vulkan session writes the CPU's SR-SWA transcript (demo model, one page)") {
-  const auto model = uocr::Model::load(demo_dir());
+  DemoEngines e;
   uocr::DocumentParams ip;
   ip.groups.sparse = true;
   ip.groups.sparse_params = {16, 1, 4, true};  // 4 of the page's blocks per layer and head
-  auto run = [&](uocr::Backend backend, uocr::SessionStats& stats) {
-    uocr::SessionParams p;
-    p.backend = backend;
-    p.precision = uocr::Precision::f32;
-    uocr::Session session(model, p, ip);
+  auto run = [&](const std::shared_ptr<uocr::Engine>& engine, uocr::SessionStats& stats) {
+    uocr::Session session(engine, {}, ip);
     uocr::FilePages pages({sample("demo-page1.png")});
     const uocr::RunSummary sum = session.run(pages);
     stats = session.stats();
     return sum.text;
   };
   uocr::SessionStats cpu, gpu;
-  const std::string ref = run(uocr::Backend::cpu, cpu);
-  CHECK(run(uocr::Backend::vulkan, gpu) == ref);
+  const std::string ref = run(e.cpu, cpu);
+  CHECK(run(e.vulkan, gpu) == ref);
   CHECK(!ref.empty());
   CHECK(gpu.sparse_rows_attended < gpu.sparse_rows_dense);
   CHECK(gpu.sparse_rows_attended == cpu.sparse_rows_attended);
-  check_no_validation_errors(demo_context(model), "session, SR-SWA");
+  check_no_validation_errors(e.context(), "session, SR-SWA");
 }
 
 namespace {
@@ -388,21 +387,21 @@ std::vector<std::string> resume_pages() {
 }  // namespace
 
 TEST_CASE("checkpoints on Vulkan: a cancelled run resumes exactly; CPU and Vulkan checkpoints resume on either backend") {
-  const auto model = uocr::Model::load(demo_dir());
-  uocr_test::check_resume_across_backends(model, uocr::Backend::vulkan, resume_pages(), tmp(""));
-  check_no_validation_errors(demo_context(model), "checkpoints");
+  DemoEngines e;
+  uocr_test::check_resume_across_backends(e.vulkan, e.cpu, resume_pages(), tmp(""));
+  check_no_validation_errors(e.context(), "checkpoints");
 }
 
 TEST_CASE("two threads run Vulkan sessions on one shared device at once, each with the CPU's transcript") {
-  const auto model = uocr::Model::load(demo_dir());
-  const Transcript cpu = transcribe(model, uocr::Backend::cpu, {"demo-page1.png"});
+  DemoEngines e;
+  const Transcript cpu = transcribe(e.cpu, {"demo-page1.png"});
   Transcript a, b;
-  std::thread other([&] { b = transcribe(model, uocr::Backend::vulkan, {"demo-page1.png"}); });
-  a = transcribe(model, uocr::Backend::vulkan, {"demo-page1.png"});
+  std::thread other([&] { b = transcribe(e.vulkan, {"demo-page1.png"}); });
+  a = transcribe(e.vulkan, {"demo-page1.png"});
   other.join();
   CHECK(a.ids == cpu.ids);
   CHECK(b.ids == cpu.ids);
-  check_no_validation_errors(demo_context(model), "two threads");
+  check_no_validation_errors(e.context(), "two threads");
 }
 
 TEST_CASE("C ABI: backend = vulkan runs, a device that does not exist is UOCR_E_UNSUPPORTED with the devices listed") {
@@ -439,7 +438,7 @@ TEST_CASE("C ABI: backend = vulkan runs, a device that does not exist is UOCR_E_
   std::string text(len, '\0');
   REQUIRE(uocr_session_text(s, &text[0], len + 1, &len) == UOCR_OK);
   text.resize(len);
-  CHECK(text == transcribe(uocr::Model::load(demo_dir()), uocr::Backend::cpu, {"demo-page1.png"}).text);
+  CHECK(text == transcribe(uocr::open_engine(uocr::Model::load(demo_dir()), uocr::Backend::cpu), {"demo-page1.png"}).text);
   uocr_session_free(s);
   uocr_model_free(model);
 }

@@ -138,6 +138,30 @@ namespace Uocr
     }
 
     [StructLayout(LayoutKind.Sequential)]
+    internal struct EngineParams
+    {
+        public uint StructSize;
+        public int Backend;
+        public int DeviceIndex;
+        public int MaxBatch;
+        public int MaxBatchWaitUs;
+        public int CudaGraphs;
+        public int Precision;
+        public int Reserved0;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
+    internal struct RawEngineInfo
+    {
+        public uint StructSize;
+        public int Backend;
+        public int DeviceIndex;
+        public int Precision;
+        [MarshalAs(UnmanagedType.ByValArray, SizeConst = 128)] public byte[] Device;
+        [MarshalAs(UnmanagedType.ByValArray, SizeConst = 64)] public byte[] Driver;
+    }
+
+    [StructLayout(LayoutKind.Sequential)]
     public struct ModelInfo
     {
         public uint StructSize;
@@ -203,7 +227,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 12; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 13; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -216,6 +240,12 @@ namespace Uocr
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_model_get_info(ModelHandle model, ref ModelInfo info);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_session_params_init_sized(ref SessionParams p, uint structSize);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_create(ModelHandle model, ref SessionParams p, out IntPtr session);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_engine_params_init_sized(ref EngineParams p, uint structSize);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_engine_open(ModelHandle model, ref EngineParams p, out IntPtr engine);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_engine_free(IntPtr engine);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_engine_info_init_sized(ref RawEngineInfo info, uint structSize);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_engine_get_info(EngineHandle engine, ref RawEngineInfo info);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_create_on_engine(EngineHandle engine, ref SessionParams p, out IntPtr session);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern void uocr_session_free(IntPtr session);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_session_last_error(SessionHandle session);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_add_image_file(SessionHandle session, byte[] path);
@@ -264,6 +294,13 @@ namespace Uocr
         public ModelHandle() : base(true) { }
         public ModelHandle(IntPtr h) : base(true) { SetHandle(h); }
         protected override bool ReleaseHandle() { Native.uocr_model_free(handle); return true; }
+    }
+
+    internal sealed class EngineHandle : SafeHandleZeroOrMinusOneIsInvalid
+    {
+        public EngineHandle() : base(true) { }
+        public EngineHandle(IntPtr h) : base(true) { SetHandle(h); }
+        protected override bool ReleaseHandle() { Native.uocr_engine_free(handle); return true; }
     }
 
     internal sealed class SessionHandle : SafeHandleZeroOrMinusOneIsInvalid
@@ -418,7 +455,82 @@ namespace Uocr
             return info;
         }
 
-        public Session CreateSession(SessionOptions o) { return new Session(this, o ?? new SessionOptions()); }
+        public Session CreateSession(SessionOptions o) { return new Session(this, null, o ?? new SessionOptions()); }
+
+        public void Dispose() { Handle.Dispose(); }
+    }
+
+    /// <summary>uocr_engine_params (API 13): the device a model is opened on and what its sessions share.</summary>
+    public sealed class EngineOptions
+    {
+        public Backend Backend = Backend.Cpu;
+        public int DeviceIndex = 0;
+        public int MaxBatch = 0;             // sessions per batched step (0 or 1: off)
+        public int MaxBatchWaitUs = 0;       // longest a step waits for the others (0: 1000; -1: no wait)
+        public CudaGraphs CudaGraphs = CudaGraphs.Default;
+        public Precision Precision = Precision.F32;
+    }
+
+    /// <summary>What an engine runs on (uocr_engine_info).</summary>
+    public sealed class EngineInfo
+    {
+        public Backend Backend;
+        public int DeviceIndex;
+        public Precision Precision;  // what its large products compute in
+        public string Device;        // the device's name (the CPU's model name on the CPU)
+        public string Driver;        // "" on the CPU
+    }
+
+    /// <summary>A model opened on one backend device (API 13): the device, the weights uploaded to it
+    /// and, with MaxBatch > 1, the batcher of its sessions' decode steps. Sessions made by
+    /// CreateSession share all of it; may be shared by threads; keeps the model alive.</summary>
+    public sealed class Engine : IDisposable
+    {
+        internal readonly EngineHandle Handle;
+
+        public Engine(Model model, EngineOptions o)
+        {
+            o = o ?? new EngineOptions();
+            var p = new EngineParams();
+            Native.uocr_engine_params_init_sized(ref p, (uint)Marshal.SizeOf(typeof(EngineParams)));
+            p.Backend = (int)o.Backend;
+            p.DeviceIndex = o.DeviceIndex;
+            p.MaxBatch = o.MaxBatch;
+            p.MaxBatchWaitUs = o.MaxBatchWaitUs;
+            p.CudaGraphs = (int)o.CudaGraphs;
+            p.Precision = (int)o.Precision;
+            IntPtr h;
+            int st = Native.uocr_engine_open(model.Handle, ref p, out h);
+            if (st != Status.Ok) throw new UocrException(st, Native.Utf8(Native.uocr_last_error()));
+            Handle = new EngineHandle(h);
+        }
+
+        public EngineInfo Info()
+        {
+            var raw = new RawEngineInfo { Device = new byte[128], Driver = new byte[64] };
+            Native.uocr_engine_info_init_sized(ref raw, (uint)Marshal.SizeOf(typeof(RawEngineInfo)));
+            int st = Native.uocr_engine_get_info(Handle, ref raw);
+            if (st != Status.Ok) throw new UocrException(st, Native.Utf8(Native.uocr_last_error()));
+            return new EngineInfo
+            {
+                Backend = (Backend)raw.Backend,
+                DeviceIndex = raw.DeviceIndex,
+                Precision = (Precision)raw.Precision,
+                Device = Text(raw.Device),
+                Driver = Text(raw.Driver),
+            };
+        }
+
+        static string Text(byte[] nulTerminated)
+        {
+            int n = Array.IndexOf(nulTerminated, (byte)0);
+            return System.Text.Encoding.UTF8.GetString(nulTerminated, 0, n < 0 ? nulTerminated.Length : n);
+        }
+
+        /// <summary>A session on this engine: o's Backend, DeviceIndex, MaxBatch, MaxBatchWaitUs,
+        /// CudaGraphs and Precision are left at their defaults or are the engine's (else
+        /// Status.InvalidArgument).</summary>
+        public Session CreateSession(SessionOptions o) { return new Session(null, this, o ?? new SessionOptions()); }
 
         public void Dispose() { Handle.Dispose(); }
     }
@@ -427,7 +539,8 @@ namespace Uocr
     {
         readonly SessionHandle handle;
 
-        internal Session(Model model, SessionOptions o)
+        // On `model` (an engine of the library's choosing) or on `engine`.
+        internal Session(Model model, Engine engine, SessionOptions o)
         {
             var p = new SessionParams();
             Native.uocr_session_params_init_sized(ref p, (uint)Marshal.SizeOf(typeof(SessionParams)));
@@ -479,7 +592,8 @@ namespace Uocr
                     p.CheckpointPath = checkpoint.AddrOfPinnedObject();
                 }
                 IntPtr h;
-                int st = Native.uocr_session_create(model.Handle, ref p, out h);
+                int st = engine != null ? Native.uocr_session_create_on_engine(engine.Handle, ref p, out h)
+                                        : Native.uocr_session_create(model.Handle, ref p, out h);
                 if (st != Status.Ok) throw new UocrException(st, Native.Utf8(Native.uocr_last_error()));
                 handle = new SessionHandle(h);
             }

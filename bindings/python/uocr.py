@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 12  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 13  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -115,6 +115,17 @@ class SessionParams(ctypes.Structure):
                 ("precision", ctypes.c_int32), ("reserved_api11", ctypes.c_int32)]
 
 
+class EngineParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("backend", ctypes.c_int32), ("device_index", ctypes.c_int32),
+                ("max_batch", ctypes.c_int32), ("max_batch_wait_us", ctypes.c_int32), ("cuda_graphs", ctypes.c_int32),
+                ("precision", ctypes.c_int32), ("reserved0", ctypes.c_int32)]
+
+
+class EngineInfo(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("backend", ctypes.c_int32), ("device_index", ctypes.c_int32),
+                ("precision", ctypes.c_int32), ("device", ctypes.c_char * 128), ("driver", ctypes.c_char * 64)]
+
+
 class EventStruct(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("type", ctypes.c_int32), ("token_id", ctypes.c_int32),
                 ("page", ctypes.c_int32), ("text", ctypes.c_void_p), ("text_len", ctypes.c_size_t),
@@ -190,6 +201,12 @@ def _load_library():
         "uocr_model_get_info": (ctypes.c_int32, [vp, P(ModelInfo)]),
         "uocr_session_params_init_sized": (None, [P(SessionParams), ctypes.c_uint32]),
         "uocr_session_create": (ctypes.c_int32, [vp, P(SessionParams), P(vp)]),
+        "uocr_engine_params_init_sized": (None, [P(EngineParams), ctypes.c_uint32]),
+        "uocr_engine_open": (ctypes.c_int32, [vp, P(EngineParams), P(vp)]),
+        "uocr_engine_free": (None, [vp]),
+        "uocr_engine_info_init_sized": (None, [P(EngineInfo), ctypes.c_uint32]),
+        "uocr_engine_get_info": (ctypes.c_int32, [vp, P(EngineInfo)]),
+        "uocr_session_create_on_engine": (ctypes.c_int32, [vp, P(SessionParams), P(vp)]),
         "uocr_session_free": (None, [vp]),
         "uocr_session_last_error": (ctypes.c_char_p, [vp]),
         "uocr_session_add_image_file": (ctypes.c_int32, [vp, ctypes.c_char_p]),
@@ -311,8 +328,56 @@ class Model(_Handle):
         return Session(self, **params)
 
 
+def _set_fields(struct, kw, what):
+    """The keyword parameters into `struct`'s fields of the same name; bools as the header says."""
+    for key, value in kw.items():
+        if key not in dict(type(struct)._fields_) or key in ("struct_size", "reserved0"):
+            raise TypeError("unknown %s parameter %r" % (what, key))
+        if key in ("prompt", "checkpoint_path") and isinstance(value, str):
+            value = os.fsencode(value) if key == "checkpoint_path" else value.encode()
+        if key in ("loop_guard", "resume"):
+            value = 1 if value else 0
+        if key == "model_defaults" and isinstance(value, bool):
+            value = MODEL_DEFAULTS_USE if value else MODEL_DEFAULTS_IGNORE
+        if key == "cuda_graphs" and isinstance(value, bool):  # False is OFF, not 0 (the default, on)
+            value = CUDA_GRAPHS_ON if value else CUDA_GRAPHS_OFF
+        setattr(struct, key, value)
+
+
+class Engine(_Handle):
+    """A model opened on one backend device (API 13): the device, the weights uploaded to it and,
+    with max_batch > 1, the batcher of its sessions' decode steps. Sessions made by session() share
+    all of it; may be shared by threads.
+
+    Keyword parameters are the fields of uocr_engine_params: backend, device_index, max_batch,
+    max_batch_wait_us, cuda_graphs (a CUDA_GRAPHS_* value or a bool) and precision.
+    """
+
+    _free = _lib.uocr_engine_free
+
+    def __init__(self, model, **kw):
+        super().__init__()
+        params = EngineParams()
+        _init(_lib.uocr_engine_params_init_sized, params)
+        _set_fields(params, kw, "engine")
+        handle = ctypes.c_void_p()
+        _check(_lib.uocr_engine_open(model._h, ctypes.byref(params), ctypes.byref(handle)), _lib.uocr_last_error)
+        self._h = handle
+        self._model = model
+
+    def info(self):
+        info = EngineInfo()
+        _init(_lib.uocr_engine_info_init_sized, info)
+        _check(_lib.uocr_engine_get_info(self._h, ctypes.byref(info)), _lib.uocr_last_error)
+        return info
+
+    def session(self, **params):
+        return Session(self, **params)
+
+
 class Session(_Handle):
-    """Pages plus one transcription at a time; use from one thread at a time.
+    """Pages plus one transcription at a time; use from one thread at a time. Made on a Model (the
+    session's engine fields choose the device) or on an Engine (they are left out, or the engine's).
 
     Keyword parameters are the fields of uocr_session_params (max_new_tokens, prompt, window,
     temperature, top_p, seed, ngram_size, ngram_window, loop_guard, image_mode, max_image_pixels,
@@ -331,20 +396,10 @@ class Session(_Handle):
         super().__init__()
         params = SessionParams()
         _init(_lib.uocr_session_params_init_sized, params)
-        for key, value in kw.items():
-            if key not in dict(SessionParams._fields_) or key == "struct_size":
-                raise TypeError("unknown session parameter %r" % key)
-            if key in ("prompt", "checkpoint_path") and isinstance(value, str):
-                value = os.fsencode(value) if key == "checkpoint_path" else value.encode()
-            if key in ("loop_guard", "resume"):
-                value = 1 if value else 0
-            if key == "model_defaults" and isinstance(value, bool):
-                value = MODEL_DEFAULTS_USE if value else MODEL_DEFAULTS_IGNORE
-            if key == "cuda_graphs" and isinstance(value, bool):  # False is OFF, not 0 (the default, on)
-                value = CUDA_GRAPHS_ON if value else CUDA_GRAPHS_OFF
-            setattr(params, key, value)
+        _set_fields(params, kw, "session")
         handle = ctypes.c_void_p()
-        _check(_lib.uocr_session_create(model._h, ctypes.byref(params), ctypes.byref(handle)), _lib.uocr_last_error)
+        create = _lib.uocr_session_create_on_engine if isinstance(model, Engine) else _lib.uocr_session_create
+        _check(create(model._h, ctypes.byref(params), ctypes.byref(handle)), _lib.uocr_last_error)
         self._h = handle
         self._model = model  # not required by the library (it keeps its own reference); tidy lifetime
 

@@ -7,6 +7,12 @@
 //   uocr::Session session(model, uocr::SessionParams{}, {});
 //   uocr::RunSummary summary = session.run(pages, [](const uocr::Event& e) { return true; });
 //
+// Sessions that should share a device's copy of the weights (and, with batching, their decode
+// steps) are opened on one engine:
+//
+//   auto engine = uocr::open_engine(model, uocr::Backend::cpu);
+//   uocr::Session a(engine), b(engine);
+//
 // The finer headers below stay available for a program that wants less. Backends beyond the CPU:
 // build with the 'uocr-vulkan' / 'uocr-cuda' meson dependencies (they define UOCR_HAVE_VULKAN /
 // UOCR_HAVE_CUDA and link the backend), or include their engine header yourself.

@@ -198,6 +198,32 @@ static class ApiCheck
             var precision = Expect<UocrException>(() => model.CreateSession(new SessionOptions { Precision = (Precision)2 }), "precision 2");
             Check(precision != null && precision.Status == Status.InvalidArgument && precision.Message.Contains("precision"), "precision message");
 
+            // API 13: an engine; its sessions read as the model's, and refuse another engine choice.
+            var vkBatch = Expect<UocrException>(() => new Engine(model, new EngineOptions { Backend = Backend.Vulkan, MaxBatch = 2 }), "batching on Vulkan");
+            Check(vkBatch != null && vkBatch.Status == Status.Unsupported, "batching on Vulkan is unsupported");
+            string onEngine, onModel;
+            using (var engine = new Engine(model, new EngineOptions { MaxBatch = 2 }))
+            {
+                EngineInfo info = engine.Info();
+                Check(info.Backend == Backend.Cpu && info.DeviceIndex == 0 && info.Precision == Precision.F32 &&
+                      info.Device.Length > 0 && info.Driver == "", "engine info");
+                var mismatch = Expect<UocrException>(() => engine.CreateSession(new SessionOptions { MaxBatch = 3 }), "another engine's batching");
+                Check(mismatch != null && mismatch.Status == Status.InvalidArgument && mismatch.Message.Contains("its engine runs"), "engine mismatch message");
+                using (var s = engine.CreateSession(new SessionOptions { MaxNewTokens = 6 }))
+                {
+                    s.AddImageFile(pages[0]);
+                    s.Run(e => true);
+                    onEngine = System.Text.Encoding.UTF8.GetString(s.Text());
+                }
+            }
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 6 }))
+            {
+                s.AddImageFile(pages[0]);
+                s.Run(e => true);
+                onModel = System.Text.Encoding.UTF8.GetString(s.Text());
+            }
+            Check(onEngine.Length > 0 && onEngine == onModel, "a session on an engine reads as one on the model");
+
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");
             Func<bool, SessionOptions> withCheckpoint = resume =>

@@ -72,6 +72,23 @@ with uocr.Model(model_dir) as model:
     with model.session(max_new_tokens=2) as s:
         s.add_image_file(image)
         check(s.run().precision == uocr.PRECISION_F32, "f32 by default")
+    # API 13: an engine; its sessions run as the model's do, and refuse another engine choice.
+    check(uocr.EngineParams.reserved0.offset == 28 and uocr.EngineInfo.driver.offset == 144, "engine field offsets")
+    expect_error(lambda: uocr.Engine(model, backend=9), uocr.E_INVALID_ARGUMENT, "bad engine backend")
+    expect_error(lambda: uocr.Engine(model, backend=uocr.BACKEND_VULKAN, max_batch=2), uocr.E_UNSUPPORTED,
+                 "batching on Vulkan")
+    with uocr.Engine(model, max_batch=2) as engine:
+        info = engine.info()
+        check(info.backend == uocr.BACKEND_CPU and info.device and info.precision == uocr.PRECISION_F32, "engine info")
+        e = expect_error(lambda: engine.session(max_batch=3), uocr.E_INVALID_ARGUMENT, "another engine's batching")
+        check(e is not None and "its engine runs" in e.message, "engine mismatch message")
+        texts = []
+        for on in (engine, model):
+            with on.session(max_new_tokens=6) as s:
+                s.add_image_file(image)
+                s.run()
+                texts.append(s.text())
+        check(texts[0] and texts[0] == texts[1], "a session on an engine reads as one on the model")
     with model.session(max_new_tokens=4, max_image_bytes=1000) as s:
         e = expect_error(lambda: s.add_image_file(image), uocr.E_INVALID_IMAGE, "page over max_image_bytes")
         check(e is not None and "max_image_bytes" in e.message, "max_image_bytes message")

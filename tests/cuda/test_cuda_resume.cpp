@@ -141,7 +141,8 @@ TEST_CASE("page groups on CUDA: visit_kv reads the CPU's KV, and a resumed group
 TEST_CASE("sessions on CUDA: a cancelled run resumes exactly; CPU and CUDA checkpoints resume on either backend" *
           doctest::skip(no_gpu())) {
   const auto model = uocr::Model::load(demo_dir());
-  uocr_test::check_resume_across_backends(model, uocr::Backend::cuda, resume_pages(), tmp(""));
+  uocr_test::check_resume_across_backends(uocr::open_engine(model, uocr::Backend::cuda), uocr::open_engine(model, uocr::Backend::cpu),
+                                          resume_pages(), tmp(""));
 }
 
 int main(int argc, char** argv) { return uocr_test::gpu_test_main(argc, argv); }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "uocr/engine/open.hpp"
 #include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"
 
@@ -41,12 +42,12 @@ struct ResumeRun {
   int64_t resumed_at = -1, slides = 0;
 };
 
-// One run of the document `pages` (image files) on `backend`: uninterrupted (no path), cancelled
+// One run of the document `pages` (image files) on `engine`: uninterrupted (no path), cancelled
 // after `stop_at` tokens with a checkpoint every 5, or resumed from `path`.
-inline ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend,
-                            const std::vector<std::string>& pages, const std::string& path = "", int64_t stop_at = 0,
+inline ResumeRun resume_run(const std::shared_ptr<uocr::Engine>& engine, const std::vector<std::string>& pages,
+                            const std::string& path = "", int64_t stop_at = 0,
                             const uocr::DocumentParams& groups = resume_groups()) {
-  uocr::Session session(model, resume_params(backend), groups);
+  uocr::Session session(engine, resume_params(engine->backend()), groups);
   uocr::FilePages source(pages);
   uocr::CheckpointOptions ck;
   ck.path = path;
@@ -63,33 +64,40 @@ inline ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uoc
   return r;
 }
 
+// The same on an engine of its own on `backend`.
+inline ResumeRun resume_run(const std::shared_ptr<const uocr::Model>& model, uocr::Backend backend,
+                            const std::vector<std::string>& pages, const std::string& path = "", int64_t stop_at = 0,
+                            const uocr::DocumentParams& groups = resume_groups()) {
+  return resume_run(uocr::open_engine(model, backend), pages, path, stop_at, groups);
+}
+
 // The cross-backend resume check of a device backend: its uninterrupted run equals the CPU's; runs
-// cancelled at token 23 (one on `device`, one on the CPU) resume device -> device, CPU -> device and
+// cancelled at token 23 (one on `device`, one on `cpu`) resume device -> device, CPU -> device and
 // device -> CPU with exactly the uninterrupted tokens, slides and KV figures. `tmp_prefix` names
 // the checkpoint files.
-inline void check_resume_across_backends(const std::shared_ptr<const uocr::Model>& model, uocr::Backend device,
+inline void check_resume_across_backends(const std::shared_ptr<uocr::Engine>& device, const std::shared_ptr<uocr::Engine>& cpu,
                                          const std::vector<std::string>& pages, const std::string& tmp_prefix) {
-  const ResumeRun full = resume_run(model, device, pages);
+  const ResumeRun full = resume_run(device, pages);
   REQUIRE(full.summary.generated_tokens == 40);
   REQUIRE(full.slides >= 1);
   // The KV rows of both backends have one layout and agree to rounding, so their runs agree.
-  REQUIRE(resume_run(model, uocr::Backend::cpu, pages).tokens == full.tokens);
+  REQUIRE(resume_run(cpu, pages).tokens == full.tokens);
 
   // Stopped at token 23: the last checkpoint is the one of token 20 or of a page boundary after it.
   const std::string gpu_ck = tmp_prefix + "gpu.ckpt", cpu_ck = tmp_prefix + "cpu.ckpt", copy = tmp_prefix + "copy.ckpt";
-  CHECK(resume_run(model, device, pages, gpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
-  CHECK(resume_run(model, uocr::Backend::cpu, pages, cpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
+  CHECK(resume_run(device, pages, gpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
+  CHECK(resume_run(cpu, pages, cpu_ck, 23).summary.stop == uocr::StopReason::cancelled);
   std::filesystem::copy_file(gpu_ck, copy, std::filesystem::copy_options::overwrite_existing);
 
   struct Case {
     const char* what;
     std::string path;
-    uocr::Backend backend;
+    const std::shared_ptr<uocr::Engine>& engine;
   };
   for (const Case& c : {Case{"device -> device", gpu_ck, device}, Case{"cpu -> device", cpu_ck, device},
-                        Case{"device -> cpu", copy, uocr::Backend::cpu}}) {
+                        Case{"device -> cpu", copy, cpu}}) {
     CAPTURE(c.what);
-    const ResumeRun rest = resume_run(model, c.backend, pages, c.path);
+    const ResumeRun rest = resume_run(c.engine, pages, c.path);
     REQUIRE(rest.resumed_at >= 20);
     REQUIRE(rest.resumed_at < 23);
     CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + rest.resumed_at, full.tokens.end()));

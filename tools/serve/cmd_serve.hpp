@@ -32,16 +32,6 @@ inline sigset_t block_stop_signals() {
 
 inline const char* stop_signal_name(int signal) { return signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP"; }
 
-// The engine every document will run on, opened once at start so that a backend that is not
-// built in or a missing device fails here; what it reports (device, precision) goes to the log.
-inline uocr::EngineInfo open_serving_engine(const std::shared_ptr<const uocr::Model>& model, const ServeConfig& config) {
-  uocr::SessionParams p;
-  p.backend = uocr::parse_backend(config.backend);
-  p.device_index = config.device;
-  p.precision = config.precision;
-  return uocr::open_engine(model, p.backend, uocr::engine_options(p))->info();
-}
-
 inline int cmd_serve(const uocr_cli::Args& args) {
   sigset_t stop_signals = block_stop_signals();
 
@@ -55,8 +45,8 @@ inline int cmd_serve(const uocr_cli::Args& args) {
                               {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
                               {"layers", d.layers}, {"hidden", d.hidden}, {"vocab", d.vocab}});
 
-  const uocr::EngineInfo info = open_serving_engine(model, config);
-  Server server(config, model, keys, log);
+  Server server(config, model, keys, log);  // opens the engine: a missing backend or device fails here
+  const uocr::EngineInfo info = server.engine_info();
   log.info("workspace_ready", {{"backend", config.backend}, {"device", info.device}, {"precision", uocr::precision_name(info.precision)}, {"max_concurrency", config.max_concurrency},
                                {"visual_cache_bytes", config.visual_cache_bytes}, {"queue_max_size", config.queue_max_size},
                                {"api_keys", keys.size()}, {"data_dir", config.data_dir},

@@ -27,7 +27,6 @@ inline int cmd_worker(const uocr_cli::Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto model = uocr::Model::load(config.model);
   log.info("weights_loaded", {{"model", config.model}, {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
-  const uocr::EngineInfo info = open_serving_engine(model, config);
   Metrics metrics(std::filesystem::path(model->dir()).lexically_normal().filename().string());
   if (config.worker_name.empty()) config.worker_name = default_worker_name();
   // Each worker keeps its jobs' working copies apart: two workers on one machine may hold the
@@ -56,6 +55,7 @@ inline int cmd_worker(const uocr_cli::Args& args) {
   uocr::require(port > 0, uocr::Status::io, [&] { return "cannot listen on " + config.host + ":" + std::to_string(config.port); });
   std::thread listener([&] { http.listen_after_bind(); });
   worker.start();
+  const uocr::EngineInfo info = worker.scheduler().engine()->info();
   log.info("worker_ready", {{"worker", worker.name()}, {"backend", config.backend}, {"device", info.device},
                             {"precision", uocr::precision_name(info.precision)}, {"queue", RedisAddress::parse(config.queue).url()}, {"storage", config.storage}, {"pools", config.pools},
                             {"max_concurrency", config.max_concurrency}, {"lease_seconds", config.lease_seconds}});

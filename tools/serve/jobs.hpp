@@ -80,7 +80,7 @@ class Jobs {
     if (!std::filesystem::exists(path)) return false;
     std::string why;
     try {
-      const std::string what = uocr::Session(model_, session_params(job.options), scheduler_.document_params()).resume_mismatch(path.string());
+      const std::string what = uocr::Session(scheduler_.engine(), session_params(job.options), scheduler_.document_params()).resume_mismatch(path.string());
       if (!what.empty()) why = "checkpoint " + path.string() + " was written for " + what;
     } catch (const uocr::Error& e) {
       why = e.what();

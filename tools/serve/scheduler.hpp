@@ -173,8 +173,10 @@ inline double count_document(Metrics& metrics, const Document& d, int status) {
 
 class Scheduler {
  public:
+  // Opens the engine every document runs on (a backend that is not built in or a missing device
+  // fails here) before any worker starts.
   Scheduler(std::shared_ptr<const uocr::Model> model, const ServeConfig& config, Metrics& metrics, Log& log)
-      : model_(std::move(model)), config_(config), metrics_(metrics), log_(log) {
+      : model_(std::move(model)), config_(config), metrics_(metrics), log_(log), engine_(open_serving_engine()) {
     uocr::PageGroupChoice{}.apply(model_->decode_defaults(), document_.groups);  // as uocr run does
     document_.keep_text = false;  // the text goes to the client as it comes
     for (int i = 0; i < config_.max_concurrency; ++i) workers_.emplace_back([this] { work(); });
@@ -189,6 +191,8 @@ class Scheduler {
     p.batching.max_batch = config_.max_concurrency;
   }
   const uocr::DocumentParams& document_params() const { return document_; }
+  // The engine the documents run on: the device, its copy of the weights, the step batcher.
+  const std::shared_ptr<uocr::Engine>& engine() const { return engine_; }
 
   Pool pool_for(int64_t pages) const { return pages > config_.long_document_pages ? Pool::long_documents : Pool::short_documents; }
   // Whether a document for pool p would be refused now: its queue holds queue_max_size beyond
@@ -347,7 +351,7 @@ class Scheduler {
     p.page_time_budget_seconds = left / double(d.pages_);  // what is left of the request's time, spread over its pages
     try {
       if (d.work_.on_start) d.work_.on_start();
-      uocr::Session session(model_, p, document_);
+      uocr::Session session(engine_, p, document_);
       StoppablePages pages(d.work_.open_pages(), [&d] {
         if (d.cancelled_ || Clock::now() >= d.deadline_) throw uocr::Error(uocr::Status::cancelled, "stopped between two pages");
       });
@@ -390,10 +394,17 @@ class Scheduler {
 
   static constexpr int kWorkerNice = 10;
 
+  std::shared_ptr<uocr::Engine> open_serving_engine() const {
+    uocr::SessionParams p;
+    add_server_settings(p);
+    return uocr::open_engine(model_, p.backend, uocr::engine_options(p));
+  }
+
   std::shared_ptr<const uocr::Model> model_;
   const ServeConfig& config_;
   Metrics& metrics_;
   Log& log_;
+  std::shared_ptr<uocr::Engine> engine_;
   uocr::DocumentParams document_;
 
   mutable std::mutex m_;

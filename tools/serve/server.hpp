@@ -77,8 +77,10 @@ class Server {
     http_.set_write_timeout(30, 0);
     routes();
   }
-
   ~Server() { stop(); }
+
+  // The backend and device the documents run on.
+  uocr::EngineInfo engine_info() const { return scheduler_.engine()->info(); }
 
   // Binds host:port (port 0: a free one) and returns the port; throws uocr::Error(io) when it cannot.
   int bind() {

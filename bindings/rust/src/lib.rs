@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 12;
+pub const API_VERSION: i32 = 13;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -102,6 +102,32 @@ struct RawModel {
 #[repr(C)]
 struct RawSession {
     _opaque: [u8; 0],
+}
+#[repr(C)]
+struct RawEngine {
+    _opaque: [u8; 0],
+}
+
+#[repr(C)]
+struct RawEngineParams {
+    struct_size: u32,
+    backend: i32,
+    device_index: i32,
+    max_batch: i32,
+    max_batch_wait_us: i32,
+    cuda_graphs: i32,
+    precision: i32,
+    reserved0: i32,
+}
+
+#[repr(C)]
+struct RawEngineInfo {
+    struct_size: u32,
+    backend: i32,
+    device_index: i32,
+    precision: i32,
+    device: [c_char; 128],
+    driver: [c_char; 64],
 }
 
 #[repr(C)]
@@ -251,6 +277,12 @@ extern "C" {
     fn uocr_session_params_init_sized(p: *mut RawSessionParams, struct_size: u32);
     fn uocr_session_create(m: *const RawModel, p: *const RawSessionParams, out: *mut *mut RawSession) -> i32;
     fn uocr_session_free(s: *mut RawSession);
+    fn uocr_engine_params_init_sized(p: *mut RawEngineParams, struct_size: u32);
+    fn uocr_engine_open(m: *const RawModel, p: *const RawEngineParams, out: *mut *mut RawEngine) -> i32;
+    fn uocr_engine_free(e: *mut RawEngine);
+    fn uocr_engine_info_init_sized(i: *mut RawEngineInfo, struct_size: u32);
+    fn uocr_engine_get_info(e: *const RawEngine, i: *mut RawEngineInfo) -> i32;
+    fn uocr_session_create_on_engine(e: *mut RawEngine, p: *const RawSessionParams, out: *mut *mut RawSession) -> i32;
     fn uocr_session_last_error(s: *const RawSession) -> *const c_char;
     fn uocr_session_add_image_file(s: *mut RawSession, path: *const c_char) -> i32;
     fn uocr_session_add_image_encoded(s: *mut RawSession, data: *const c_void, size: usize) -> i32;
@@ -396,8 +428,159 @@ impl Model {
         Ok(info)
     }
 
-    /// A new session (the library checks the parameters and reports what is wrong).
+    /// A new session on an engine of its own (the library checks the parameters and reports what
+    /// is wrong); sessions of this model asking for the same backend, device and options share one.
     pub fn session(&self, params: &SessionParams) -> Result<Session, Error> {
+        let args = RawSessionArgs::new(params)?;
+        let mut h: *mut RawSession = std::ptr::null_mut();
+        let st = unsafe { uocr_session_create(self.h, &args.raw, &mut h) };
+        if st != status::OK {
+            return Err(thread_error(st));
+        }
+        Ok(Session { h, _not_sync: PhantomData })
+    }
+}
+
+/// `uocr_engine_params`, typed (API 13). `Default` is the library's defaults: the CPU, no batching.
+#[derive(Clone, Debug)]
+pub struct EngineParams {
+    pub backend: Backend,
+    pub device_index: i32,
+    /// Sessions per batched decode step (>= 2; 0 or 1: off); `max_batch_wait_us` as in `SessionParams`.
+    pub max_batch: i32,
+    pub max_batch_wait_us: i32,
+    /// A `cuda_graphs::*` value.
+    pub cuda_graphs: i32,
+    pub precision: Precision,
+}
+
+impl Default for EngineParams {
+    fn default() -> Self {
+        EngineParams {
+            backend: Backend::Cpu,
+            device_index: 0,
+            max_batch: 0,
+            max_batch_wait_us: 0,
+            cuda_graphs: cuda_graphs::DEFAULT,
+            precision: Precision::F32,
+        }
+    }
+}
+
+/// What an engine runs on (`uocr_engine_info`).
+#[derive(Clone, Debug)]
+pub struct EngineInfo {
+    pub backend: Backend,
+    pub device_index: i32,
+    /// What its large products compute in: bf16 only where asked for and available.
+    pub precision: Precision,
+    /// The device's name (the CPU's model name on the CPU).
+    pub device: String,
+    /// The driver's version; empty on the CPU.
+    pub driver: String,
+}
+
+fn backend_code(b: &Backend) -> i32 {
+    match b {
+        Backend::Cpu => 0,
+        Backend::Vulkan => 1,
+        Backend::Cuda => 2,
+    }
+}
+
+fn c_array_string(a: &[c_char]) -> String {
+    let bytes: Vec<u8> = a.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A model opened on one backend device (API 13): the device, the weights uploaded to it and, with
+/// `max_batch` > 1, the batcher of its sessions' decode steps. Sessions made by `session` share
+/// all of it. Share it across threads freely; it keeps the model alive.
+pub struct Engine {
+    h: *mut RawEngine,
+}
+
+unsafe impl Send for Engine {}
+unsafe impl Sync for Engine {}
+
+impl Engine {
+    pub fn open(model: &Model, params: &EngineParams) -> Result<Engine, Error> {
+        let mut raw = RawEngineParams {
+            struct_size: 0,
+            backend: 0,
+            device_index: 0,
+            max_batch: 0,
+            max_batch_wait_us: 0,
+            cuda_graphs: 0,
+            precision: 0,
+            reserved0: 0,
+        };
+        unsafe { uocr_engine_params_init_sized(&mut raw, std::mem::size_of::<RawEngineParams>() as u32) };
+        raw.backend = backend_code(&params.backend);
+        raw.device_index = params.device_index;
+        raw.max_batch = params.max_batch;
+        raw.max_batch_wait_us = params.max_batch_wait_us;
+        raw.cuda_graphs = params.cuda_graphs;
+        raw.precision = params.precision as i32;
+        let mut h: *mut RawEngine = std::ptr::null_mut();
+        let st = unsafe { uocr_engine_open(model.h, &raw, &mut h) };
+        if st != status::OK {
+            return Err(thread_error(st));
+        }
+        Ok(Engine { h })
+    }
+
+    pub fn info(&self) -> Result<EngineInfo, Error> {
+        let mut raw: RawEngineInfo = unsafe { std::mem::zeroed() };
+        let st = unsafe {
+            uocr_engine_info_init_sized(&mut raw, std::mem::size_of::<RawEngineInfo>() as u32);
+            uocr_engine_get_info(self.h, &mut raw)
+        };
+        if st != status::OK {
+            return Err(thread_error(st));
+        }
+        Ok(EngineInfo {
+            backend: match raw.backend {
+                1 => Backend::Vulkan,
+                2 => Backend::Cuda,
+                _ => Backend::Cpu,
+            },
+            device_index: raw.device_index,
+            precision: if raw.precision == Precision::Bf16 as i32 { Precision::Bf16 } else { Precision::F32 },
+            device: c_array_string(&raw.device),
+            driver: c_array_string(&raw.driver),
+        })
+    }
+
+    /// A new session on this engine: `params`' backend, device, batching, graphs and precision are
+    /// left at their defaults (the engine's are used) or are the engine's; another choice is
+    /// `E_INVALID_ARGUMENT`.
+    pub fn session(&self, params: &SessionParams) -> Result<Session, Error> {
+        let args = RawSessionArgs::new(params)?;
+        let mut h: *mut RawSession = std::ptr::null_mut();
+        let st = unsafe { uocr_session_create_on_engine(self.h, &args.raw, &mut h) };
+        if st != status::OK {
+            return Err(thread_error(st));
+        }
+        Ok(Session { h, _not_sync: PhantomData })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        unsafe { uocr_engine_free(self.h) }
+    }
+}
+
+// `uocr_session_params` with the strings it points to, kept alive as long as it is.
+struct RawSessionArgs {
+    raw: RawSessionParams,
+    _prompt: Option<CString>,
+    _checkpoint: Option<CString>,
+}
+
+impl RawSessionArgs {
+    fn new(params: &SessionParams) -> Result<RawSessionArgs, Error> {
         let prompt = params.prompt.as_deref().map(|p| c_string(p, "prompt")).transpose()?;
         let checkpoint = params.checkpoint.as_ref().map(|c| path_cstring(&c.path)).transpose()?;
         let mut raw = raw_defaults();
@@ -415,11 +598,7 @@ impl Model {
         raw.ngram_window = params.ngram_window;
         raw.loop_guard = params.loop_guard as i32;
         raw.max_image_pixels = params.max_image_pixels;
-        raw.backend = match params.backend {
-            Backend::Cpu => 0,
-            Backend::Vulkan => 1,
-            Backend::Cuda => 2,
-        };
+        raw.backend = backend_code(&params.backend);
         raw.device_index = params.device_index;
         raw.pages_per_group = params.pages_per_group;
         raw.overlap_pages = params.overlap_pages;
@@ -455,12 +634,7 @@ impl Model {
         raw.max_jpeg_scans = params.max_jpeg_scans;
         raw.page_time_budget_seconds = params.page_time_budget_seconds;
         raw.precision = params.precision as i32;
-        let mut h: *mut RawSession = std::ptr::null_mut();
-        let st = unsafe { uocr_session_create(self.h, &raw, &mut h) };
-        if st != status::OK {
-            return Err(thread_error(st));
-        }
-        Ok(Session { h, _not_sync: PhantomData })
+        Ok(RawSessionArgs { raw, _prompt: prompt, _checkpoint: checkpoint })
     }
 }
 

@@ -5,7 +5,7 @@
 //!         cargo test --offline --locked --test api -- --test-threads=1
 use std::path::PathBuf;
 
-use uocr::{cuda_graphs, status, stop, stop_reason_name, Backend, Checkpoint, Event, Model, Page, Precision, Reference, SessionParams, SlideKv};
+use uocr::{cuda_graphs, status, stop, stop_reason_name, Backend, Checkpoint, Engine, EngineParams, Event, Model, Page, Precision, Reference, SessionParams, SlideKv};
 
 fn model() -> Model {
     let dir = std::env::var_os("UOCR_TEST_MODEL").expect("set UOCR_TEST_MODEL to a model folder");
@@ -197,6 +197,34 @@ fn typed_options_reach_the_library() {
     let mut s = model.session(&SessionParams { max_new_tokens: 2, precision: Precision::F32, ..Default::default() }).unwrap();
     s.add_image_file(&pages[0]).unwrap();
     assert_eq!(s.run(|_| true).unwrap().precision, Precision::F32 as i32);
+}
+
+#[test]
+fn sessions_on_an_engine_read_as_sessions_on_the_model() {
+    let model = model();
+    let pages = pages();
+    let err = Engine::open(&model, &EngineParams { backend: Backend::Vulkan, max_batch: 2, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_UNSUPPORTED, "{}", err);
+    let err = Engine::open(&model, &EngineParams { max_batch: -2, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT, "{}", err);
+    let engine = Engine::open(&model, &EngineParams { max_batch: 2, ..Default::default() }).unwrap();
+    let info = engine.info().unwrap();
+    assert_eq!((info.backend, info.device_index, info.precision), (Backend::Cpu, 0, Precision::F32));
+    assert!(!info.device.is_empty() && info.driver.is_empty(), "{:?}", info);
+    let err = engine.session(&SessionParams { max_batch: 3, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+    assert!(err.message.contains("its engine runs"), "{}", err.message);
+    let params = SessionParams { max_new_tokens: 6, ..Default::default() };
+    let text = |mut s: uocr::Session| {
+        s.add_image_file(&pages[0]).unwrap();
+        s.run(|_| true).unwrap();
+        s.text().unwrap()
+    };
+    let on_engine = engine.session(&params).unwrap();
+    drop(engine);  // the session keeps what it runs on
+    let a = text(on_engine);
+    assert!(!a.is_empty());
+    assert_eq!(a, text(model.session(&params).unwrap()));
 }
 
 #[test]

@@ -47,45 +47,41 @@ inline const std::string& cpu_model_name() {
   return name;
 }
 
-// With batching.max_batch > 1 every document's decode steps go through one StepBatcher per
-// model and BatchParams (Model::backend_state "cpu:batch:..."), shared by all such engines.
+// With batching.max_batch > 1 the decode steps of every document on this engine go through its
+// one StepBatcher.
 class CpuEngine final : public Engine {
  public:
   using PageGroups = PageGroupEngine<PageGroupDecoder>;
 
   // precision: the vision encoder's and the prefills' large products; decode steps (and so the
   // shared batcher) are float32 whatever it is.
-  explicit CpuEngine(std::shared_ptr<const Model> model, BatchParams batching = {}, Precision precision = Precision::f32)
-      : model_(std::move(model)),
-        precision_(precision == Precision::bf16 && cpu::bf16_compute_available() ? Precision::bf16 : Precision::f32) {
-    require(model_ != nullptr, Status::invalid_argument, "engine needs a model");
-    validate(batching);
-    if (batching.max_batch > 1)
-      batcher_ = model_->backend_state<PageGroups::Batcher>(
-          "cpu:batch:" + std::to_string(batching.max_batch) + ":" + std::to_string(batching.max_wait_us), [&] {
-            return std::make_shared<PageGroups::Batcher>(Decoder(model_->config().decoder, model_->weights().decoder),
-                                                         batching, kMaxExtrapolatedPosition);
-          });
+  explicit CpuEngine(std::shared_ptr<const Model> m, const EngineOptions& options = {})
+      : Engine(std::move(m), options),
+        precision_(options.precision == Precision::bf16 && cpu::bf16_compute_available() ? Precision::bf16 : Precision::f32) {
+    require(model() != nullptr, Status::invalid_argument, "engine needs a model");
+    validate(options.batching);
+    if (options.batching.max_batch > 1)
+      batcher_ = std::make_shared<PageGroups::Batcher>(Decoder(model()->config().decoder, model()->weights().decoder),
+                                                       options.batching, kMaxExtrapolatedPosition);
   }
   EngineInfo info() const override { return {Backend::cpu, 0, cpu_model_name(), "", precision_}; }
-  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model_, precision_); }
+  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CpuVisionEngine>(model(), precision_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
-    const ModelConfig& cfg = model_->config();
-    auto e = std::make_unique<PageGroups>(model_, cfg.decoder, model_->weights().decoder, window, groups, precision_);
+    const Model& m = *model();
+    auto e = std::make_unique<PageGroups>(model(), m.config().decoder, m.weights().decoder, window, groups, precision_);
     if (batcher_) e->batch_steps(batcher_);
     return e;
   }
   BatchStats batch_stats() const override { return batcher_ ? batcher_->stats() : BatchStats{}; }
 
  private:
-  std::shared_ptr<const Model> model_;
   Precision precision_;  // as it runs on this CPU
   std::shared_ptr<PageGroups::Batcher> batcher_;  // null: batching off
 };
 
 inline const bool cpu_engine_registered = register_engine(
     Backend::cpu, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
-      return std::make_shared<CpuEngine>(model, options.batching, options.precision);
+      return std::make_shared<CpuEngine>(model, options);
     });
 
 UOCR_NAMESPACE_END

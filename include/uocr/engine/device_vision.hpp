@@ -42,7 +42,7 @@ class DeviceVisionEngine final : public VisionEngine {
   size_t scratch_bytes() const override { return peak_; }
 
  private:
-  std::shared_ptr<const Model> model_;  // owns dev_ (backend_state) and the weights its encoder reads
+  std::shared_ptr<const Model> model_;  // the weights its encoder reads
   std::shared_ptr<Device> dev_;
   int hidden_ = 0;
   size_t peak_ = 0;

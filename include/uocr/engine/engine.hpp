@@ -1,14 +1,15 @@
 // Compute engines: what the generation loop needs from a backend (CPU, Vulkan, CUDA), so that
-// sessions pick one at run time (SessionParams::backend) and stay backend-agnostic.
+// sessions pick one at run time and stay backend-agnostic.
 //
 //   std::shared_ptr<Engine> e = open_engine(model, Backend::vulkan);     // uocr/engine/open.hpp
+//   uocr::Session a(e, params), b(e, params);                            // share e's device and weights
 //   std::unique_ptr<VisionEngine> vision = e->vision();                  // page views -> visual tokens
 //   std::unique_ptr<DecoderEngine> dec = e->decoder(window, groups);     // one document's decoder
 //   std::vector<float> logits = dec->start(layout, pages);               // prefill the reference
 //   for (;;) { ...; if (page boundary) dec->next_page(); logits = dec->step(token); }
 //
-// A backend provides an Engine (opened once per model and device, sharing the device's copy of
-// the weights between sessions), a VisionEngine and a DecoderEngine. The decoder side is page
+// A backend provides an Engine (opened once for a model on a device; the sessions opened on it
+// share its copy of the weights), a VisionEngine and a DecoderEngine. The decoder side is page
 // groups (uocr/decoder/page_groups.hpp) over the backend's decoder + KV cache pair, which keeps
 // the backend contract (uocr/decoder/backend_contract.hpp); a backend wraps
 // BasicPageGroupDecoder<ItsDecoder, ItsCache> in PageGroupEngine below.
@@ -32,6 +33,7 @@
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/decoder/step_batcher.hpp"
 #include "uocr/engine/backend.hpp"
+#include "uocr/engine/engine_options.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
@@ -183,10 +185,18 @@ struct EngineInfo {
   Precision precision = Precision::f32;
 };
 
-// A backend opened for one model on one device (see uocr/engine/open.hpp).
+class Model;
+
+// A backend opened for one model on one device (see uocr/engine/open.hpp): it owns what the
+// model's sessions on that device share: the device, the weights uploaded to it, the vision
+// encoder there and, with batching, the step batcher. Open one and run every session on it
+// (uocr::Session's engine constructor); engines opened separately share nothing.
 class Engine {
  public:
   virtual ~Engine() = default;
+  // The model it runs, and the options it was opened with (info() says what runs).
+  const std::shared_ptr<const Model>& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
   virtual EngineInfo info() const = 0;
   Backend backend() const { return info().backend; }
   // The device in words ("CPU: <model>", "Vulkan device 0: <name>", "CUDA device 0: <name>").
@@ -199,9 +209,16 @@ class Engine {
   virtual std::unique_ptr<VisionEngine> vision() = 0;
   // A decoder for one document: R-SWA window (0: full attention) and page-group parameters.
   virtual std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) = 0;
-  // Continuous batching (open_engine's BatchParams): what the batcher shared by this engine's
-  // documents did so far (every engine of the model with the same parameters shares it).
+  // Continuous batching (EngineOptions::batching): what the batcher shared by this engine's
+  // documents did so far.
   virtual BatchStats batch_stats() const { return {}; }
+
+ protected:
+  Engine(std::shared_ptr<const Model> model, const EngineOptions& options) : model_(std::move(model)), options_(options) {}
+
+ private:
+  std::shared_ptr<const Model> model_;
+  EngineOptions options_;
 };
 
 UOCR_NAMESPACE_END

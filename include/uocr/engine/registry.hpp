@@ -8,28 +8,14 @@
 #include <memory>
 #include <string>
 
-#include "uocr/core/precision.hpp"
-#include "uocr/decoder/step_batcher.hpp"
 #include "uocr/engine/backend.hpp"
+#include "uocr/engine/engine_options.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
 
 class Engine;
 class Model;
-
-// How to open an engine, beyond the backend.
-struct EngineOptions {
-  int device_index = 0;
-  // max_batch > 1: the documents decoded by engines opened with the same parameters on this model
-  // and device have their decode steps batched (uocr/decoder/step_batcher.hpp).
-  BatchParams batching;
-  bool cuda_graphs = true;  // CUDA: decode steps replay CUDA graphs; other backends ignore it
-  // The vision encoder's and the prefill's large products (uocr/core/precision.hpp): bf16 runs
-  // on the cpu backend where the CPU has bf16 dot products; everywhere else f32 runs. An engine
-  // opened directly computes the reference (f32), as a session does unless told otherwise.
-  Precision precision = Precision::f32;
-};
 
 // Opens the backend for a model; options are already validated for what every backend shares.
 using EngineFactory = std::shared_ptr<Engine> (*)(const std::shared_ptr<const Model>& model, const EngineOptions& options);

@@ -1,10 +1,8 @@
 // A loaded model folder: config, mapped weights, tokenizer. Immutable after load, so one
-// instance is shared by every session and thread. The one mutable part is a cache of backend
-// state derived from it (backend_state: e.g. the weights uploaded to a GPU), filled on demand.
+// instance is shared by every session and thread. What a device holds of it (the weights
+// uploaded to a GPU) belongs to the engine opened on that device (uocr/engine/engine.hpp).
 #pragma once
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "uocr/model/checkpoint.hpp"
@@ -32,18 +30,6 @@ class Model {
   const DecodeDefaults& decode_defaults() const { return decode_defaults_; }
   int32_t image_token_id() const { return image_token_id_; }
 
-  // The state `key` names (say "vulkan:0": the weights on Vulkan device 0), made by `make()` (a
-  // std::shared_ptr<T>) on first request and kept while the model lives, so every session on that
-  // device shares one copy. Thread-safe; `make` runs under the lock, so it runs once, not once
-  // per racing session. A `make` that throws leaves nothing behind (the next request retries).
-  template <class T, class Make>
-  std::shared_ptr<T> backend_state(const std::string& key, Make&& make) const {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    auto it = state_.find(key);
-    if (it == state_.end()) it = state_.emplace(key, std::shared_ptr<T>(make())).first;
-    return std::static_pointer_cast<T>(it->second);
-  }
-
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -70,8 +56,6 @@ class Model {
   Tokenizer tokenizer_;
   DecodeDefaults decode_defaults_;
   int32_t image_token_id_ = -1;
-  mutable std::mutex state_mutex_;
-  mutable std::map<std::string, std::shared_ptr<void>> state_;  // last: released before the weights it copies
 };
 
 UOCR_NAMESPACE_END

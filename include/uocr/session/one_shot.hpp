@@ -26,14 +26,20 @@ UOCR_NAMESPACE_BEGIN
 
 class OneShotSession {
  public:
-  OneShotSession(std::shared_ptr<const Model> model, SessionParams params)
-      : model_(std::move(model)), params_(std::move(params)) {
-    require(model_ != nullptr, Status::invalid_argument, "session needs a model");
+  // On `engine` (its model and device; params' engine fields as for uocr::Session's engine
+  // constructor).
+  OneShotSession(std::shared_ptr<Engine> engine, SessionParams params)
+      : params_(std::move(params)), engine_(std::move(engine)) {
+    require(engine_ != nullptr, Status::invalid_argument, "session needs an engine");
+    model_ = engine_->model();
+    adopt_engine_choice(*engine_, params_);
     validate(*model_, params_);
-    // Opens the backend's device now (the model keeps it for every later run and session), so a
-    // backend that is not built in or a missing device is reported here, not by run().
-    open_engine(model_, params_.backend, engine_options(params_));
   }
+
+  // On an engine of its own, opened now as `params` says (kept for every later run), so a backend
+  // that is not built in or a missing device is reported here, not by run().
+  OneShotSession(std::shared_ptr<const Model> model, SessionParams params)
+      : OneShotSession(open_session_engine(model, params), params) {}
 
   const Model& model() const { return *model_; }
 
@@ -61,14 +67,15 @@ class OneShotSession {
     one_shot.groups.group_pages = std::max<int>(2, int(pages_.size()));  // every page held: no slide ever
     one_shot.groups.overlap_pages = 1;
     one_shot.page_fallback_tokens = 0;
-    runner_.emplace(model_, params_, one_shot);
+    runner_.emplace(engine_, params_, one_shot);
     ImageListPages source(pages_);
     return runner_->run(source, on_event);
   }
 
  private:
-  std::shared_ptr<const Model> model_;
   SessionParams params_;
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<const Model> model_;  // the engine's
   std::vector<ImageU8> pages_;
   std::optional<Session> runner_;
 };

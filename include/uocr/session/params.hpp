@@ -74,6 +74,24 @@ inline EngineOptions engine_options(const SessionParams& p) {
   return o;
 }
 
+// Whether p's engine fields (backend, device_index, batching, cuda_graphs, precision) ask for
+// backend b opened with options o.
+inline bool asks_for_engine(const SessionParams& p, Backend b, const EngineOptions& o) {
+  const EngineOptions mine = engine_options(p);
+  return p.backend == b && mine.device_index == o.device_index && mine.batching.max_batch == o.batching.max_batch &&
+         mine.batching.max_wait_us == o.batching.max_wait_us && mine.cuda_graphs == o.cuda_graphs &&
+         mine.precision == o.precision;
+}
+
+// "cuda device 1, batching 4 (wait 1000 us), CUDA graphs off, bf16": an engine choice in words.
+inline std::string describe_engine_choice(Backend b, const EngineOptions& o) {
+  std::string s = std::string(backend_name(b)) + " device " + std::to_string(o.device_index);
+  if (o.batching.max_batch > 1)
+    s += ", batching " + std::to_string(o.batching.max_batch) + " (wait " + std::to_string(o.batching.max_wait_us) + " us)";
+  if (!o.cuda_graphs) s += ", CUDA graphs off";
+  return s + ", " + precision_name(o.precision);
+}
+
 // Checks everything up front, not seconds later after the vision encoder has run.
 inline void validate(const Model& model, const SessionParams& p) {
   require(p.window >= -1, Status::invalid_argument, "window must be -1, 0 or positive");

@@ -141,21 +141,58 @@ inline std::string model_identity(const Model& model) {
   return h.hex();
 }
 
+// The engine a session on `model` opens for itself, as `p` says (p checked first, before any
+// device is opened).
+inline std::shared_ptr<Engine> open_session_engine(const std::shared_ptr<const Model>& model, const SessionParams& p) {
+  require(model != nullptr, Status::invalid_argument, "session needs a model");
+  validate(*model, p);
+  return open_engine(model, p.backend, engine_options(p));
+}
+
+// A session's params on `engine`: engine fields (backend, device_index, batching, cuda_graphs,
+// precision) all at their defaults take the engine's; otherwise they must be the engine's
+// (Status::invalid_argument naming both).
+inline void adopt_engine_choice(const Engine& engine, SessionParams& p) {
+  const Backend b = engine.backend();
+  const EngineOptions& o = engine.options();
+  if (asks_for_engine(p, Backend::cpu, EngineOptions{})) {
+    p.backend = b;
+    p.device_index = o.device_index;
+    p.batching = o.batching;
+    p.cuda_graphs = o.cuda_graphs;
+    p.precision = o.precision;
+  }
+  require(asks_for_engine(p, b, o), Status::invalid_argument, [&] {
+    return "the session's parameters ask for " + describe_engine_choice(p.backend, engine_options(p)) +
+           " but its engine runs " + describe_engine_choice(b, o) + "; leave those parameters at their defaults to run on the engine";
+  });
+}
+
 class Session {
  public:
-  Session(std::shared_ptr<const Model> model, SessionParams params = {}, DocumentParams document = {})
-      : model_(std::move(model)), params_(std::move(params)), inf_(document) {
-    require(model_ != nullptr, Status::invalid_argument, "session needs a model");
+  // A session on `engine`: the engine's model on its device, sharing the weights there (and, with
+  // batching, the decode steps) with the engine's other sessions. The params' engine fields
+  // (backend, device_index, batching, cuda_graphs, precision) are left at their defaults or are
+  // the engine's; another choice is Status::invalid_argument.
+  Session(std::shared_ptr<Engine> engine, SessionParams params = {}, DocumentParams document = {})
+      : params_(std::move(params)), inf_(std::move(document)), backend_(std::move(engine)) {
+    require(backend_ != nullptr, Status::invalid_argument, "session needs an engine");
+    model_ = backend_->model();
+    adopt_engine_choice(*backend_, params_);
     validate(*model_, params_);
     require(inf_.page_fallback_tokens >= 0, Status::invalid_argument, "page_fallback_tokens must be >= 0");
     PageGroupDecoder::validate(inf_.groups);
-    // Opened now, so a backend that is not built in or a missing device is reported here; the
-    // device and its copy of the weights are shared with the model's other sessions.
-    backend_ = open_engine(model_, params_.backend, engine_options(params_));
   }
 
+  // A session on an engine of its own, opened as `params` says (its backend is opened now, so one
+  // that is not built in or a missing device is reported here). Sessions opened this way share
+  // nothing: to share a device's copy of the weights, open one engine and the sessions on it.
+  Session(std::shared_ptr<const Model> model, SessionParams params = {}, DocumentParams document = {})
+      : Session(open_session_engine(model, params), params, std::move(document)) {}
+
   const Model& model() const { return *model_; }
-  // The backend and device that run this session.
+  // The engine that runs this session, and its backend and device.
+  const std::shared_ptr<Engine>& engine() const { return backend_; }
   EngineInfo engine_info() const { return backend_->info(); }
   const SessionStats& stats() const { return stats_; }
   int effective_window() const { return uocr::effective_window(*model_, params_); }
@@ -438,10 +475,10 @@ class Session {
     return s.substr(b, s.find_last_not_of(kWhitespace) - b + 1);
   }
 
-  std::shared_ptr<const Model> model_;
-  std::shared_ptr<Engine> backend_;  // the compute backend (SessionParams::backend)
+  std::shared_ptr<const Model> model_;  // the engine's
   SessionParams params_;
   DocumentParams inf_;
+  std::shared_ptr<Engine> backend_;  // the compute backend and device
   SessionStats stats_;
   MemoryStats memory_;
   std::unique_ptr<const MarkerCompletion> completion_;  // built by the first run with pages outside the group

@@ -1,15 +1,15 @@
 // The CUDA engine (uocr/engine/engine.hpp): CudaVisionEncoder and page groups over CudaDecoder +
 // CudaKvCache.
 //
-// The decoder's weights are uploaded once per model and device index (Model::backend_state
-// "cuda:<index>") and shared by every session on that device. Each session's decoder gets its
+// The engine owns the device model: the decoder's weights, uploaded once and shared by every
+// session opened on the engine, and the vision encoder. Each session's decoder gets its
 // own Context (stream, cuBLAS handle, allocator, scratch), so sessions in different threads run
 // concurrently on the GPU without locking; the shared weights are read-only. The vision encoder
 // (its weights uploaded on the first vision() call) runs on the device model's Context, one view
 // at a time under its lock.
 //
-// Continuous batching (BatchParams, uocr/decoder/step_batcher.hpp): one DeviceBatcher per device
-// and parameters runs the documents' decode steps through CudaDecoder::decode_batch.
+// Continuous batching (BatchParams, uocr/decoder/step_batcher.hpp): the engine's DeviceBatcher
+// runs its documents' decode steps through CudaDecoder::decode_batch.
 //
 // CUDA graphs (`cuda_graphs`, SessionParams::cuda_graphs, on by default): every decoder this
 // engine makes, the batch decoder included, replays its dense decode steps as graphs.
@@ -38,14 +38,18 @@
 UOCR_NAMESPACE_BEGIN
 namespace cuda {
 
-// One model's decoder weights on one device. Members are destroyed in reverse order: the
-// Context (which owns the weights' memory) last.
+// One model's decoder weights on one device; what holds it keeps the model (whose weights the
+// decoders and the encoder read) alive too. Members are destroyed in reverse order: the Context
+// (which owns the weights' memory) after everything on it, the model last.
 struct DeviceModel {
-  DeviceModel(const Model& model, int device_index)
-      : ctx(device_index), decoder(DecoderDeviceWeights::upload(ctx, model.config().decoder, model.weights().decoder)) {
+  DeviceModel(std::shared_ptr<const Model> m, int device_index)
+      : model(std::move(m)),
+        ctx(device_index),
+        decoder(DecoderDeviceWeights::upload(ctx, model->config().decoder, model->weights().decoder)) {
     ctx.synchronize();  // other Contexts (other streams) read these weights
   }
 
+  std::shared_ptr<const Model> model;
   Context ctx;
   std::shared_ptr<const DecoderDeviceWeights> decoder;
   std::mutex vision_mutex;                    // guards `vision` and ctx's use by it
@@ -55,11 +59,6 @@ struct DeviceModel {
   CudaVisionEncoder& vision_encoder(const Model& model) {
     if (!vision) vision = std::make_unique<CudaVisionEncoder>(ctx, model.config(), model.weights());
     return *vision;
-  }
-
-  static std::shared_ptr<DeviceModel> of(const Model& model, int device_index) {
-    return model.backend_state<DeviceModel>("cuda:" + std::to_string(device_index),
-                                            [&] { return std::make_shared<DeviceModel>(model, device_index); });
   }
 };
 
@@ -71,57 +70,50 @@ using CudaVisionEngine = DeviceVisionEngine<DeviceModel>;
 // over the shared weights; the documents' caches stay in their sessions' Contexts.
 struct DeviceBatcher {
   using Batcher = PageGroupEngine<CudaPageGroups>::Batcher;
-  DeviceBatcher(const Model& model, std::shared_ptr<DeviceModel> d, const BatchParams& p, bool cuda_graphs)
+  DeviceBatcher(std::shared_ptr<DeviceModel> d, const BatchParams& p, bool cuda_graphs)
       : dev(std::move(d)), ctx(dev->ctx.info().index),
-        batcher(with_graphs(CudaDecoder(ctx, model.config().decoder, model.weights().decoder, dev->decoder), cuda_graphs),
+        batcher(with_graphs(CudaDecoder(ctx, dev->model->config().decoder, dev->model->weights().decoder, dev->decoder),
+                            cuda_graphs),
                 p, kMaxExtrapolatedPosition) {}
   static CudaDecoder with_graphs(CudaDecoder d, bool on) {
     d.set_cuda_graphs(on);
     return d;
   }
-  std::shared_ptr<DeviceModel> dev;  // the weights the batch decoder reads
+  std::shared_ptr<DeviceModel> dev;  // the weights (and model) the batch decoder reads
   Context ctx;
   Batcher batcher;
 };
 
 class CudaEngine final : public Engine {
  public:
-  // Opens device `device_index` for `model`, uploading the decoder weights unless another session
-  // already did. Status::unsupported without a driver or device; invalid_argument for an index
-  // out of range. batching.max_batch > 1: documents without SR-SWA have their decode steps
-  // batched with those of every CudaEngine opened with the same parameters on this device.
-  // cuda_graphs: decode steps replay CUDA graphs (CudaDecoder::set_cuda_graphs).
-  CudaEngine(std::shared_ptr<const Model> model, int device_index, const BatchParams& batching = {},
-             bool cuda_graphs = true)
-      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)), graphs_(cuda_graphs) {
-    validate(batching);
-    if (batching.max_batch > 1) {
-      const std::string key = "cuda:" + std::to_string(device_index) + ":batch:" + std::to_string(batching.max_batch) +
-                              ":" + std::to_string(batching.max_wait_us) + (cuda_graphs ? ":graphs" : ":eager");
-      batcher_ = model_->backend_state<DeviceBatcher>(
-          key, [&] { return std::make_shared<DeviceBatcher>(*model_, dev_, batching, cuda_graphs); });
-    }
+  // Opens device `options.device_index` for `model` and uploads the decoder weights.
+  // Status::unsupported without a driver or device; invalid_argument for an index out of range.
+  // batching.max_batch > 1: the decode steps of this engine's documents without SR-SWA are
+  // batched. cuda_graphs: decode steps replay CUDA graphs (CudaDecoder::set_cuda_graphs).
+  CudaEngine(std::shared_ptr<const Model> m, const EngineOptions& options)
+      : Engine(std::move(m), options), dev_(std::make_shared<DeviceModel>(model(), options.device_index)),
+        graphs_(options.cuda_graphs) {
+    validate(options.batching);
+    if (options.batching.max_batch > 1) batcher_ = std::make_shared<DeviceBatcher>(dev_, options.batching, graphs_);
   }
 
   EngineInfo info() const override {
     const DeviceInfo& d = dev_->ctx.info();
     return {Backend::cuda, d.index, d.name, d.driver};
   }
-  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CudaVisionEngine>(model_, dev_); }
+  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<CudaVisionEngine>(model(), dev_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
-    // The session's own Context, kept alive (with the model and the shared weights) by the owner.
+    // The session's own Context, kept alive (with the shared weights and the model) by the owner.
     struct Owner {
-      Owner(std::shared_ptr<const Model> m, std::shared_ptr<DeviceModel> d)
-          : model(std::move(m)), dev(std::move(d)), ctx(dev->ctx.info().index) {}
-      std::shared_ptr<const Model> model;
+      explicit Owner(std::shared_ptr<DeviceModel> d) : dev(std::move(d)), ctx(dev->ctx.info().index) {}
       std::shared_ptr<DeviceModel> dev;
       Context ctx;
     };
-    auto owner = std::make_shared<Owner>(model_, dev_);
-    const DecoderConfig& c = model_->config().decoder;
+    auto owner = std::make_shared<Owner>(dev_);
+    const DecoderConfig& c = model()->config().decoder;
     auto e = std::make_unique<PageGroupEngine<CudaPageGroups>>(
         owner,
-        DeviceBatcher::with_graphs(CudaDecoder(owner->ctx, c, model_->weights().decoder, dev_->decoder), graphs_),
+        DeviceBatcher::with_graphs(CudaDecoder(owner->ctx, c, model()->weights().decoder, dev_->decoder), graphs_),
         CudaKvCache(owner->ctx, c, window), groups);
     // SR-SWA selects from one document's summaries (CudaDecoder's mirror): such documents step alone.
     if (batcher_ && !groups.sparse) e->batch_steps(std::shared_ptr<DeviceBatcher::Batcher>(batcher_, &batcher_->batcher));
@@ -130,7 +122,6 @@ class CudaEngine final : public Engine {
   BatchStats batch_stats() const override { return batcher_ ? batcher_->batcher.stats() : BatchStats{}; }
 
  private:
-  std::shared_ptr<const Model> model_;
   std::shared_ptr<DeviceModel> dev_;
   std::shared_ptr<DeviceBatcher> batcher_;  // null: batching off
   bool graphs_;                             // decode steps through CUDA graphs
@@ -138,7 +129,7 @@ class CudaEngine final : public Engine {
 
 inline const bool cuda_engine_registered = register_engine(
     Backend::cuda, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
-      return std::make_shared<CudaEngine>(model, options.device_index, options.batching, options.cuda_graphs);
+      return std::make_shared<CudaEngine>(model, options);
     });
 
 }  // namespace cuda

@@ -1,13 +1,13 @@
 // The Vulkan engine (uocr/engine/engine.hpp): VulkanVisionEncoder and page groups over
 // VulkanDecoder + VulkanKvCache on one device.
 //
-// The device (Context) and the model's weights on it are created once per model and device index
-// (Model::backend_state "vulkan:<index>") and shared by every session on that device; each
-// session's decoder has its own KV cache and scratch buffers. The Context serialises concurrent
-// users; the shared vision encoder (it caches size-dependent tables) is used under its own lock.
+// The engine owns the device (Context) and the model's weights on it, shared by every session
+// opened on the engine; each session's decoder has its own KV cache and scratch buffers. The
+// Context serialises concurrent users; the shared vision encoder (it caches size-dependent
+// tables) is used under its own lock.
 //
 // SR-SWA, checkpoints / resume and position extrapolation work as on the CPU (a checkpoint
-// resumes on either backend); SR-SWA selects on the device (DeviceSparseReference, sparse.hpp).
+// resumes on either backend); SR-SWA selects on the device (VulkanSparseReference, sparse.hpp).
 #pragma once
 #include <memory>
 #include <mutex>
@@ -26,13 +26,17 @@
 UOCR_NAMESPACE_BEGIN
 namespace vulkan {
 
-// One model's weights on one device. Members are destroyed in reverse order: the Context last.
+// One model's weights on one device; what holds it keeps the model (whose weights its encoder
+// and decoders read) alive too. Members are destroyed in reverse order: the Context after
+// everything on it, the model last.
 struct DeviceModel {
-  DeviceModel(const Model& model, int device_index)
-      : ctx(options(device_index)),
-        decoder(DecoderDeviceWeights::upload(ctx, model.weights().decoder)),
-        vision(ctx, model.config(), model.weights()) {}
+  DeviceModel(std::shared_ptr<const Model> m, int device_index)
+      : model(std::move(m)),
+        ctx(options(device_index)),
+        decoder(DecoderDeviceWeights::upload(ctx, model->weights().decoder)),
+        vision(ctx, model->config(), model->weights()) {}
 
+  std::shared_ptr<const Model> model;
   Context ctx;
   std::shared_ptr<const DecoderDeviceWeights> decoder;
   std::mutex vision_mutex;
@@ -46,11 +50,6 @@ struct DeviceModel {
     o.device_index = device_index;
     return o;
   }
-
-  static std::shared_ptr<DeviceModel> of(const Model& model, int device_index) {
-    return model.backend_state<DeviceModel>("vulkan:" + std::to_string(device_index),
-                                            [&] { return std::make_shared<DeviceModel>(model, device_index); });
-  }
 };
 
 using VulkanPageGroups = BasicPageGroupDecoder<VulkanDecoder, VulkanKvCache>;
@@ -59,27 +58,26 @@ using VulkanVisionEngine = DeviceVisionEngine<DeviceModel>;
 
 class VulkanEngine final : public Engine {
  public:
-  // Opens device `device_index` (Context::list_devices() order) for `model`, uploading the
-  // weights unless another session already did. Status::unsupported without a driver or with
-  // an index out of range (the message lists the devices found).
-  VulkanEngine(std::shared_ptr<const Model> model, int device_index)
-      : model_(std::move(model)), dev_(DeviceModel::of(*model_, device_index)) {}
+  // Opens device `options.device_index` (Context::list_devices() order) for `model` and uploads
+  // the weights. Status::unsupported without a driver or with an index out of range (the message
+  // lists the devices found).
+  VulkanEngine(std::shared_ptr<const Model> m, const EngineOptions& options)
+      : Engine(std::move(m), options), dev_(std::make_shared<DeviceModel>(model(), options.device_index)) {}
 
   EngineInfo info() const override {
     return {Backend::vulkan, dev_->ctx.device_index(), dev_->ctx.device_name(), dev_->ctx.driver_version()};
   }
-  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<VulkanVisionEngine>(model_, dev_); }
+  std::unique_ptr<VisionEngine> vision() override { return std::make_unique<VulkanVisionEngine>(model(), dev_); }
   std::unique_ptr<DecoderEngine> decoder(int window, const PageGroupParams& groups) override {
-    const DecoderConfig& c = model_->config().decoder;
-    // The model owns dev_ (backend_state), so keeping the model alive keeps the device too.
+    const DecoderConfig& c = model()->config().decoder;
+    // dev_ keeps the device, its weights and the model alive for the decoder.
     return std::make_unique<PageGroupEngine<VulkanPageGroups>>(
-        model_, VulkanDecoder(dev_->ctx, c, model_->weights().decoder, dev_->decoder), VulkanKvCache(dev_->ctx, c, window),
+        dev_, VulkanDecoder(dev_->ctx, c, model()->weights().decoder, dev_->decoder), VulkanKvCache(dev_->ctx, c, window),
         groups);
   }
   Context& context() { return dev_->ctx; }
 
  private:
-  std::shared_ptr<const Model> model_;
   std::shared_ptr<DeviceModel> dev_;
 };
 
@@ -87,7 +85,7 @@ inline const bool vulkan_engine_registered = register_engine(
     Backend::vulkan, [](const std::shared_ptr<const Model>& model, const EngineOptions& options) -> std::shared_ptr<Engine> {
       require(options.batching.max_batch == 1, Status::unsupported,
               "continuous batching (max_batch > 1) is not available on the vulkan backend");
-      return std::make_shared<VulkanEngine>(model, options.device_index);
+      return std::make_shared<VulkanEngine>(model, options);
     });
 
 }  // namespace vulkan
