@@ -108,13 +108,13 @@ if [[ $skip_build -eq 0 ]]; then
       || die "meson setup failed: is the CUDA toolkit (nvcc, cuBLAS) installed? (see $log)"
   fi
   build_start=$(date +%s)
-  run_step 360 "build (ninja -j$jobs)" ninja -C "$build" -j"$jobs" tests/test_cuda tests/test_cuda_sparse \
+  run_step 360 "build (ninja -j$jobs)" ninja -C "$build" -j"$jobs" tests/test_conformance tests/test_cuda tests/test_cuda_sparse \
     tests/test_cuda_vision tests/test_cuda_resume tests/test_cuda_graphs backends/cuda/uocr_cuda_bench \
     || die "build failed (see $log)"
   say "build took $(( $(date +%s) - build_start ))s"
 fi
-for exe in tests/test_cuda tests/test_cuda_sparse tests/test_cuda_vision tests/test_cuda_resume tests/test_cuda_graphs \
-  backends/cuda/uocr_cuda_bench; do
+for exe in tests/test_conformance tests/test_cuda tests/test_cuda_sparse tests/test_cuda_vision tests/test_cuda_resume \
+  tests/test_cuda_graphs backends/cuda/uocr_cuda_bench; do
   [[ -x "$build/$exe" ]] || die "CUDA target $exe missing in $build (build with -Dcuda=enabled)"
 done
 
@@ -139,7 +139,8 @@ run_tests() {
   fi
   grep -E "MESSAGE: (cuda|device|page groups|CUDA|G = |engine)" "$3" | sed 's/^.*MESSAGE: /  /' | tee -a "$log" || true
 }
-run_tests "conformance, golden parity, batching, page groups" "$build/tests/test_cuda" "$out/test.log" 300
+run_tests "decoder goldens and input errors on every backend built (CPU, CUDA)" "$build/tests/test_conformance" "$out/test_conformance.log" 300
+run_tests "op conformance, batching, page groups" "$build/tests/test_cuda" "$out/test.log" 300
 run_tests "SR-SWA against the CPU's" "$build/tests/test_cuda_sparse" "$out/test_sparse.log" 120
 run_tests "vision encoder against the CPU's and upstream" "$build/tests/test_cuda_vision" "$out/test_vision.log" 120
 run_tests "checkpoints: CUDA -> CUDA, CPU -> CUDA, CUDA -> CPU" "$build/tests/test_cuda_resume" "$out/test_resume.log" 120

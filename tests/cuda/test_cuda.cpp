@@ -36,17 +36,7 @@ using uocr_test::rel_err;
 
 namespace {
 
-// The device (or why there is none) and the golden model (tiny-b), built once.
-struct Env : uocr_test::DeviceGolden<cu::Context, cu::DecoderDeviceWeights> {
-  static Env& get() {
-    static Env e;
-    return e;
-  }
-  const std::shared_ptr<cu::DecoderDeviceWeights>& device_weights() {
-    if (!dev_weights) dev_weights = cu::DecoderDeviceWeights::upload(*ctx, cfg.decoder, w.decoder);
-    return dev_weights;
-  }
-};
+using Env = uocr_test::CudaEnv;
 
 // In a GPU case: the device must also open (a listed but unusable GPU fails the case).
 void require_gpu() {
@@ -265,28 +255,7 @@ cu::CudaDecoder make_decoder() {
   return cu::CudaDecoder(*e.ctx, e.cfg.decoder, e.w.decoder, e.device_weights());
 }
 
-struct CudaRunner {
-  static constexpr const char* name = "cuda";
-  cu::CudaDecoder dec = make_decoder();
-  cu::CudaKvCache cache(int window) { return cu::CudaKvCache(*Env::get().ctx, Env::get().cfg.decoder, window); }
-};
-
 }  // namespace
-
-TEST_CASE("golden (tiny-b) on CUDA: prefill logits at every prefix position" * doctest::skip(no_gpu())) {
-  require_gpu();
-  uocr_test::golden_prefill<CudaRunner>(Env::get());
-}
-
-TEST_CASE("golden (tiny-b) on CUDA: teacher-forced decode, full attention" * doctest::skip(no_gpu())) {
-  require_gpu();
-  uocr_test::golden_decode<CudaRunner>(Env::get(), "full_attention", 0);
-}
-
-TEST_CASE("golden (tiny-b) on CUDA: teacher-forced decode, R-SWA n=8" * doctest::skip(no_gpu())) {
-  require_gpu();
-  uocr_test::golden_decode<CudaRunner>(Env::get(), "rswa_n8", 8);
-}
 
 TEST_CASE("batched decoding: several sequences per step give exactly the single-stream logits" * doctest::skip(no_gpu())) {
   require_gpu();
@@ -350,26 +319,6 @@ TEST_CASE("page groups over CudaDecoder match the CPU's" * doctest::skip(no_gpu(
   MESSAGE("page groups, cuda vs cpu: worst logits rel err " << worst);
   CHECK(worst <= 1e-5);
   CHECK(gpu.slides() == cpu.slides());
-}
-
-TEST_CASE("CUDA decoder input errors match the CPU decoder's" * doctest::skip(no_gpu())) {
-  require_gpu();
-  Env& e = Env::get();
-  cu::CudaDecoder dec = make_decoder();
-  cu::CudaKvCache cache(*e.ctx, e.cfg.decoder, 8);
-  const std::vector<float> input = dec.embed_prompt(e.input_ids, e.vision);
-  CHECK(uocr_test::status_of([&] { dec.decode_step(5, 0, cache); }) == Status::invalid_argument);  // before prefill
-  CHECK(uocr_test::status_of([&] { dec.prefill(input, -1, cache); }) == Status::invalid_argument);
-  dec.prefill(input, 0, cache);
-  CHECK(uocr_test::status_of([&] { dec.decode_step(5, e.cfg.decoder.max_positions, cache); }) == Status::invalid_argument);
-  CHECK(uocr_test::status_of([&] { dec.decode_step(e.cfg.decoder.vocab, 300, cache); }) == Status::invalid_argument);
-  CHECK(cache.generated_tokens() == 0);
-  CHECK(uocr_test::status_of([&] { dec.decode_step(5, 300, cache); }) == Status::ok);
-  CHECK(cache.generated_tokens() == 1);
-  uocr::DecoderConfig other = e.cfg.decoder;
-  other.layers = 1;
-  cu::CudaKvCache wrong(*e.ctx, other, 8);
-  CHECK(uocr_test::status_of([&] { dec.prefill(input, 0, wrong); }) == Status::invalid_argument);
 }
 
 TEST_CASE("open_engine(Backend::cuda): Status::unsupported without a GPU; with one, a CUDA decoder and no vision yet") {

@@ -1,14 +1,17 @@
 // What the CUDA test executables share for machines without a usable GPU (CI has the toolkit but
 // no driver): no_gpu() for doctest::skip on the GPU cases, and gpu_test_main(), which runs the
-// cases and then, without a GPU, prints "GPU cases skipped: <why>" and exits 77 (meson: SKIP).
-// Include after DOCTEST_CONFIG_IMPLEMENT.
+// cases and then, without a GPU, prints "GPU cases skipped: <why>" and exits 77 (meson: SKIP);
+// and CudaEnv, the golden model with a CUDA Context. Include after DOCTEST_CONFIG_IMPLEMENT.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <iostream>
+#include <memory>
 #include <string>
 
+#include "support/golden_decoder.hpp"
 #include "uocr/backends/cuda/context.hpp"
+#include "uocr/backends/cuda/weights.hpp"
 
 namespace uocr_test {
 
@@ -36,5 +39,18 @@ inline int gpu_test_main(int argc, char** argv) {
   }
   return 0;
 }
+
+// The golden model (tiny-b), the device's Context (or why there is none) and the decoder's device
+// weights, uploaded on first use.
+struct CudaEnv : DeviceGolden<uocr::cuda::Context, uocr::cuda::DecoderDeviceWeights> {
+  static CudaEnv& get() {
+    static CudaEnv e;
+    return e;
+  }
+  const std::shared_ptr<uocr::cuda::DecoderDeviceWeights>& device_weights() {
+    if (!dev_weights) dev_weights = uocr::cuda::DecoderDeviceWeights::upload(*ctx, cfg.decoder, w.decoder);
+    return dev_weights;
+  }
+};
 
 }  // namespace uocr_test
