@@ -226,13 +226,7 @@ class Session {
  private:
   RunSummary run_document(PageSource& pages, const std::function<bool(const Event&)>& on_event,
                           const CheckpointOptions& checkpoint) {
-    const int64_t n_pages = pages.count();
-    require(n_pages >= 1 && n_pages <= std::numeric_limits<int32_t>::max(), Status::invalid_argument, [&] {
-      return "a session needs a page source with a known page count in [1, 2^31 - 1] (positions depend on it; "
-             "events number pages in int), got " + std::to_string(n_pages);
-    });
-    require(!checkpoint.resume || !checkpoint.path.empty(), Status::invalid_argument, "resuming needs a checkpoint path");
-    require(checkpoint.every_tokens >= 0, Status::invalid_argument, "checkpoint every_tokens must be >= 0");
+    const int64_t n_pages = check_run(pages, checkpoint);
     const ModelConfig& cfg = model_->config();
     const bool multi = n_pages > 1;
     const auto t_run = std::chrono::steady_clock::now();
@@ -252,26 +246,15 @@ class Session {
     const std::unique_ptr<DecoderEngine> decoder = backend_->decoder(effective_window(), inf_.groups);
     DecoderEngine& engine = *decoder;
 
-    const std::string prompt_text = !params_.prompt.empty() ? params_.prompt : multi ? kMultiPagePrompt : kSinglePagePrompt;
-    const Prompt one = build_prompt(*model_, prompt_text, 1);  // split around a single placeholder
-    DocumentLayout layout;
-    layout.head.assign(one.ids.begin(), one.ids.begin() + one.image_offset);
-    layout.tail.assign(one.ids.begin() + one.image_offset + 1, one.ids.end());
-    layout.pages = n_pages;
-
+    DocumentLayout layout = document_layout(n_pages);
     const int ngram_window = params_.ngram_window >= 0 ? params_.ngram_window : multi ? 1024 : 128;
     GenerationState L(params_, ngram_window, inf_.page_fallback_tokens);
     const Tokenizer& tok = model_->tokenizer();
     const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
-    if (checkpoint.resume) {
+    if (checkpoint.resume)
       load(checkpoint, id, marker_ids, layout, visual, engine, L);
-    } else {
-      layout.page_tokens = visual.first_page_tokens();
-      L.logits = engine.start(layout, visual);
-      L.ngram.push(layout.head.begin(), layout.head.end());
-      L.ngram.push_repeated(model_->image_token_id(), n_pages * layout.page_tokens);
-      L.ngram.push(layout.tail.begin(), layout.tail.end());
-    }
+    else
+      start(layout, visual, engine, L);
     sum.visual_tokens = n_pages * layout.page_tokens;
     sum.prompt_tokens = layout.prompt_length();
 
@@ -280,38 +263,9 @@ class Session {
       if (!completion_) completion_ = std::make_unique<const MarkerCompletion>(tok);  // vocabulary x marker prefixes: once per session
       completion = completion_.get();
     }
-    bool cancelled = false;
-    auto emit = [&](const Event& e) {
-      if (!cancelled && on_event && !on_event(e)) cancelled = true;
-    };
-    L.parser.on_page = [&](int page) {
-      Event e;
-      e.type = Event::Type::page;
-      e.page = page;
-      emit(e);
-    };
-    L.parser.on_block = [&](const LayoutBlock& b) {
-      Event e;
-      e.type = Event::Type::block;
-      e.page = b.page;
-      e.block = b;
-      const std::pair<int, int> wh = visual.size_of(std::min<int64_t>(b.page, visual.encoded() - 1));
-      for (int k = 0; k < 4; ++k) e.box_px[k] = box_to_pixels(b.box[k], k % 2 ? wh.second : wh.first);
-      emit(e);
-    };
-    auto track_memory = [&] {
-      const DecoderMemory m = engine.memory();
-      memory_.reference_kv_bytes = m.reference_kv_bytes;
-      memory_.window_kv_bytes = m.window_kv_bytes;
-      memory_.kv_allocated_bytes = m.kv_allocated_bytes;
-      memory_.peak_kv_bytes = m.peak_kv_bytes;
-      // Engines keep their working memory once grown (vision and decoder workspaces), so what
-      // they hold between two steps is their largest so far: sampling here sees every peak.
-      memory_.scratch_bytes = encoder->scratch_bytes() + m.scratch_bytes;
-      memory_.peak_scratch_bytes = std::max(memory_.peak_scratch_bytes, memory_.scratch_bytes);
-      memory_.peak_bytes = std::max(memory_.peak_bytes, memory_.kv_allocated_bytes + memory_.scratch_bytes);
-    };
-    track_memory();
+    EventSink sink{on_event};
+    connect_parser(L.parser, sink, visual);
+    track_memory(*encoder, engine);
     if (!checkpoint.path.empty() && !checkpoint.resume) save(checkpoint, id, layout, visual, engine, L);
 
     const auto t_decode = std::chrono::steady_clock::now();
@@ -321,33 +275,13 @@ class Session {
     std::string text;
     for (;;) {
       token_in_progress_ = L.generated + 1;
-      int32_t token;
-      if (!L.forced.empty()) {
-        token = L.forced.front();
-        L.forced.pop_front();
-      } else {
-        LogitChain::Step step;
-        step.generated = L.generated;
-        step.token_number = token_in_progress_;
-        step.marker_prefix = L.clock.marker_prefix();
-        step.pages_follow = L.clock.page() + 1 < n_pages;
-        step.banned = L.ngram.banned();
-        const LogitChain::Pick pick = chain.next(L.logits, step, L.sampler);
-        L.markers_completed += pick.completed_marker;
-        token = pick.token;
-        if (token < 0) { sum.stop = StopReason::no_token; break; }
-        if (token == eos) {
-          if (!(inf_.force_page_on_early_eos && engine.pages_pending() && !marker_ids.empty())) {
-            sum.stop = StopReason::eos;
-            break;
-          }
-          ++L.early_eos_replaced;
-          boundaries += L.clock.force();
-          L.forced.assign(marker_ids.begin(), marker_ids.end());
-          token = L.forced.front();
-          L.forced.pop_front();
-        }
+      const Choice next = choose_token(L, chain, engine, marker_ids, n_pages, eos);
+      if (next.token < 0) {
+        sum.stop = next.stop;
+        break;
       }
+      const int32_t token = next.token;
+      boundaries += next.boundaries;
       ++L.generated;
       Event e;
       e.token = token;
@@ -356,10 +290,10 @@ class Session {
       L.emitted_bytes += e.text.size();
       L.visible = L.visible || e.text.find_first_not_of(kWhitespace) != std::string::npos;
       if (inf_.keep_text) text += e.text;
-      emit(e);
+      sink.emit(e);
       L.parser.feed(e.text);
       boundaries += L.clock.feed(e.text);
-      if (cancelled) { sum.stop = StopReason::cancelled; break; }
+      if (sink.cancelled) { sum.stop = StopReason::cancelled; break; }
       if (time_budget > 0 && seconds_since(t_run) >= time_budget) { sum.stop = StopReason::time_budget; break; }
       if (params_.loop_guard && L.guard.push(e.text)) { sum.stop = StopReason::loop; break; }
       if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
@@ -369,7 +303,7 @@ class Session {
       stats_.last_position = engine.next_position();
       L.logits = engine.step(token);
       L.ngram.push(token);
-      track_memory();
+      track_memory(*encoder, engine);
       if (!checkpoint.path.empty() && (boundary || (checkpoint.every_tokens && L.generated % checkpoint.every_tokens == 0)))
         save(checkpoint, id, layout, visual, engine, L);
     }
@@ -380,16 +314,139 @@ class Session {
     if (!tail.text.empty()) {
       tail.page = L.parser.current_page();
       if (inf_.keep_text) text += tail.text;
-      emit(tail);
+      sink.emit(tail);
     }
+    sum.text = trim(text);
+    sum.empty = !(L.visible || tail.text.find_first_not_of(kWhitespace) != std::string::npos);
+    finish(sum, L, engine, visual, seconds_since(t_decode));
+    return sum;
+  }
+
+  // The page count of `pages`, checked with the checkpoint options before anything runs.
+  static int64_t check_run(PageSource& pages, const CheckpointOptions& checkpoint) {
+    const int64_t n_pages = pages.count();
+    require(n_pages >= 1 && n_pages <= std::numeric_limits<int32_t>::max(), Status::invalid_argument, [&] {
+      return "a session needs a page source with a known page count in [1, 2^31 - 1] (positions depend on it; "
+             "events number pages in int), got " + std::to_string(n_pages);
+    });
+    require(!checkpoint.resume || !checkpoint.path.empty(), Status::invalid_argument, "resuming needs a checkpoint path");
+    require(checkpoint.every_tokens >= 0, Status::invalid_argument, "checkpoint every_tokens must be >= 0");
+    return n_pages;
+  }
+
+  // The prompt around the pages: its tokens before and after the one image placeholder.
+  DocumentLayout document_layout(int64_t n_pages) const {
+    const std::string prompt_text = !params_.prompt.empty() ? params_.prompt : n_pages > 1 ? kMultiPagePrompt : kSinglePagePrompt;
+    const Prompt one = build_prompt(*model_, prompt_text, 1);  // split around a single placeholder
+    DocumentLayout layout;
+    layout.head.assign(one.ids.begin(), one.ids.begin() + one.image_offset);
+    layout.tail.assign(one.ids.begin() + one.image_offset + 1, one.ids.end());
+    layout.pages = n_pages;
+    return layout;
+  }
+
+  // A fresh run: the first group prefilled, the prompt in the n-gram history.
+  void start(DocumentLayout& layout, EncodedPages& visual, DecoderEngine& engine, GenerationState& L) const {
+    layout.page_tokens = visual.first_page_tokens();
+    L.logits = engine.start(layout, visual);
+    L.ngram.push(layout.head.begin(), layout.head.end());
+    L.ngram.push_repeated(model_->image_token_id(), layout.pages * layout.page_tokens);
+    L.ngram.push(layout.tail.begin(), layout.tail.end());
+  }
+
+  // The caller's event callback for one run; `cancelled` once it returned false.
+  struct EventSink {
+    const std::function<bool(const Event&)>& on_event;
+    bool cancelled = false;
+    void emit(const Event& e) {
+      if (!cancelled && on_event && !on_event(e)) cancelled = true;
+    }
+  };
+
+  // Page and layout-block events from the output parser; a block's box also in its page's pixels.
+  static void connect_parser(OutputParser& parser, EventSink& sink, const EncodedPages& visual) {
+    parser.on_page = [&sink](int page) {
+      Event e;
+      e.type = Event::Type::page;
+      e.page = page;
+      sink.emit(e);
+    };
+    parser.on_block = [&sink, &visual](const LayoutBlock& b) {
+      Event e;
+      e.type = Event::Type::block;
+      e.page = b.page;
+      e.block = b;
+      const std::pair<int, int> wh = visual.size_of(std::min<int64_t>(b.page, visual.encoded() - 1));
+      for (int k = 0; k < 4; ++k) e.box_px[k] = box_to_pixels(b.box[k], k % 2 ? wh.second : wh.first);
+      sink.emit(e);
+    };
+  }
+
+  // memory_ as of now: the KV cache and the engines' scratch, with the peaks.
+  void track_memory(const VisionEngine& encoder, const DecoderEngine& engine) {
+    const DecoderMemory m = engine.memory();
+    memory_.reference_kv_bytes = m.reference_kv_bytes;
+    memory_.window_kv_bytes = m.window_kv_bytes;
+    memory_.kv_allocated_bytes = m.kv_allocated_bytes;
+    memory_.peak_kv_bytes = m.peak_kv_bytes;
+    // Engines keep their working memory once grown (vision and decoder workspaces), so what they
+    // hold between two steps is their largest so far: sampling here sees every peak.
+    memory_.scratch_bytes = encoder.scratch_bytes() + m.scratch_bytes;
+    memory_.peak_scratch_bytes = std::max(memory_.peak_scratch_bytes, memory_.scratch_bytes);
+    memory_.peak_bytes = std::max(memory_.peak_bytes, memory_.kv_allocated_bytes + memory_.scratch_bytes);
+  }
+
+  // The next token (token < 0: the run stops for `stop`). A forced token (the rest of a marker
+  // written in place of an early EOS) comes first; else the logit chain picks. EOS while pages
+  // wait outside the group becomes "<PAGE>" when force_page_on_early_eos (`boundaries`: the page
+  // clock advanced).
+  struct Choice {
+    int32_t token = -1;
+    StopReason stop = StopReason::eos;
+    int64_t boundaries = 0;
+  };
+  Choice choose_token(GenerationState& L, const LogitChain& chain, const DecoderEngine& engine,
+                      const std::vector<int32_t>& marker_ids, int64_t n_pages, int32_t eos) const {
+    Choice c;
+    if (!L.forced.empty()) {
+      c.token = L.forced.front();
+      L.forced.pop_front();
+      return c;
+    }
+    LogitChain::Step step;
+    step.generated = L.generated;
+    step.token_number = token_in_progress_;
+    step.marker_prefix = L.clock.marker_prefix();
+    step.pages_follow = L.clock.page() + 1 < n_pages;
+    step.banned = L.ngram.banned();
+    const LogitChain::Pick pick = chain.next(L.logits, step, L.sampler);
+    L.markers_completed += pick.completed_marker;
+    if (pick.token < 0) {
+      c.stop = StopReason::no_token;
+      return c;
+    }
+    if (pick.token != eos) {
+      c.token = pick.token;
+      return c;
+    }
+    if (!(inf_.force_page_on_early_eos && engine.pages_pending() && !marker_ids.empty())) return c;  // EOS ends the run
+    ++L.early_eos_replaced;
+    c.boundaries = L.clock.force();
+    L.forced.assign(marker_ids.begin(), marker_ids.end());
+    c.token = L.forced.front();
+    L.forced.pop_front();
+    return c;
+  }
+
+  // The run's counts, memory and times into `sum` and stats_.
+  void finish(RunSummary& sum, const GenerationState& L, DecoderEngine& engine, const EncodedPages& visual,
+              double decode_loop_seconds) {
     sum.generated_tokens = L.generated;
     sum.memory = memory_;
     const DecoderTimings timings = engine.timings();
-    sum.decode_seconds = seconds_since(t_decode) - timings.slide_seconds;
-    sum.vision_seconds = visual.seconds();            // every page, at start and in slides
-    sum.prefill_seconds = timings.prefill_seconds;    // start and the pages prefilled in slides
-    sum.text = trim(text);
-    sum.empty = !(L.visible || tail.text.find_first_not_of(kWhitespace) != std::string::npos);
+    sum.decode_seconds = decode_loop_seconds - timings.slide_seconds;
+    sum.vision_seconds = visual.seconds();          // every page, at start and in slides
+    sum.prefill_seconds = timings.prefill_seconds;  // start and the pages prefilled in slides
 
     stats_.pages_encoded = visual.encoded();
     stats_.group_pages = engine.group_size();
@@ -401,12 +458,11 @@ class Session {
     const DecoderMemory memory = engine.memory();
     stats_.page_buffer_bytes = memory.page_buffer_bytes;
     stats_.sparse_summary_bytes = memory.sparse_summary_bytes;
-    if (engine.sparse()) {
-      stats_.sparse_rows_attended = engine.sparse()->rows_attended();
-      stats_.sparse_rows_dense = engine.sparse()->rows_dense();
+    if (const SparseReference* sparse = engine.sparse()) {
+      stats_.sparse_rows_attended = sparse->rows_attended();
+      stats_.sparse_rows_dense = sparse->rows_dense();
     }
     stats_.slide_seconds = timings.slide_seconds;
-    return sum;
   }
 
   // Every parameter that changes the tokens, in a stable text form.
