@@ -63,23 +63,26 @@ inline float f16_to_f32(uint16_t h) {
   return f;
 }
 
-// Converts n elements of type `t` starting at `src` to float32.
+// Converts n elements of type `t` starting at `src` to float32. `src` need not be aligned (a
+// safetensors data section may start at any byte), so 16-bit elements are read byte-wise.
 inline void to_f32(DType t, const void* src, float* dst, size_t n) {
+  const unsigned char* bytes = static_cast<const unsigned char*>(src);
+  auto half = [bytes](size_t i) {
+    uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, 2);
+    return h;
+  };
   switch (t) {
     case DType::f32: std::memcpy(dst, src, n * 4); return;
-    case DType::bf16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
+    case DType::bf16:
       for (size_t i = 0; i < n; ++i) {
-        uint32_t bits = uint32_t(s[i]) << 16;
+        const uint32_t bits = uint32_t(half(i)) << 16;
         std::memcpy(dst + i, &bits, 4);
       }
       return;
-    }
-    case DType::f16: {
-      const uint16_t* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+    case DType::f16:
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half(i));
       return;
-    }
   }
 }
 
