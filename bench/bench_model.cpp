@@ -17,6 +17,9 @@
 //   BM_DecodeStep     Decoder::decode_step with the R-SWA ring full (steady state), against
 //                     active bf16 weight bytes + float32 KV bytes per token / measured bandwidth
 //   BM_MoeLayerDecode one MoE layer's decode FFN as 21 linear() calls vs 2 linear_batch() calls
+//   BM_DraftVerify/K  draft verification: one pass over K + 1 tokens (Decoder::decode_tokens with
+//                     every row's logits) against one decode_step, interleaved in the same run;
+//                     verify_over_step - 1 is the tokens a pass must accept to break even
 // Each reports wall time and the calling thread's CPU time (the idle-machine estimate on a
 // shared machine; see docs/PERFORMANCE.md), and ratios of like to like.
 //
@@ -380,6 +383,40 @@ void BM_DecodeStep(benchmark::State& st) {
   st.counters["threads"] = uocr_bench::omp_threads();
 }
 
+void BM_DraftVerify(benchmark::State& st) {
+  if (!ready(st)) return;
+  const LoadedModel& m = *fixture().model;
+  const uocr::DecoderConfig& d = m.config().decoder;
+  uocr::Decoder dec(d, m.weights().decoder);
+  const int window = decode_window();
+  uocr::KvCache cache(d, window);
+  int64_t tokens = 0;
+  const std::vector<float> emb = prompt_embeddings(dec, &tokens);
+  std::vector<float> logits = dec.prefill(emb, 0, cache);
+  int64_t pos = tokens;
+  int32_t tok = argmax(logits);
+  for (int i = 0; i < window + 2; ++i) tok = argmax(dec.decode_step(tok, pos++, cache));  // fill the ring
+  const int64_t rows = st.range(0) + 1;
+  std::mt19937 rng(1);
+  std::vector<int32_t> pass(static_cast<size_t>(rows));
+  std::vector<float> rows_logits(static_cast<size_t>(rows * d.vocab));
+  Times step, verify;
+  for (auto _ : st) {
+    // Both forget their tokens afterwards (the ring keeps its size), so every pass sees the same cache.
+    step.time([&] { dec.decode_step(tok, pos, cache); });
+    cache.unclaim(1);
+    for (int32_t& t : pass) t = int32_t(rng() % uint32_t(d.vocab));
+    verify.time([&] { dec.decode_tokens(pass.data(), rows, pos, cache, rows_logits.data()); });
+    cache.unclaim(rows);
+  }
+  const double step_ms = Times::median(step.wall) * 1e3, verify_ms = Times::median(verify.wall) * 1e3;
+  st.counters["step_ms"] = step_ms;
+  st.counters["verify_ms"] = verify_ms;
+  st.counters["verify_over_step"] = verify_ms / step_ms;
+  st.counters["cpu_verify_over_step"] = Times::median(verify.cpu) / Times::median(step.cpu);
+  st.counters["threads"] = uocr_bench::omp_threads();
+}
+
 // The decoder proposal in numbers: a MoE layer's decode FFN (6 routed experts + the shared
 // expert, m = 1) as the 21 separate linear() calls moe_forward makes, against the same
 // products in two linear_batch() calls (all gate+up, then all down). Same bytes, same results.
@@ -505,6 +542,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_DecodeStep", BM_DecodeStep)
       ->Iterations(env_int("UOCR_BENCH_DECODE_STEPS", 32))->Unit(kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_MoeLayerDecode", BM_MoeLayerDecode)->Iterations(44)->Unit(kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_DraftVerify", BM_DraftVerify)
+      ->Arg(4)->Arg(8)->Arg(16)->Iterations(env_int("UOCR_BENCH_DECODE_STEPS", 32) / 2)->Unit(kMillisecond)->UseRealTime();
   print_setup();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

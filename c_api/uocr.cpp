@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -79,7 +80,9 @@ static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_image_byte
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, max_jpeg_scans) == 160, "max_jpeg_scans moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, page_time_budget_seconds) == 168, "page_time_budget_seconds moved");
 static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, precision) == 176, "precision moved");
-static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 184, "uocr_session_params size changed");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, draft) == 180, "draft moved");
+static_assert(sizeof(void*) != 8 || offsetof(uocr_session_params, draft_max_tokens) == 184, "draft_max_tokens moved");
+static_assert(sizeof(void*) != 8 || sizeof(uocr_session_params) == 192, "uocr_session_params size changed");
 static_assert(sizeof(void*) != 8 || UOCR_SESSION_PARAMS_MIN_SIZE == 56, "min size changed");
 
 UOCR_PIN(uocr_event, struct_size, 0);
@@ -107,7 +110,9 @@ UOCR_PIN(uocr_run_summary, scratch_bytes, 112);
 UOCR_PIN(uocr_run_summary, peak_scratch_bytes, 120);
 UOCR_PIN(uocr_run_summary, peak_bytes, 128);
 UOCR_PIN(uocr_run_summary, precision, 136);
-static_assert(sizeof(uocr_run_summary) == 144, "uocr_run_summary size changed");
+UOCR_PIN(uocr_run_summary, decode_passes, 144);
+UOCR_PIN(uocr_run_summary, accepted_tokens, 160);
+static_assert(sizeof(uocr_run_summary) == 168, "uocr_run_summary size changed");
 static_assert(UOCR_RUN_SUMMARY_MIN_SIZE == 112, "min size changed: API 2 callers pass 112 bytes");
 
 #define UOCR_PIN_STATUS(c, core) static_assert((c) == int(uocr::Status::core), #c " must equal uocr::Status::" #core)
@@ -174,6 +179,7 @@ struct uocr_page {
   bool set = false;
   uocr_status error = UOCR_OK;  // of the last uocr_page_set_* call, when it failed
   std::string message;
+  std::string draft;  // uocr_page_set_draft
 };
 
 struct uocr_session {
@@ -184,6 +190,7 @@ struct uocr_session {
   std::unique_ptr<uocr::Session> core;  // validated at creation; runs every transcription
   uocr::CheckpointOptions checkpoint;
   std::vector<uocr::ImageU8> pages;  // added with uocr_session_add_image_*
+  std::vector<std::string> drafts;   // their draft texts (uocr_session_set_page_draft), "" for none
   std::string text;  // transcript of the last run
   // Message of the last call on this session (mutable: const functions report too).
   mutable std::string error;
@@ -488,7 +495,6 @@ uocr::SessionParams to_core(const uocr_session_params& p) {
   if (p.model_defaults != UOCR_MODEL_DEFAULTS_USE && p.model_defaults != UOCR_MODEL_DEFAULTS_IGNORE)
     fail(UOCR_E_INVALID_ARGUMENT, "model_defaults " + std::to_string(p.model_defaults) + " is not a UOCR_MODEL_DEFAULTS_* value");
   c.page_time_budget_seconds = p.page_time_budget_seconds;  // checked with the rest by the core
-  if (p.reserved_api11 != 0) fail(UOCR_E_INVALID_ARGUMENT, "reserved_api11 must be 0");
   return c;
 }
 
@@ -527,6 +533,11 @@ uocr::DocumentParams to_document_params(const uocr_session_params& p, const uocr
                                       std::to_string(p.reference_gate_fan_out) + " and " + std::to_string(p.reference_gate_beam));
   if (p.reference_gate_fan_out) g.sparse_params.gate_fan_out = p.reference_gate_fan_out;
   g.sparse_params.gate_beam = p.reference_gate_beam;
+  if (p.draft != UOCR_DRAFT_ON && p.draft != UOCR_DRAFT_OFF)
+    fail(UOCR_E_INVALID_ARGUMENT, "draft " + std::to_string(p.draft) + " is not a UOCR_DRAFT_* value");
+  c.draft.enabled = p.draft == UOCR_DRAFT_ON;
+  if (p.draft_max_tokens) c.draft.max_tokens = p.draft_max_tokens;  // checked by the core
+  if (p.reserved_api14 != 0) fail(UOCR_E_INVALID_ARGUMENT, "reserved_api14 must be 0");
   c.keep_text = true;
   return c;
 }
@@ -566,6 +577,42 @@ uocr_run_summary to_c(const uocr::RunSummary& s) {
   o.precision = int32_t(s.precision);
   return o;
 }
+
+// A run's summary with what drafting did.
+uocr_run_summary to_c(const uocr::RunSummary& s, const uocr::SessionStats& st) {
+  uocr_run_summary o = to_c(s);
+  o.decode_passes = st.draft.passes;
+  o.drafted_tokens = st.draft.drafted;
+  o.accepted_tokens = st.draft.accepted;
+  return o;
+}
+
+// A page callback's pages (uocr::CallbackPages) with the drafts the callback set, kept for the
+// pages around the current one only (a session asks for the current page's and the next one's).
+class CallbackDrafts final : public uocr::PageSource {
+ public:
+  using Pull = std::function<bool(int64_t index, uocr::ImageU8& page, std::string& draft)>;
+  CallbackDrafts(int64_t count, Pull pull)
+      : pages_(count, [this, pull = std::move(pull)](int64_t index, uocr::ImageU8& page) {
+          std::string draft;
+          const bool ok = pull(index, page, draft);
+          if (!draft.empty()) drafts_[index] = std::move(draft);
+          return ok;
+        }) {}
+  int64_t count() const override { return pages_.count(); }
+  bool next(uocr::ImageU8& page) override { return pages_.next(page); }
+  void skip(int64_t n) override { pages_.skip(n); }
+  std::string identity() const override { return pages_.identity(); }
+  std::string draft_text(int64_t page) const override {
+    drafts_.erase(drafts_.begin(), drafts_.lower_bound(page - 1));  // pages well behind are done
+    const auto it = drafts_.find(page);
+    return it == drafts_.end() ? std::string() : it->second;
+  }
+
+ private:
+  mutable std::map<int64_t, std::string> drafts_;
+  uocr::CallbackPages pages_;
+};
 
 void add_page(uocr_session* s, uocr::ImageU8 image) {
   if (image.width <= 0 || image.height <= 0) fail(UOCR_E_INVALID_ARGUMENT, "page image is empty");
@@ -662,7 +709,7 @@ void run_document(uocr_session* session, uocr::PageSource& pages, uocr_event_cal
   }
   const uocr::RunSummary sum = session->core->run(pages, on_event, session->checkpoint);
   session->text = sum.text;
-  if (summary) write_output(summary, to_c(sum));
+  if (summary) write_output(summary, to_c(sum, session->core->stats()));
   if (sum.stop == uocr::StopReason::cancelled)
     fail(UOCR_E_CANCELLED, "run cancelled by the event callback after " + std::to_string(sum.generated_tokens) +
                                " generated tokens; the partial transcript is available");
@@ -1011,8 +1058,22 @@ UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session* session, const uin
                       [&] { add_page(session, rgb_image(rgb, width, height, stride, session->limits)); });
 }
 
+UOCR_API uocr_status uocr_session_set_page_draft(uocr_session* session, int32_t index, const char* text, size_t size) {
+  return session_call(session, "copying a page's draft", [&] {
+    if (index < 0 || size_t(index) >= session->pages.size())
+      fail(UOCR_E_INVALID_ARGUMENT, "page " + std::to_string(index) + " was not added (the session has " +
+                                        std::to_string(session->pages.size()) + " pages)");
+    if (text == nullptr && size > 0) fail(UOCR_E_INVALID_ARGUMENT, "draft text is NULL but its size is not 0");
+    if (session->drafts.size() < session->pages.size()) session->drafts.resize(session->pages.size());
+    session->drafts[size_t(index)].assign(text ? text : "", size);
+  });
+}
+
 UOCR_API uocr_status uocr_session_clear_pages(uocr_session* session) {
-  return session_call(session, "clearing the pages", [&] { session->pages.clear(); });
+  return session_call(session, "clearing the pages", [&] {
+    session->pages.clear();
+    session->drafts.clear();
+  });
 }
 
 UOCR_API uocr_status uocr_session_page_count(const uocr_session* session, int32_t* out_count) {
@@ -1037,7 +1098,8 @@ UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback
   return session_call(session, "running the session", [&] {
     if (summary) check_output(summary, UOCR_RUN_SUMMARY_MIN_SIZE, "summary");
     if (session->pages.empty()) fail(UOCR_E_INVALID_ARGUMENT, "no pages were added to the session");
-    uocr::ImageListPages pages(session->pages);
+    uocr::ImageListPages images(session->pages);
+    uocr::DraftedPages pages(images, session->drafts);
     run_document(session, pages, callback, user_data, summary);
   });
 }
@@ -1054,6 +1116,15 @@ UOCR_API uocr_status uocr_page_set_rgb(uocr_page* page, const uint8_t* rgb, int3
   return set_page(page, "copying a page image", [&] { return rgb_image(rgb, width, height, stride, *page->limits); });
 }
 
+UOCR_API uocr_status uocr_page_set_draft(uocr_page* page, const char* text, size_t size) {
+  return c_call("copying a page's draft", [&] {
+    if (page == nullptr || !is_live(page, kPageMagic))
+      fail(UOCR_E_INVALID_HANDLE, "not a live page (pages are valid only inside their uocr_page_callback)");
+    if (text == nullptr && size > 0) fail(UOCR_E_INVALID_ARGUMENT, "draft text is NULL but its size is not 0");
+    page->draft.assign(text ? text : "", size);
+  });
+}
+
 UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_count, uocr_page_callback pages,
                                             void* pages_user_data, uocr_event_callback callback, void* user_data,
                                             uocr_run_summary* summary) {
@@ -1064,7 +1135,7 @@ UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_
     if (page_count < 1 || page_count > INT32_MAX)
       fail(UOCR_E_INVALID_ARGUMENT, "page_count must be in [1, " + std::to_string(INT32_MAX) + "], got " + std::to_string(page_count));
     const uocr::DecodeLimits limits = session->limits;
-    uocr::CallbackPages source(page_count, [&](int64_t index, uocr::ImageU8& out) {
+    CallbackDrafts source(page_count, [&](int64_t index, uocr::ImageU8& out, std::string& draft) {
       uocr_page page;
       page.limits = &limits;
       register_handle(&page, kPageMagic);
@@ -1085,6 +1156,7 @@ UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_
                                           " (call uocr_page_set_file, _encoded or _rgb)");
       }
       out = std::move(page.image);
+      draft = std::move(page.draft);
       return true;
     });
     run_document(session, source, callback, user_data, summary);

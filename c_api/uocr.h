@@ -72,7 +72,7 @@
 /* major * 10000 + minor * 100 + patch */
 #define UOCR_VERSION_NUMBER (UOCR_VERSION_MAJOR * 10000 + UOCR_VERSION_MINOR * 100 + UOCR_VERSION_PATCH)
 /* Incremented by every addition to this header; compared with uocr_api_version() at run time. */
-#define UOCR_API_VERSION 13
+#define UOCR_API_VERSION 14
 
 #ifdef __cplusplus
 extern "C" {
@@ -269,7 +269,15 @@ typedef struct uocr_session_params {
      * engine info reports what ran. Changes the tokens: a checkpoint resumes only with the
      * precision it ran in. A struct of API 10 or older runs F32. */
     int32_t precision;         /* UOCR_PRECISION_*; _init: F32 */
-    int32_t reserved_api11;    /* must be 0 */
+    /* API 14: draft decoding. A page's draft text (uocr_session_set_page_draft,
+     * uocr_page_set_draft: an earlier OCR pass, a PDF's text layer, a previous revision) proposes
+     * the next tokens and one decoder pass verifies several of them. The transcript is exactly
+     * the one decoding without drafts writes, token for token; a draft only saves passes where
+     * it is right. Greedy decoding (temperature 0) on the CPU backend without batching; elsewhere
+     * it is off (uocr_run_summary's decode_passes says what ran). */
+    int32_t draft;             /* UOCR_DRAFT_*; 0: ON (was reserved_api11, which had to be 0) */
+    int32_t draft_max_tokens;  /* the most tokens one pass verifies; 0: 16; else 1..256 */
+    int32_t reserved_api14;    /* must be 0 */
     /* append-only below this line */
 } uocr_session_params;
 
@@ -291,6 +299,8 @@ typedef struct uocr_session_params {
 #define UOCR_CUDA_GRAPHS_DEFAULT 0 /* on */
 #define UOCR_CUDA_GRAPHS_ON 1
 #define UOCR_CUDA_GRAPHS_OFF 2       /* every decode step launches its kernels one by one */
+#define UOCR_DRAFT_ON 0  /* (API 14) verify the pages' draft texts where there are any */
+#define UOCR_DRAFT_OFF 1 /* one decoder pass per token */
 
 #define UOCR_SESSION_PARAMS_MIN_SIZE ((uint32_t)offsetof(uocr_session_params, max_image_pixels))
 
@@ -405,7 +415,12 @@ UOCR_API uocr_status uocr_session_add_image_encoded(uocr_session * session, cons
  * Copied. */
 UOCR_API uocr_status uocr_session_add_image_rgb(uocr_session * session, const uint8_t * rgb, int32_t width,
                                                 int32_t height, size_t stride);
-/* Removes every page. Errors: INVALID_HANDLE, BUSY. Thread-safe on distinct sessions. */
+/* (API 14) The draft text of page `index` (0-based, of the pages added so far): UTF-8 text that
+ * another reader gives for that page (see uocr_session_params.draft); `size` bytes, copied. A
+ * second call replaces it; size 0 removes it. Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT
+ * (index not a page added, text NULL with size > 0). Thread-safe on distinct sessions. */
+UOCR_API uocr_status uocr_session_set_page_draft(uocr_session * session, int32_t index, const char * text, size_t size);
+/* Removes every page (and its draft). Errors: INVALID_HANDLE, BUSY. Thread-safe on distinct sessions. */
 UOCR_API uocr_status uocr_session_clear_pages(uocr_session * session);
 /* Number of pages added. Errors: INVALID_HANDLE, BUSY, INVALID_ARGUMENT (NULL out). */
 UOCR_API uocr_status uocr_session_page_count(const uocr_session * session, int32_t * out_count);
@@ -478,6 +493,11 @@ typedef struct uocr_run_summary {
      * for and the backend and CPU have it, else F32. */
     int32_t precision;           /* UOCR_PRECISION_* */
     int32_t reserved_api12;
+    /* API 14: draft decoding (uocr_session_params.draft). Without drafts decode_passes equals
+     * generated_tokens (after a resume: those generated since the checkpoint). */
+    int64_t decode_passes;       /* decoder passes of the generation: steps and draft verifications */
+    int64_t drafted_tokens;      /* tokens the drafts proposed */
+    int64_t accepted_tokens;     /* proposed tokens that were the tokens decoded */
     /* append-only below this line */
 } uocr_run_summary;
 
@@ -535,6 +555,10 @@ UOCR_API uocr_status uocr_page_set_file(uocr_page * page, const char * path);
 UOCR_API uocr_status uocr_page_set_encoded(uocr_page * page, const void * data, size_t size);
 UOCR_API uocr_status uocr_page_set_rgb(uocr_page * page, const uint8_t * rgb, int32_t width, int32_t height,
                                        size_t stride);
+/* (API 14) The page's draft text, as uocr_session_set_page_draft (copied; size 0: none). The
+ * session keeps the drafts of the few pages it reads around the current one only.
+ * Errors: INVALID_HANDLE, INVALID_ARGUMENT (text NULL with size > 0), OUT_OF_MEMORY. */
+UOCR_API uocr_status uocr_page_set_draft(uocr_page * page, const char * text, size_t size);
 
 /* Transcribes a document of `page_count` pages (1 to INT32_MAX: events number pages in int32_t)
  * that `pages` hands over one at a time, never all at once: with page groups only pages_per_group

@@ -10,13 +10,15 @@
 
 UOCR_C99_ASSERT(model_params_size, sizeof(uocr_model_params) == 16);
 UOCR_C99_ASSERT(model_info_size, sizeof(uocr_model_info) == 40);
-UOCR_C99_ASSERT(summary_size, sizeof(uocr_run_summary) == 144);
+UOCR_C99_ASSERT(summary_size, sizeof(uocr_run_summary) == 168);
+UOCR_C99_ASSERT(summary_decode_passes, offsetof(uocr_run_summary, decode_passes) == 144);
 UOCR_C99_ASSERT(summary_precision, offsetof(uocr_run_summary, precision) == 136);
 UOCR_C99_ASSERT(summary_text_len, offsetof(uocr_run_summary, text_len) == 104);
 UOCR_C99_ASSERT(summary_peak_bytes, offsetof(uocr_run_summary, peak_bytes) == 128);
 UOCR_C99_ASSERT(summary_min, UOCR_RUN_SUMMARY_MIN_SIZE == 112);
 UOCR_C99_ASSERT(session_params_max_new_tokens, offsetof(uocr_session_params, max_new_tokens) == 8);
-UOCR_C99_ASSERT(session_params_size, sizeof(void *) != 8 || sizeof(uocr_session_params) == 184);
+UOCR_C99_ASSERT(session_params_size, sizeof(void *) != 8 || sizeof(uocr_session_params) == 192);
+UOCR_C99_ASSERT(session_params_draft, sizeof(void *) != 8 || offsetof(uocr_session_params, draft) == 180);
 UOCR_C99_ASSERT(session_params_precision, sizeof(void *) != 8 || offsetof(uocr_session_params, precision) == 176);
 UOCR_C99_ASSERT(session_params_max_image_bytes, sizeof(void *) != 8 || offsetof(uocr_session_params, max_image_bytes) == 152);
 UOCR_C99_ASSERT(session_params_max_jpeg_scans, sizeof(void *) != 8 || offsetof(uocr_session_params, max_jpeg_scans) == 160);

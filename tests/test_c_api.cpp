@@ -1220,16 +1220,11 @@ TEST_CASE("c_api: precision (API 11): f32 by default, bf16 on request, bad value
   uocr_session_params sp;
   uocr_session_params_init(&sp);
   CHECK(sp.precision == UOCR_PRECISION_F32);
-  CHECK(sp.reserved_api11 == 0);
   uocr_session* s = nullptr;
   sp.precision = 2;
   CHECK(uocr_session_create(shared_model(), &sp, &s) == UOCR_E_INVALID_ARGUMENT);
   CHECK(contains(uocr_last_error(), "precision"));
   sp.precision = UOCR_PRECISION_F32;
-  sp.reserved_api11 = 1;
-  CHECK(uocr_session_create(shared_model(), &sp, &s) == UOCR_E_INVALID_ARGUMENT);
-  CHECK(contains(uocr_last_error(), "reserved_api11"));
-  sp.reserved_api11 = 0;
   sp.precision = UOCR_PRECISION_BF16;
   sp.max_new_tokens = 12;
 
@@ -1375,4 +1370,124 @@ TEST_CASE("c_api: engines (API 13): bad params, handles and sizes are refused") 
   uocr_engine_free(e);  // double free: detected, recorded, no crash
   CHECK(std::string(uocr_last_error()).find("not a live engine") != std::string::npos);
   uocr_engine_free(nullptr);  // no-op
+}
+
+namespace {
+
+uocr_model* demo_model() {
+  static uocr_model* model = [] {
+    uocr_model* m = nullptr;
+    const std::string dir = source_dir() + "/models/uocr-demo";
+    REQUIRE_MESSAGE(uocr_model_load(dir.c_str(), nullptr, &m) == UOCR_OK, uocr_last_error());
+    return m;
+  }();
+  return model;
+}
+
+std::string demo_page(int64_t i) { return source_dir() + "/samples/data/demo-page" + std::to_string(i + 1) + ".png"; }
+
+// Each page's text in a multi-page transcript: what follows each "<PAGE>".
+std::vector<std::string> page_texts(const std::string& text) {
+  std::vector<std::string> pages;
+  for (size_t at = text.find("<PAGE>"); at != std::string::npos;) {
+    const size_t next = text.find("<PAGE>", at + 6);
+    pages.push_back(text.substr(at + 6, next == std::string::npos ? std::string::npos : next - at - 6));
+    at = next;
+  }
+  return pages;
+}
+
+struct DraftCallback {
+  std::vector<std::string> drafts;
+  int32_t set_status = UOCR_OK;
+};
+
+int32_t page_with_draft(int64_t index, uocr_page* page, void* user) {
+  auto* d = static_cast<DraftCallback*>(user);
+  if (uocr_page_set_file(page, demo_page(index).c_str()) != UOCR_OK) return 1;
+  if (size_t(index) < d->drafts.size()) d->set_status |= uocr_page_set_draft(page, d->drafts[size_t(index)].data(), d->drafts[size_t(index)].size());
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("c_api: page drafts (API 14) save decoder passes and never change the transcript") {
+  uocr_session_params sp;
+  uocr_session_params_init(&sp);
+  CHECK(sp.draft == UOCR_DRAFT_ON);
+  CHECK(sp.draft_max_tokens == 0);
+  auto session = [&](const uocr_session_params& p) {
+    uocr_session* s = nullptr;
+    REQUIRE(uocr_session_create(demo_model(), &p, &s) == UOCR_OK);
+    for (int64_t i = 0; i < 3; ++i) REQUIRE(uocr_session_add_image_file(s, demo_page(i).c_str()) == UOCR_OK);
+    return s;
+  };
+  uocr_run_summary sum;
+  uocr_run_summary_init(&sum);
+
+  uocr_session* plain = session(sp);
+  REQUIRE(uocr_session_run(plain, nullptr, nullptr, &sum) == UOCR_OK);
+  const std::string text = session_text(plain);
+  const int64_t generated = sum.generated_tokens;
+  CHECK(sum.decode_passes == generated);  // no drafts: one pass per token
+  CHECK(sum.drafted_tokens == 0);
+  const std::vector<std::string> drafts = page_texts(text);
+  REQUIRE(drafts.size() == 3);
+  for (int32_t i = 0; i < 3; ++i) REQUIRE(uocr_session_set_page_draft(plain, i, drafts[size_t(i)].data(), drafts[size_t(i)].size()) == UOCR_OK);
+  REQUIRE(uocr_session_run(plain, nullptr, nullptr, &sum) == UOCR_OK);
+  CHECK(session_text(plain) == text);
+  CHECK(sum.generated_tokens == generated);
+  CHECK(sum.decode_passes * 2 < generated);
+  CHECK(sum.accepted_tokens * 2 > generated);
+  CHECK(sum.accepted_tokens <= sum.drafted_tokens);
+
+  // A caller built against API 13 passes the shorter summary: written up to its size only.
+  std::vector<unsigned char> older(offsetof(uocr_run_summary, decode_passes) + 8, 0xAB);
+  uocr_run_summary_init_sized(reinterpret_cast<uocr_run_summary*>(older.data()), uint32_t(offsetof(uocr_run_summary, decode_passes)));
+  REQUIRE(uocr_session_run(plain, nullptr, nullptr, reinterpret_cast<uocr_run_summary*>(older.data())) == UOCR_OK);
+  CHECK(older.back() == 0xAB);
+
+  // Bad drafts: a page not added, NULL text; clearing the pages clears their drafts.
+  CHECK(uocr_session_set_page_draft(plain, 3, "x", 1) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_session_last_error(plain), "page 3"));
+  CHECK(uocr_session_set_page_draft(plain, -1, "x", 1) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_set_page_draft(plain, 0, nullptr, 4) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(uocr_session_set_page_draft(plain, 0, nullptr, 0) == UOCR_OK);  // removes it
+
+  // Drafts off: the same text, one pass per token.
+  sp.draft = UOCR_DRAFT_OFF;
+  uocr_session* off = session(sp);
+  for (int32_t i = 0; i < 3; ++i) REQUIRE(uocr_session_set_page_draft(off, i, drafts[size_t(i)].data(), drafts[size_t(i)].size()) == UOCR_OK);
+  REQUIRE(uocr_session_run(off, nullptr, nullptr, &sum) == UOCR_OK);
+  CHECK(session_text(off) == text);
+  CHECK(sum.decode_passes == generated);
+
+  // Pages handed over by a callback, each with its draft.
+  sp.draft = UOCR_DRAFT_ON;
+  sp.draft_max_tokens = 8;
+  uocr_session* called = nullptr;
+  REQUIRE(uocr_session_create(demo_model(), &sp, &called) == UOCR_OK);
+  DraftCallback cb{drafts};
+  REQUIRE(uocr_session_run_pages(called, 3, page_with_draft, &cb, nullptr, nullptr, &sum) == UOCR_OK);
+  CHECK(cb.set_status == UOCR_OK);
+  CHECK(session_text(called) == text);
+  CHECK(sum.decode_passes * 2 < generated);
+  CHECK(uocr_page_set_draft(nullptr, "x", 1) == UOCR_E_INVALID_HANDLE);
+
+  // Bad parameters are refused, naming the field.
+  uocr_session* bad = nullptr;
+  sp.draft = 2;
+  CHECK(uocr_session_create(demo_model(), &sp, &bad) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_last_error(), "draft"));
+  sp.draft = UOCR_DRAFT_ON;
+  sp.draft_max_tokens = 300;
+  CHECK(uocr_session_create(demo_model(), &sp, &bad) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_last_error(), "max_tokens"));
+  sp.draft_max_tokens = 0;
+  sp.reserved_api14 = 1;
+  CHECK(uocr_session_create(demo_model(), &sp, &bad) == UOCR_E_INVALID_ARGUMENT);
+  CHECK(contains(uocr_last_error(), "reserved_api14"));
+  uocr_session_free(plain);
+  uocr_session_free(off);
+  uocr_session_free(called);
 }

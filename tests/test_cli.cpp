@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <string>
 #include <utility>
@@ -36,6 +37,10 @@ using Run = uocr_test::CliRun;
 
 std::string tiny() { return uocr_test::golden_model_dir(); }
 std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_cli_" + name)).string(); }
+std::string file_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
 
 double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
@@ -375,12 +380,12 @@ TEST_CASE("uocr run --stats json names the backend, device and precision that ra
   CHECK(r.status == 3);
   CHECK(r.output.find("\"backend\": \"cpu\", \"device\": \"") != std::string::npos);
   CHECK(r.output.find("\"device\": \"\"") == std::string::npos);
-  CHECK(r.output.find("\"driver\": null, \"precision\": \"" + bf16_runs + "\"}") != std::string::npos);
+  CHECK(r.output.find("\"driver\": null, \"precision\": \"" + bf16_runs + "\",") != std::string::npos);
   for (const std::string& precision : {std::string(), std::string(" --precision f32")}) {
     const Run f = run_cli(args + precision);
     INFO(f.output);
     CHECK(f.status == 3);
-    CHECK(f.output.find("\"precision\": \"f32\"}") != std::string::npos);
+    CHECK(f.output.find("\"precision\": \"f32\",") != std::string::npos);
   }
   const Run bad = run_cli(args + " --precision f16");
   CHECK(bad.status == 2);
@@ -389,7 +394,7 @@ TEST_CASE("uocr run --stats json names the backend, device and precision that ra
   const Run vulkan = run_cli(args + " --precision bf16 --backend vulkan");
   INFO(vulkan.output);
   if (vulkan.status == 3) CHECK(vulkan.output.find("\"backend\": \"vulkan\"") != std::string::npos);
-  if (vulkan.status == 3) CHECK(vulkan.output.find("\"precision\": \"f32\"}") != std::string::npos);
+  if (vulkan.status == 3) CHECK(vulkan.output.find("\"precision\": \"f32\",") != std::string::npos);
   else CHECK(vulkan.output.find("vulkan") != std::string::npos);
 }
 
@@ -810,4 +815,40 @@ TEST_CASE("uocr run --page-time-budget stops the run between two tokens, keeps t
   }
   fs::remove(cut);
   fs::remove(whole);
+}
+
+TEST_CASE("uocr run --draft: a PDF's text layer saves decoder passes and never changes the transcript") {
+  const std::string demo = " --model '" + uocr_test::source_dir() + "/models/uocr-demo' --dpi 72 --stats json --quiet ";
+  const auto stat = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("\"" + key + "\": ");
+    REQUIRE(at != std::string::npos);
+    return out.substr(at + key.size() + 4, out.find_first_of(",}", at + key.size() + 4) - (at + key.size() + 4));
+  };
+  const std::string right = uocr_test::source_dir() + "/samples/data/demo-doc-text.pdf";
+  const std::string wrong = uocr_test::source_dir() + "/tests/data/cli/wrong_text_layer.pdf";
+  for (const std::string& pdf : {right, wrong}) {
+    INFO(pdf);
+    const std::string plain = tmp("draft_off.md"), drafted = tmp("draft_on.md");
+    const Run off = run_cli("run" + demo + "--draft off -o '" + plain + "' '" + pdf + "'");
+    INFO(off.output);
+    REQUIRE(off.status == 0);
+    CHECK(stat(off.output, "drafting") == "false");
+    CHECK(stat(off.output, "decode_passes") == stat(off.output, "generated_tokens"));
+    const Run on = run_cli("run" + demo + "-o '" + drafted + "' '" + pdf + "'");  // pdf-text: the default
+    INFO(on.output);
+    REQUIRE(on.status == 0);
+    CHECK(stat(on.output, "drafting") == "true");
+    CHECK(file_text(drafted) == file_text(plain));
+    CHECK(stat(on.output, "generated_tokens") == stat(off.output, "generated_tokens"));
+    const long long passes = std::stoll(stat(on.output, "decode_passes")), generated = std::stoll(stat(on.output, "generated_tokens"));
+    if (pdf == right) CHECK(passes * 3 < generated * 2);  // the layer is what the model reads: tokens verified in bulk
+    else CHECK(std::stoll(stat(on.output, "accepted_tokens")) * 4 < generated);
+    fs::remove(plain);
+    fs::remove(drafted);
+  }
+  const Run sampled = run_cli("run" + demo + "--temperature 0.7 --seed 3 '" + right + "'");
+  CHECK(stat(sampled.output, "drafting") == "false");  // drafts are verified with greedy decoding only
+  const Run bad = run_cli("run" + demo + "--draft sometimes '" + right + "'");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("--draft") != std::string::npos);
 }

@@ -2,6 +2,7 @@
 
   demo-page1.png .. demo-page3.png   the pages (512x512 RGB, the demo model's page size)
   demo-doc.pdf                        the same pages as a 3-page PDF (Pillow, 72 dpi: 512 pt pages)
+  demo-doc-text.pdf                   the same pages with a text layer (uocr_dev.text_pdf): draft decoding
   demo-page1.md .. demo-page3.md      each page's ground-truth markdown (single-page target)
   demo-doc.md                         the multi-page target: "<PAGE>" + page 1 + "<PAGE>" + page 2 ...
 
@@ -16,6 +17,7 @@ import os
 from uocr_dev import ROOT
 from uocr_dev.data import Renderer
 from uocr_dev.sequence import join_pages
+from uocr_dev.text_pdf import text_lines, write_text_pdf
 
 
 def main():
@@ -34,6 +36,7 @@ def main():
             f.write(md)
         imgs.append(img)
     imgs[0].save(os.path.join(a.out, "demo-doc.pdf"), save_all=True, append_images=imgs[1:], resolution=72.0)
+    write_text_pdf(os.path.join(a.out, "demo-doc-text.pdf"), [(img, text_lines(md)) for img, md, _ in pages])
     with open(os.path.join(a.out, "demo-doc.md"), "w") as f:
         f.write(join_pages([p[1] for p in pages])[0])
     for n in sorted(os.listdir(a.out)):

@@ -58,7 +58,7 @@ inline CommandOptions run_options() {
                    {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
                     "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--precision", "--dpi",
                     "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
-                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout", "--page-time-budget"},
+                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout", "--page-time-budget", "--draft"},
                    {"--quiet", "--resume", "--separate-pages"},
                    true,
                    {}};
@@ -90,7 +90,8 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                "\"slide_kv\": \"%s\", \"slides\": %lld, \"marker_boundaries\": %lld, \"forced_boundaries\": %lld, "
                "\"markers_completed\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
                "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\", \"backend\": \"%s\", "
-               "\"device\": %s, \"driver\": %s, \"precision\": \"%s\"}\n",
+               "\"device\": %s, \"driver\": %s, \"precision\": \"%s\", \"drafting\": %s, \"decode_passes\": %lld, "
+               "\"verify_passes\": %lld, \"drafted_tokens\": %lld, \"accepted_tokens\": %lld}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
@@ -100,7 +101,9 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                (long long)st.forced_boundaries, (long long)st.markers_completed, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
                openmp_wait_policy(), uocr::backend_name(engine.backend), json_string(engine.device).c_str(),
-               engine.driver.empty() ? "null" : json_string(engine.driver).c_str(), uocr::precision_name(engine.precision));
+               engine.driver.empty() ? "null" : json_string(engine.driver).c_str(), uocr::precision_name(engine.precision),
+               st.drafting ? "true" : "false", (long long)st.draft.passes, (long long)st.draft.verify_passes,
+               (long long)st.draft.drafted, (long long)st.draft.accepted);
 }
 
 inline int exit_code_for(const uocr::RunSummary& s) {
@@ -161,6 +164,7 @@ class NextPageOf final : public uocr::PageSource {
   int64_t count() const override { return 1; }
   bool next(uocr::ImageU8& page) override { return source_.next(page); }
   std::string identity() const override { return source_.identity() + "#" + std::to_string(index_); }
+  std::string draft_text(int64_t page) const override { return page == 0 ? source_.draft_text(index_) : std::string(); }
 
  private:
   uocr::PageSource& source_;
@@ -235,6 +239,8 @@ inline RunOptions parse_run_options(const Args& args) {
   parse_reference_budget(args.get("--reference-budget", "off"), args.get("--reference-gate", ""), o.inf.groups);
   o.inf.page_fallback_tokens = args.integer("--page-fallback-tokens", int(o.inf.page_fallback_tokens));
   o.inf.keep_text = false;  // streamed to the output instead
+  // A PDF page's text layer drafts its output (uocr/session/draft.hpp): same text, fewer passes.
+  o.inf.draft.enabled = args.choice("--draft", {"pdf-text", "off"}, "pdf-text") == "pdf-text";
 
   o.ck.path = args.get("--checkpoint", "");
   o.ck.every_tokens = args.integer("--checkpoint-every", 0);
@@ -317,7 +323,13 @@ inline int cmd_run(const Args& args) {
         if (pages->count() > 1) out.write(std::string(uocr::kPageMarker));
         NextPageOf one(*pages, i);
         add_page_run(sum, session.run(one, on_event));
-        run_stats.pages_encoded += session.stats().pages_encoded;
+        const uocr::SessionStats& st = session.stats();
+        run_stats.pages_encoded += st.pages_encoded;
+        run_stats.drafting = run_stats.drafting || st.drafting;
+        run_stats.draft.passes += st.draft.passes;
+        run_stats.draft.verify_passes += st.draft.verify_passes;
+        run_stats.draft.drafted += st.draft.drafted;
+        run_stats.draft.accepted += st.draft.accepted;
       }
     } else {
       sum = session.run(*pages, on_event, ck);

@@ -199,7 +199,9 @@ inline ToolRun run_tool(const std::vector<std::string>& argv, int timeout_s, con
       return r;
     }
     // Signals interrupt poll(); the slice bounds the wait for one that lands just before it.
-    ::poll(fds.data(), fds.size(), 50);
+    // With both pipes closed only the exit is awaited: a short slice, so a finished tool costs
+    // no idle wait.
+    ::poll(fds.data(), fds.size(), fds[0].fd < 0 && fds[1].fd < 0 ? 1 : 50);
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
       char buf[65536];
@@ -297,6 +299,28 @@ class PdfPages final : public uocr::PageSource {
     return true;
   }
   void skip(int64_t n) override { next_ = std::min(count_, next_ + n); }
+  // The page's text layer (pdftotext): "" for a page without one, or when poppler cannot read
+  // it (the draft only saves passes; the page's rendering reports what is wrong with it). Read
+  // kTextPages pages per poppler run and kept until a page outside them is asked for.
+  std::string draft_text(int64_t page) const override {
+    if (page < 0 || page >= count_) return {};
+    if (page < text_first_ || page >= text_first_ + int64_t(texts_.size())) {
+      texts_.clear();
+      text_first_ = page;
+      const int64_t last = std::min(count_, page + kTextPages);
+      HoldSignals hold;
+      const ToolRun text = run_tool({"pdftotext", "-f", std::to_string(page + 1), "-l", std::to_string(last), "-enc", "UTF-8", path_, "-"},
+                                    timeout_s_, path_);
+      if (text.exit_code == 0 && !text.timed_out)
+        for (size_t at = 0; at < text.out.size() && int64_t(texts_.size()) < last - page;) {  // a form feed ends each page
+          const size_t end = std::min(text.out.find('\f', at), text.out.size());
+          texts_.push_back(text.out.substr(at, end - at));
+          at = end + 1;
+        }
+      texts_.resize(size_t(last - page));
+    }
+    return texts_[size_t(page - text_first_)];
+  }
   std::string identity() const override {
     uocr::Fnv64 h;
     uocr::fingerprint_file(h, path_);
@@ -344,6 +368,9 @@ class PdfPages final : public uocr::PageSource {
   uocr::DecodeLimits limits_;  // of each rendered page
   int timeout_s_;
   int64_t count_ = 0, next_ = 0;
+  static constexpr int64_t kTextPages = 16;
+  mutable int64_t text_first_ = 0;  // texts_: the text layers of pages text_first_ ..
+  mutable std::vector<std::string> texts_;
 };
 
 }  // namespace uocr_cli

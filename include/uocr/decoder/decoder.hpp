@@ -280,8 +280,10 @@ class Decoder {
   // bit for bit; no logits (the caller knows the tokens). The rows go through the weights together
   // (batch_rows() at a time) and row i attends to what step i would see: the generated rows held
   // after its own slot, the later rows' slots still holding the older tokens they held then. Page
-  // groups recompute their window this way at each slide. Every row is validated first.
-  void decode_tokens(const int32_t* tokens, int64_t n, int64_t first_position, KvCache& cache) {
+  // groups recompute their window this way at each slide; draft verification asks for every
+  // row's logits too (logits: [n, vocab], each row the bits decode_step() would return).
+  // Every row is validated first.
+  void decode_tokens(const int32_t* tokens, int64_t n, int64_t first_position, KvCache& cache, float* logits = nullptr) {
     require(n >= 0, Status::invalid_argument, "decode_tokens: negative token count");
     if (n == 0) return;
     check_positions(first_position, n);
@@ -293,7 +295,7 @@ class Decoder {
     const std::vector<DecodeAttention*> attentions(caches.size(), attention_);
     for (int64_t i0 = 0; i0 < n; i0 += batch_rows_)
       decode_rows(tokens + i0, token_positions_.data() + i0, caches.data(), attentions.data(),
-                  std::min(batch_rows_, n - i0), nullptr);
+                  std::min(batch_rows_, n - i0), logits ? logits + i0 * c_.vocab : nullptr);
   }
 
   // Rows decode_batch() and decode_tokens() run through the weights in one pass.

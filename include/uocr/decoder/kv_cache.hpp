@@ -61,6 +61,13 @@ class KvRing {
     require(keep >= 0 && keep <= generated_rows(), Status::invalid_argument, "keep_last_generated: more rows than held");
     generated_ = keep;
   }
+  // Gives back the slots of the last `count` tokens claimed (draft verification forgets the
+  // rejected ones): generated_tokens() drops by `count`. A ring's slots held older tokens before
+  // those claims; the caller writes them back.
+  void unclaim(int64_t count) {
+    require(count >= 0 && count <= generated_, Status::invalid_argument, "unclaim: more tokens than claimed");
+    generated_ -= count;
+  }
   // Generated rows a decode step attends to: the last min(tokens, n) in R-SWA mode, all otherwise.
   int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
   // Rows the generated region can hold without reallocating.

@@ -244,6 +244,7 @@ class BasicPageGroupDecoder {
     text_starts_.assign(1, 0);
     position_base_ = 0;
     window_ids_.clear();
+    spec_rows_ = 0;
     held_embeddings_.clear();
     prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
     peak_total_bytes_ = 0;
@@ -277,6 +278,7 @@ class BasicPageGroupDecoder {
 
   using State = PageGroupState;
   State state() const {
+    require_settled("state()");
     return {slot_page_,   first_,        current_,       loaded_,
             generated_,   slides_,       extra_boundaries_, uint64_t(peak_total_bytes_),
             text_starts_, position_base_, cache_.generated_tokens(), window_ids_};
@@ -288,6 +290,7 @@ class BasicPageGroupDecoder {
   // writes them back with it. Every backend's cache has the same row layout, so a checkpoint of
   // one resumes on any other.
   void visit_kv(const std::function<void(float* data, size_t floats)>& f) {
+    require_settled("visit_kv()");
     const int64_t ref = cache_.reference_rows(), gen = cache_.generated_rows();
     for (int l = 0; l < cache_.layers(); ++l) {
       cache_.visit_rows(cache_.reference_k(l), ref, f);
@@ -353,6 +356,7 @@ class BasicPageGroupDecoder {
     text_starts_ = st.text_starts;
     position_base_ = st.position_base;
     window_ids_ = st.window_ids;
+    spec_rows_ = 0;
     held_embeddings_.assign(p_.recompute_on_slide ? size_t(g_ * layout.page_tokens * dec_.config().hidden) : 0, 0.0f);
     peak_total_bytes_ = size_t(st.peak_total_bytes);
     prefill_seconds_ = source_seconds_ = slide_seconds_ = 0;
@@ -380,14 +384,88 @@ class BasicPageGroupDecoder {
   template <class Decode>
   const std::vector<float>& step(int32_t token, Decode&& decode) {
     require(src_ != nullptr, Status::invalid_argument, "page groups: step() before start()");
+    require_settled("step()");
     const std::vector<float>& logits = decode(token, next_position(), dec_, cache_);
-    if (p_.recompute_on_slide) {
-      window_ids_.push_back(token);
-      if (int64_t(window_ids_.size()) > cache_.generated_rows()) window_ids_.erase(window_ids_.begin());
-    }
+    remember_window(&token, 1);
     ++generated_;
     track();
     return logits;
+  }
+
+  // --- Draft verification (uocr/session/draft.hpp) ---
+  // A backend whose decoder runs several tokens of one document in one pass, with its KV rows
+  // in host memory (the CPU), verifies drafts.
+  static constexpr bool kVerifiesDrafts = capabilities.multi_token_decode && capabilities.host_kv;
+
+  // The most tokens one verify() takes now (0: this backend cannot): up to the position limit
+  // and, with an R-SWA ring, at most its size (each token then takes a slot of its own, which a
+  // rejected one gives back).
+  int64_t verify_limit() const {
+    if (!kVerifiesDrafts || src_ == nullptr) return 0;
+    int64_t n = position_limit() - next_position();
+    if (cache_.window() > 0) n = std::min<int64_t>(n, cache_.window());
+    return std::max<int64_t>(n, 0);
+  }
+
+  // Feeds tokens[0 .. n) at the next positions exactly as n step() calls would (cache rows, ring
+  // slots, SR-SWA attention, the window's ids) and returns their logits [n, vocab]: row i holds
+  // the bits step(tokens[i]) would return. settle() must follow before any other call.
+  const std::vector<float>& verify(const int32_t* tokens, int64_t n) {
+    require(src_ != nullptr, Status::invalid_argument, "page groups: verify() before start()");
+    require_settled("verify()");
+    require(n >= 1 && n <= verify_limit(), Status::invalid_argument, [&] {
+      return "page groups: verify() of " + std::to_string(n) + " tokens, the limit now is " + std::to_string(verify_limit());
+    });
+    if constexpr (kVerifiesDrafts) {
+      // The ring slots these tokens take, as they are now: a rejected token's slot gets its row back.
+      const int64_t kr = cache_.row_floats(), first = cache_.generated_tokens();
+      spec_saved_.resize(cache_.window() > 0 ? size_t(2 * cache_.layers() * n * kr) : 0);
+      float* saved = spec_saved_.data();
+      for (int l = 0; l < cache_.layers() && cache_.window() > 0; ++l)
+        for (int64_t i = 0; i < n; ++i, saved += 2 * kr) {
+          const int64_t slot = cache_.generated_slot(first + i);
+          std::copy_n(cache_.generated_k(l) + slot * kr, kr, saved);
+          std::copy_n(cache_.generated_v(l) + slot * kr, kr, saved + kr);
+        }
+      spec_window_ids_ = window_ids_;
+      spec_tokens_.assign(tokens, tokens + n);
+      spec_logits_.resize(size_t(n * dec_.config().vocab));
+      dec_.decode_tokens(tokens, n, next_position(), cache_, spec_logits_.data());
+      remember_window(tokens, n);
+      generated_ += n;
+      spec_rows_ = n;
+    }
+    return spec_logits_;
+  }
+
+  // Ends a verify(): its first `kept` tokens stay, as if stepped; the others are forgotten (their
+  // ring slots hold again what they held, the window's ids and the counts are as before them).
+  // SR-SWA's counters keep the work the forgotten tokens cost.
+  void settle(int64_t kept) {
+    require(spec_rows_ > 0, Status::invalid_argument, "page groups: settle() without a verify()");
+    require(kept >= 0 && kept <= spec_rows_, Status::invalid_argument, [&] {
+      return "page groups: settle() keeps " + std::to_string(kept) + " of " + std::to_string(spec_rows_) + " verified tokens";
+    });
+    const int64_t drop = spec_rows_ - kept;
+    if constexpr (kVerifiesDrafts) {
+      if (drop > 0) {
+        const int64_t kr = cache_.row_floats(), first = cache_.generated_tokens() - spec_rows_;
+        const float* saved = spec_saved_.data();
+        for (int l = 0; l < cache_.layers() && cache_.window() > 0; ++l)
+          for (int64_t i = 0; i < spec_rows_; ++i, saved += 2 * kr) {
+            if (i < kept) continue;
+            const int64_t slot = cache_.generated_slot(first + i);
+            std::copy_n(saved, kr, cache_.generated_k(l) + slot * kr);
+            std::copy_n(saved + kr, kr, cache_.generated_v(l) + slot * kr);
+          }
+        cache_.unclaim(drop);
+        generated_ -= drop;
+        window_ids_ = spec_window_ids_;
+        remember_window(spec_tokens_.data(), kept);
+      }
+    }
+    spec_rows_ = 0;
+    track();
   }
 
   // The generated text moved on to the next page; its text began `marker_tokens` tokens ago (the
@@ -397,6 +475,7 @@ class BasicPageGroupDecoder {
   // and otherwise ignored.
   int64_t next_page(int64_t marker_tokens = 0) {
     require(src_ != nullptr, Status::invalid_argument, "page groups: next_page() before start()");
+    require_settled("next_page()");
     if (current_ + 1 >= layout_.pages) {
       ++extra_boundaries_;
       return 0;
@@ -468,13 +547,17 @@ class BasicPageGroupDecoder {
   DecoderMemory memory() const {
     DecoderMemory m;
     m.reference_kv_bytes = cache_.reference_bytes();
-    m.window_kv_bytes = cache_.window_bytes();
+    // Tokens of an unsettled verify() are not held yet.
+    const int64_t ring = cache_.generated_tokens() - spec_rows_;
+    m.window_kv_bytes = size_t(cache_.window() > 0 ? std::min<int64_t>(ring, cache_.window()) : ring) * cache_.bytes_per_token();
     m.kv_allocated_bytes = cache_.allocated_bytes();
     m.peak_kv_bytes = peak_total_bytes_;
     m.page_buffer_bytes = (page_.capacity() + held_embeddings_.capacity()) * sizeof(float);
     m.sparse_summary_bytes = sparse_ ? sparse_->summary_bytes() : 0;
     m.scratch_bytes = dec_.scratch_bytes() + input_.capacity() * sizeof(float) + m.page_buffer_bytes +
-                      window_ids_.capacity() * sizeof(int32_t) + (sparse_ ? sparse_->scratch_bytes() : 0);
+                      window_ids_.capacity() * sizeof(int32_t) + (sparse_ ? sparse_->scratch_bytes() : 0) +
+                      (spec_logits_.capacity() + spec_saved_.capacity()) * sizeof(float) +
+                      (spec_window_ids_.capacity() + spec_tokens_.capacity()) * sizeof(int32_t);
     return m;
   }
   DecoderTimings timings() const { return {prefill_seconds_, source_seconds_, slide_seconds_}; }
@@ -544,6 +627,19 @@ class BasicPageGroupDecoder {
   }
 
   void track() { peak_total_bytes_ = std::max(peak_total_bytes_, cache_.total_bytes()); }
+
+  void require_settled(const char* call) const {
+    require(spec_rows_ == 0, Status::invalid_argument,
+            [&] { return std::string("page groups: ") + call + " while a verify() is not settled"; });
+  }
+
+  // recompute_on_slide: the ids of the window's rows, after `n` more tokens were fed.
+  void remember_window(const int32_t* tokens, int64_t n) {
+    if (!p_.recompute_on_slide) return;
+    window_ids_.insert(window_ids_.end(), tokens, tokens + n);
+    const int64_t excess = int64_t(window_ids_.size()) - cache_.generated_rows();
+    if (excess > 0) window_ids_.erase(window_ids_.begin(), window_ids_.begin() + excess);
+  }
 
   // Position of held page p's first visual token.
   int64_t page_position(int64_t p) const {
@@ -635,6 +731,11 @@ class BasicPageGroupDecoder {
   std::vector<int64_t> slot_page_;
   std::vector<float> held_embeddings_;  // recompute_on_slide: pages first_ .. first_ + G - 1, in order
   std::vector<int32_t> window_ids_;     // recompute_on_slide: the window rows' tokens, oldest first
+  // An unsettled verify(): its token count, tokens and logits, the ring rows its slots held
+  // before it ([layer][token] keys then values), the window's ids before it.
+  int64_t spec_rows_ = 0;
+  std::vector<int32_t> spec_tokens_, spec_window_ids_;
+  std::vector<float> spec_logits_, spec_saved_;
   int64_t g_ = 0, head_rows_ = 0, tail_rows_ = 0;
   int64_t first_ = 0, current_ = 0, loaded_ = 0, generated_ = 0, slides_ = 0, extra_boundaries_ = 0;
   std::vector<int64_t> text_starts_;  // tokens generated before the text of pages first_ .. current_

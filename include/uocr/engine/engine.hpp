@@ -66,6 +66,15 @@ class DecoderEngine {
   // marker_tokens: tokens already fed that begin the new page (its marker's first tokens).
   virtual int64_t next_page(int64_t marker_tokens = 0) = 0;
 
+  // Draft verification (uocr/session/draft.hpp), as BasicPageGroupDecoder's: the most tokens
+  // verify() takes now (0: never on this engine: a backend without multi-token steps, or steps
+  // batched with other documents); verify() feeds them as that many step() calls would and
+  // returns their logits [n, vocab]; settle(kept) keeps the first `kept` and forgets the rest,
+  // and must follow before any other call.
+  virtual int64_t verify_limit() const = 0;
+  virtual const std::vector<float>& verify(const int32_t* tokens, int64_t n) = 0;
+  virtual void settle(int64_t kept) = 0;
+
   // Checkpoints (uocr/session/session.hpp): the state besides the KV rows, every KV array in a
   // fixed order (one layout on every backend), and continuing from them instead of start().
   using KvVisitor = std::function<void(float* data, size_t floats)>;
@@ -126,6 +135,13 @@ class PageGroupEngine final : public DecoderEngine {
     decoding(true);
     return entered;
   }
+
+  int64_t verify_limit() const override { return batcher_ ? 0 : pg_.verify_limit(); }
+  const std::vector<float>& verify(const int32_t* tokens, int64_t n) override {
+    require(!batcher_, Status::unsupported, "draft verification: this document's steps are batched with others");
+    return pg_.verify(tokens, n);
+  }
+  void settle(int64_t kept) override { pg_.settle(kept); }
 
   PageGroupState state() const override { return pg_.state(); }
   void visit_kv(const KvVisitor& f) override { pg_.visit_kv(f); }

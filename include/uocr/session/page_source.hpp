@@ -56,6 +56,31 @@ class PageSource {
   // A fingerprint of every page this source will deliver (stored in checkpoints and compared on
   // resume); "" when the source cannot know (then only the page count is compared).
   virtual std::string identity() const = 0;
+  // Page `page`'s text (from 0) as another reader has it: a PDF's text layer, an earlier OCR
+  // pass. A session verifies it as a draft of its output (uocr/session/draft.hpp), which is
+  // faster where the text is right and never changes what is decoded. "" when there is none.
+  virtual std::string draft_text(int64_t page) const {
+    (void)page;
+    return {};
+  }
+};
+
+// Another source's pages with a draft text for each (uocr/session/draft.hpp): the text of an
+// earlier OCR pass, a previous revision. Texts past the last one given are "".
+class DraftedPages final : public PageSource {
+ public:
+  DraftedPages(PageSource& pages, std::vector<std::string> drafts) : pages_(pages), drafts_(std::move(drafts)) {}
+  int64_t count() const override { return pages_.count(); }
+  bool next(ImageU8& page) override { return pages_.next(page); }
+  void skip(int64_t n) override { pages_.skip(n); }
+  std::string identity() const override { return pages_.identity(); }
+  std::string draft_text(int64_t page) const override {
+    return page >= 0 && page < int64_t(drafts_.size()) ? drafts_[size_t(page)] : std::string();
+  }
+
+ private:
+  PageSource& pages_;
+  std::vector<std::string> drafts_;
 };
 
 // Fingerprint of decoded pixels.
@@ -188,6 +213,9 @@ class PageRange final : public PageSource {
   std::string identity() const override {
     return source_->identity() + "[" + std::to_string(first_ + 1) + ".." + std::to_string(first_ + count_) + "]";
   }
+  std::string draft_text(int64_t page) const override {
+    return page >= 0 && page < count_ ? source_->draft_text(first_ + page) : std::string();
+  }
 
  private:
   void reach_first() {
@@ -230,6 +258,13 @@ class ChainedPages final : public PageSource {
     std::string id;
     for (const auto& p : parts_) id += p->identity() + ";";
     return id;
+  }
+  std::string draft_text(int64_t page) const override {
+    for (const auto& p : parts_) {
+      if (page >= 0 && page < p->count()) return p->draft_text(page);
+      page -= p->count();
+    }
+    return {};
   }
 
  private:

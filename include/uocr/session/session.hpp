@@ -66,6 +66,7 @@
 #include "uocr/image/preprocess.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/session/checkpoint.hpp"
+#include "uocr/session/draft.hpp"
 #include "uocr/session/generation_state.hpp"
 #include "uocr/session/logit_chain.hpp"
 #include "uocr/session/loop_guard.hpp"
@@ -92,6 +93,7 @@ struct DocumentParams {
   bool force_page_on_early_eos = true;  // EOS before the last pages were seen: write "<PAGE>" instead
   bool complete_page_markers = true;    // "<P" before the last page's marker, groups sliding: only "<PAGE>" can follow
   bool keep_text = true;                // accumulate RunSummary::text (grows with the output)
+  DraftParams draft;                    // verify the pages' draft texts (PageSource::draft_text), greedy only
 };
 
 // Checkpointing of one run (see the top of this file). Empty path: none.
@@ -125,6 +127,8 @@ struct SessionStats {
   double slide_seconds = 0;        // sliding: encoding + prefilling entering pages
   int64_t checkpoints_written = 0;
   int64_t resumed_at_token = -1;   // generated tokens in the checkpoint resumed from; -1: not resumed
+  bool drafting = false;           // draft texts were verified (DraftParams; greedy, an engine that verifies)
+  DraftStats draft;                // the generation loop's passes, drafted and accepted tokens
 };
 
 // Fingerprint of a model folder's files (config, tokenizer, sampled weights: checkpoint.hpp).
@@ -182,6 +186,7 @@ class Session {
     validate(*model_, params_);
     require(inf_.page_fallback_tokens >= 0, Status::invalid_argument, "page_fallback_tokens must be >= 0");
     PageGroupDecoder::validate(inf_.groups);
+    validate(inf_.draft);
   }
 
   // A session on an engine of its own, opened as `params` says (its backend is opened now, so one
@@ -263,6 +268,11 @@ class Session {
       if (!completion_) completion_ = std::make_unique<const MarkerCompletion>(tok);  // vocabulary x marker prefixes: once per session
       completion = completion_.get();
     }
+    // Drafts are verified with greedy decoding only (see draft.hpp).
+    stats_.drafting = inf_.draft.enabled && params_.sampling.temperature == 0.f && engine.verify_limit() > 0;
+    DraftedSteps steps(engine, inf_.draft, stats_.drafting);
+    PageDrafts drafts(pages, tok);
+    int64_t draft_page = -1;
     EventSink sink{on_event};
     connect_parser(L.parser, sink, visual);
     track_memory(*encoder, engine);
@@ -297,16 +307,25 @@ class Session {
       if (time_budget > 0 && seconds_since(t_run) >= time_budget) { sum.stop = StopReason::time_budget; break; }
       if (params_.loop_guard && L.guard.push(e.text)) { sum.stop = StopReason::loop; break; }
       if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
-      if (engine.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
+      if (steps.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
       const bool boundary = boundaries > 0;
+      if (boundary) steps.settle();
       for (; boundaries > 0; --boundaries) engine.next_page(L.clock.marker_lead());
-      stats_.last_position = engine.next_position();
-      L.logits = engine.step(token);
+      if (stats_.drafting && L.clock.page() != draft_page) {
+        draft_page = L.clock.page();
+        steps.set_draft(drafts.tokens_from(draft_page));
+      }
+      stats_.last_position = steps.next_position();
+      L.logits = steps.step(token);
       L.ngram.push(token);
       track_memory(*encoder, engine);
-      if (!checkpoint.path.empty() && (boundary || (checkpoint.every_tokens && L.generated % checkpoint.every_tokens == 0)))
+      if (!checkpoint.path.empty() && (boundary || (checkpoint.every_tokens && L.generated % checkpoint.every_tokens == 0))) {
+        steps.settle();
         save(checkpoint, id, layout, visual, engine, L);
+      }
     }
+    steps.settle();
+    stats_.draft = steps.stats();
     // A character cut off by the last token still reaches the stream (as U+FFFD, like upstream's
     // decode), in a final token event without an id, so the events always add up to the text.
     Event tail;
