@@ -225,6 +225,7 @@ Transcript transcribe(const Setup& setup, const std::vector<std::string>* drafts
   sp.window = setup.window;
   uocr::DocumentParams dp = setup.document;
   dp.draft.enabled = drafting;
+  dp.draft.measure_cost = false;  // the passes drafted depend on the drafts only
   uocr::Session s(demo_model(), sp, dp);
   uocr::FilePages files({sample(1), sample(2), sample(3)});
   uocr::DraftedPages with_drafts(files, drafts ? *drafts : std::vector<std::string>{});
@@ -336,4 +337,22 @@ TEST_CASE("sessions: sampling does not draft; bad draft parameters are refused")
   uocr::DocumentParams dp;
   dp.draft.max_tokens = 0;
   CHECK_THROWS_AS(uocr::Session(demo_model(), {}, dp), uocr::Error);
+}
+
+TEST_CASE("sessions: drafting that costs more time than steps rests; the text stays the same") {
+  // The demo model is small enough that a pass over k tokens costs about k steps: with the cost
+  // measured, drafting mostly rests there, and the tokens are those of plain decoding either way.
+  const Setup setup = setups()[0];
+  const Transcript plain = transcribe(setup, nullptr, false);
+  const std::vector<std::string> right = page_texts(plain.text);
+  uocr::SessionParams sp;
+  sp.max_new_tokens = 400;
+  uocr::DocumentParams dp = setup.document;
+  uocr::Session s(demo_model(), sp, dp);
+  uocr::FilePages files({sample(1), sample(2), sample(3)});
+  uocr::DraftedPages pages(files, right);
+  const uocr::RunSummary sum = s.run(pages);
+  CHECK(sum.text == plain.text);
+  CHECK(s.stats().draft.verify_passes >= 2);  // measured before it can rest
+  CHECK(s.stats().draft.passes <= sum.generated_tokens);
 }

@@ -58,7 +58,7 @@ inline CommandOptions run_options() {
                    {"--model", "--mode", "--prompt", "--max-tokens", "--attention", "--window", "--ngram", "--ngram-window",
                     "--loop-guard", "--temperature", "--top-p", "--seed", "--backend", "--device", "--cuda-graphs", "--precision", "--dpi",
                     "--format", "--stats", "-o", "--pages-per-group", "--overlap", "--reference-budget", "--reference-gate",
-                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout", "--page-time-budget", "--draft"},
+                    "--page-fallback-tokens", "--positions", "--slide-kv", "--checkpoint", "--checkpoint-every", "--page-timeout", "--page-time-budget", "--draft", "--draft-cost"},
                    {"--quiet", "--resume", "--separate-pages"},
                    true,
                    {}};
@@ -241,6 +241,7 @@ inline RunOptions parse_run_options(const Args& args) {
   o.inf.keep_text = false;  // streamed to the output instead
   // A PDF page's text layer drafts its output (uocr/session/draft.hpp): same text, fewer passes.
   o.inf.draft.enabled = args.choice("--draft", {"pdf-text", "off"}, "pdf-text") == "pdf-text";
+  o.inf.draft.measure_cost = args.choice("--draft-cost", {"measured", "ignored"}, "measured") == "measured";
 
   o.ck.path = args.get("--checkpoint", "");
   o.ck.every_tokens = args.integer("--checkpoint-every", 0);

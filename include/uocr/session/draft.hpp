@@ -12,11 +12,14 @@
 // Proposals are prompt lookup (no draft model): the last generated tokens are matched against the
 // draft's tokens (the longest suffix of up to kMaxMatch tokens, searched forward from where the
 // last proposal was found, so that reading in order costs O(1) per pass), and what followed that
-// match in the draft is proposed. The count proposed adapts to how many were accepted lately.
+// match in the draft is proposed. The count proposed adapts to how many were accepted lately,
+// and drafting rests while its passes cost more time per token than plain steps (measured as it
+// runs: which passes are drafted depends on timing, the text never does).
 //
 // Thread-safety: one per session run.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +37,9 @@ struct DraftParams {
   // that verifies: the CPU). Off: one pass per token.
   bool enabled = true;
   int max_tokens = 16;  // the most tokens proposed for one pass (1..256)
+  // Rest while verified tokens cost more time than steps (measured as the run goes). Off: the
+  // passes drafted depend on the drafts only (tests that count passes).
+  bool measure_cost = true;
 };
 
 inline void validate(const DraftParams& p) {
@@ -142,7 +148,7 @@ class DraftedSteps {
  public:
   // on = false: every step() is the engine's.
   DraftedSteps(DecoderEngine& engine, const DraftParams& params, bool on)
-      : engine_(engine), on_(on), max_(params.max_tokens), k_(std::max(1, params.max_tokens / 2)) {
+      : engine_(engine), on_(on), measure_(params.measure_cost), max_(params.max_tokens), k_(std::max(1, params.max_tokens / 2)) {
     validate(params);
   }
 
@@ -163,7 +169,9 @@ class DraftedSteps {
       if (!proposal_.empty()) {
         pass_.assign(1, token);
         pass_.insert(pass_.end(), proposal_.begin(), proposal_.end());
+        const auto t0 = std::chrono::steady_clock::now();
         rows_logits_ = &engine_.verify(pass_.data(), int64_t(pass_.size()));
+        pass_seconds_ = seconds_since(t0);
         ++stats_.passes;
         ++stats_.verify_passes;
         stats_.drafted += int64_t(proposal_.size());
@@ -173,7 +181,10 @@ class DraftedSteps {
       }
     }
     ++stats_.passes;
-    return engine_.step(token);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<float>& logits = engine_.step(token);
+    step_seconds_.add(seconds_since(t0));
+    return logits;
   }
 
   // Forgets the verified rows no step used (none open: nothing to do).
@@ -187,6 +198,14 @@ class DraftedSteps {
     // A draft that keeps missing (a wrong text layer) rests for longer and longer stretches.
     misses_ = accepted == 0 ? std::min(misses_ + 1, kMaxRest) : 0;
     rest_ = misses_ > 1 ? 1 << (misses_ - 1) : 0;
+    // So does drafting whose verified tokens cost more time than steps: where a pass over several
+    // tokens costs nearly what as many steps cost (arithmetic-bound, not bound by reading the
+    // weights), it would only slow decoding down. The first pass is not timed (buffers grow).
+    if (measure_ && ++timed_passes_ > 1) {
+      token_seconds_.add(pass_seconds_ / double(used_));
+      if (token_seconds_.n >= 2 && step_seconds_.n >= 4 && token_seconds_.mean > step_seconds_.mean)
+        rest_ = std::max(rest_, kCostRest);
+    }
     rows_ = 0;
   }
 
@@ -202,12 +221,27 @@ class DraftedSteps {
     return row_;
   }
 
-  static constexpr int kMaxRest = 6;  // rests of up to 2^5 steps
+  static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // A moving mean of recent times (the newest weighs a quarter).
+  struct RecentMean {
+    double mean = 0;
+    int64_t n = 0;
+    void add(double v) { mean = n++ == 0 ? v : mean + 0.25 * (v - mean); }
+  };
+
+  static constexpr int kMaxRest = 6;    // rests of up to 2^5 steps
+  static constexpr int kCostRest = 32;  // steps before a pass is timed again
 
   DecoderEngine& engine_;
-  bool on_;
+  bool on_, measure_;
+  int64_t timed_passes_ = 0;
   int max_, k_;  // the most tokens proposed, and how many now
-  int misses_ = 0, rest_ = 0;  // passes in a row that accepted nothing; steps left without proposals
+  int misses_ = 0, rest_ = 0;  // passes in a row that did not pay; steps left without proposals
+  RecentMean step_seconds_, token_seconds_;  // a plain step; a verified pass per token it gave
+  double pass_seconds_ = 0;                  // the open verification's
   DraftLookup lookup_;
   std::vector<int32_t> recent_, proposal_, pass_;
   const std::vector<float>* rows_logits_ = nullptr;  // the open verification's rows
