@@ -343,29 +343,38 @@ void BM_Prefill(benchmark::State& st) {
   st.counters["threads"] = uocr_bench::omp_threads();
 }
 
+// A decoder past the base prompt's prefill with its R-SWA ring full (the steady state of
+// decoding): the next token to feed and its position.
+struct SteadyDecode {
+  const uocr::DecoderConfig& d;
+  uocr::Decoder dec;
+  uocr::KvCache cache;
+  int64_t pos = 0;
+  int32_t tok = 0;
+
+  explicit SteadyDecode(const LoadedModel& m)
+      : d(m.config().decoder), dec(d, m.weights().decoder), cache(d, decode_window()) {
+    int64_t tokens = 0;
+    const std::vector<float> emb = prompt_embeddings(dec, &tokens);
+    pos = tokens;
+    tok = argmax(dec.prefill(emb, 0, cache));
+    for (int i = 0; i < cache.window() + 2; ++i) tok = argmax(dec.decode_step(tok, pos++, cache));
+  }
+};
+
 void BM_DecodeStep(benchmark::State& st) {
   if (!ready(st)) return;
-  const LoadedModel& m = *fixture().model;
-  const uocr::DecoderConfig& d = m.config().decoder;
-  uocr::Decoder dec(d, m.weights().decoder);
-  const int window = decode_window();
-  uocr::KvCache cache(d, window);
-  int64_t tokens = 0;
-  const std::vector<float> emb = prompt_embeddings(dec, &tokens);
-  std::vector<float> logits = dec.prefill(emb, 0, cache);
-  int64_t pos = tokens;
-  int32_t tok = argmax(logits);
-  for (int i = 0; i < window + 2; ++i) tok = argmax(dec.decode_step(tok, pos++, cache));  // fill the ring
+  SteadyDecode sd(*fixture().model);
   Times t;
   for (auto _ : st) {
     const std::vector<float>* l = nullptr;
-    t.time([&] { l = &dec.decode_step(tok, pos++, cache); });
+    t.time([&] { l = &sd.dec.decode_step(sd.tok, sd.pos++, sd.cache); });
     st.PauseTiming();
-    tok = argmax(*l);
+    sd.tok = argmax(*l);
     st.ResumeTiming();
   }
-  const int64_t kv_rows = cache.reference_rows() + cache.generated_rows();
-  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(d, 2.0, kv_rows);
+  const int64_t kv_rows = sd.cache.reference_rows() + sd.cache.generated_rows();
+  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(sd.d, 2.0, kv_rows);
   const uocr_bench::Rate bw = bandwidth();
   const double roof_ms = b.total() / (bw.wall * 1e9) * 1e3, roof_cpu_ms = b.total() / (bw.cpu * 1e9) * 1e3;
   const double ms = Times::median(t.wall) * 1e3, cpu_ms = Times::median(t.cpu) * 1e3;
@@ -385,29 +394,19 @@ void BM_DecodeStep(benchmark::State& st) {
 
 void BM_DraftVerify(benchmark::State& st) {
   if (!ready(st)) return;
-  const LoadedModel& m = *fixture().model;
-  const uocr::DecoderConfig& d = m.config().decoder;
-  uocr::Decoder dec(d, m.weights().decoder);
-  const int window = decode_window();
-  uocr::KvCache cache(d, window);
-  int64_t tokens = 0;
-  const std::vector<float> emb = prompt_embeddings(dec, &tokens);
-  std::vector<float> logits = dec.prefill(emb, 0, cache);
-  int64_t pos = tokens;
-  int32_t tok = argmax(logits);
-  for (int i = 0; i < window + 2; ++i) tok = argmax(dec.decode_step(tok, pos++, cache));  // fill the ring
+  SteadyDecode sd(*fixture().model);
   const int64_t rows = st.range(0) + 1;
   std::mt19937 rng(1);
   std::vector<int32_t> pass(static_cast<size_t>(rows));
-  std::vector<float> rows_logits(static_cast<size_t>(rows * d.vocab));
+  std::vector<float> rows_logits(static_cast<size_t>(rows * sd.d.vocab));
   Times step, verify;
   for (auto _ : st) {
     // Both forget their tokens afterwards (the ring keeps its size), so every pass sees the same cache.
-    step.time([&] { dec.decode_step(tok, pos, cache); });
-    cache.unclaim(1);
-    for (int32_t& t : pass) t = int32_t(rng() % uint32_t(d.vocab));
-    verify.time([&] { dec.decode_tokens(pass.data(), rows, pos, cache, rows_logits.data()); });
-    cache.unclaim(rows);
+    step.time([&] { sd.dec.decode_step(sd.tok, sd.pos, sd.cache); });
+    sd.cache.unclaim(1);
+    for (int32_t& t : pass) t = int32_t(rng() % uint32_t(sd.d.vocab));
+    verify.time([&] { sd.dec.decode_tokens(pass.data(), rows, sd.pos, sd.cache, rows_logits.data()); });
+    sd.cache.unclaim(rows);
   }
   const double step_ms = Times::median(step.wall) * 1e3, verify_ms = Times::median(verify.wall) * 1e3;
   st.counters["step_ms"] = step_ms;

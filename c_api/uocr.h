@@ -493,8 +493,10 @@ typedef struct uocr_run_summary {
      * for and the backend and CPU have it, else F32. */
     int32_t precision;           /* UOCR_PRECISION_* */
     int32_t reserved_api12;
-    /* API 14: draft decoding (uocr_session_params.draft). Without drafts decode_passes equals
-     * generated_tokens (after a resume: those generated since the checkpoint). */
+    /* API 14: draft decoding (uocr_session_params.draft). Without drafts there is one pass per
+     * generated token fed back to the decoder: generated_tokens, one less when the run stopped
+     * at a limit before feeding its last token (max_new_tokens, time budget, cancel), and after
+     * a resume only those since the checkpoint. */
     int64_t decode_passes;       /* decoder passes of the generation: steps and draft verifications */
     int64_t drafted_tokens;      /* tokens the drafts proposed */
     int64_t accepted_tokens;     /* proposed tokens that were the tokens decoded */

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/demo_model.hpp"
 #include "support/test_support.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/decoder/page_groups.hpp"
@@ -26,26 +27,10 @@
 #include "uocr/session/page_source.hpp"
 
 using uocr::Status;
+using uocr_test::demo_model;
+using uocr_test::random_rows;
 using uocr_test::status_of;
 
-namespace {
-
-std::shared_ptr<const uocr::Model> demo_model() {
-  static const std::shared_ptr<const uocr::Model> m = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");
-  return m;
-}
-
-std::string sample(int page) { return uocr_test::source_dir() + "/samples/data/demo-page" + std::to_string(page) + ".png"; }
-
-std::vector<float> random_rows(int64_t rows, int64_t hidden, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::vector<float> v(size_t(rows * hidden));
-  for (float& x : v) x = nd(rng);
-  return v;
-}
-
-}  // namespace
 
 TEST_CASE("decode_batch: every row is decode_step's row, bit for bit, in rings and growing windows") {
   const auto model = demo_model();
@@ -361,10 +346,10 @@ Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_
   uocr::SessionParams sp;
   sp.max_new_tokens = 120;
   uocr::DocumentParams ip;
-  std::vector<std::string> files{sample(1 + d % 3)};
+  std::vector<std::string> files{uocr_test::demo_sample(1 + d % 3)};
   if (d == 3) sp.sampling = {1.5f, 1.0f, 42};  // hot enough to leave the greedy path of a confident model
   if (d == 4) {
-    files = {sample(1), sample(2), sample(3)};
+    files = {uocr_test::demo_sample(1), uocr_test::demo_sample(2), uocr_test::demo_sample(3)};
     ip.groups.group_pages = 2;
     ip.groups.overlap_pages = 1;
     ip.page_fallback_tokens = 40;
@@ -447,7 +432,7 @@ TEST_CASE("batched sessions: one that is cancelled or fails early does not hold 
       uocr::Session s(engine, {}, ip);
       uocr::CallbackPages pages(4, [](int64_t i, uocr::ImageU8& page) {
         uocr::require(i < 3, Status::io, "page 4 is unreadable");
-        page = uocr::load_image(sample(int(i) + 1));
+        page = uocr::load_image(uocr_test::demo_sample(int(i) + 1));
         return true;
       });
       s.run(pages, [&](const uocr::Event& e) {

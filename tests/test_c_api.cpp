@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "support/damaged_model.hpp"
+#include "support/page_texts.hpp"
 #include "uocr.h"
 
 namespace {
@@ -1386,16 +1387,7 @@ uocr_model* demo_model() {
 
 std::string demo_page(int64_t i) { return source_dir() + "/samples/data/demo-page" + std::to_string(i + 1) + ".png"; }
 
-// Each page's text in a multi-page transcript: what follows each "<PAGE>".
-std::vector<std::string> page_texts(const std::string& text) {
-  std::vector<std::string> pages;
-  for (size_t at = text.find("<PAGE>"); at != std::string::npos;) {
-    const size_t next = text.find("<PAGE>", at + 6);
-    pages.push_back(text.substr(at + 6, next == std::string::npos ? std::string::npos : next - at - 6));
-    at = next;
-  }
-  return pages;
-}
+using uocr_test::page_texts;
 
 struct DraftCallback {
   std::vector<std::string> drafts;

@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "support/test_support.hpp"
+#include "support/demo_model.hpp"
+#include "support/page_texts.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/engine/open.hpp"
 #include "uocr/model/model.hpp"
@@ -25,20 +26,11 @@
 
 namespace {
 
-std::shared_ptr<const uocr::Model> demo_model() {
-  static const std::shared_ptr<const uocr::Model> m = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");
-  return m;
-}
+using uocr_test::demo_model;
+using uocr_test::page_texts;
+using uocr_test::random_rows;
 
-std::string sample(int page) { return uocr_test::source_dir() + "/samples/data/demo-page" + std::to_string(page) + ".png"; }
-
-std::vector<float> random_rows(int64_t rows, int64_t width, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.f, 1.f);
-  std::vector<float> v(size_t(rows * width));
-  for (float& x : v) x = n(rng);
-  return v;
-}
+std::string sample(int page) { return uocr_test::demo_sample(page); }
 
 std::vector<float> kv_of(uocr::PageGroupDecoder& d) {
   std::vector<float> all;
@@ -238,17 +230,6 @@ Transcript transcribe(const Setup& setup, const std::vector<std::string>* drafts
   out.stats = s.stats();
   out.generated = sum.generated_tokens;
   return out;
-}
-
-// The text of each page as the run wrote it: what follows each "<PAGE>".
-std::vector<std::string> page_texts(const std::string& text) {
-  std::vector<std::string> pages;
-  for (size_t at = text.find("<PAGE>"); at != std::string::npos;) {
-    const size_t next = text.find("<PAGE>", at + 6);
-    pages.push_back(text.substr(at + 6, next == std::string::npos ? std::string::npos : next - at - 6));
-    at = next;
-  }
-  return pages;
 }
 
 // Every word of `text` reversed: a draft wrong everywhere.

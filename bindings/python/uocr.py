@@ -20,7 +20,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 13  # UOCR_API_VERSION of the header this binding mirrors
+API_VERSION = 14  # UOCR_API_VERSION of the header this binding mirrors
 
 OK = 0
 E_INVALID_ARGUMENT = -1
@@ -60,6 +60,9 @@ SLIDE_KV_RECOMPUTE = 2  # a slide computes the held pages, prompt tail and windo
 
 PRECISION_F32 = 0   # float32 products, the reference
 PRECISION_BF16 = 1  # bf16 inputs, float32 sums (runs F32 where the backend or CPU has no bf16)
+
+DRAFT_ON = 0   # verify the pages' draft texts where there are any (API 14)
+DRAFT_OFF = 1  # one decoder pass per token
 
 CUDA_GRAPHS_DEFAULT = 0  # on
 CUDA_GRAPHS_ON = 1
@@ -112,7 +115,9 @@ class SessionParams(ctypes.Structure):
                 # API version 10
                 ("page_time_budget_seconds", ctypes.c_double),
                 # API version 11
-                ("precision", ctypes.c_int32), ("reserved_api11", ctypes.c_int32)]
+                ("precision", ctypes.c_int32),
+                # API version 14
+                ("draft", ctypes.c_int32), ("draft_max_tokens", ctypes.c_int32), ("reserved_api14", ctypes.c_int32)]
 
 
 class EngineParams(ctypes.Structure):
@@ -143,7 +148,9 @@ class RunSummary(ctypes.Structure):
                 ("scratch_bytes", ctypes.c_uint64), ("peak_scratch_bytes", ctypes.c_uint64),
                 ("peak_bytes", ctypes.c_uint64),
                 # API version 12
-                ("precision", ctypes.c_int32), ("reserved_api12", ctypes.c_int32)]
+                ("precision", ctypes.c_int32), ("reserved_api12", ctypes.c_int32),
+                # API version 14
+                ("decode_passes", ctypes.c_int64), ("drafted_tokens", ctypes.c_int64), ("accepted_tokens", ctypes.c_int64)]
 
 
 EVENT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(EventStruct), ctypes.c_void_p)
@@ -219,6 +226,8 @@ def _load_library():
         "uocr_session_run": (ctypes.c_int32, [vp, EVENT_CALLBACK, vp, P(RunSummary)]),
         "uocr_session_text": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t, P(ctypes.c_size_t)]),
         "uocr_page_set_file": (ctypes.c_int32, [vp, ctypes.c_char_p]),
+        "uocr_page_set_draft": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t]),
+        "uocr_session_set_page_draft": (ctypes.c_int32, [vp, ctypes.c_int32, ctypes.c_char_p, ctypes.c_size_t]),
         "uocr_page_set_encoded": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_size_t]),
         "uocr_page_set_rgb": (ctypes.c_int32, [vp, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32, ctypes.c_size_t]),
         "uocr_session_run_pages": (ctypes.c_int32, [vp, ctypes.c_int64, PAGE_CALLBACK, vp, EVENT_CALLBACK, vp,
@@ -331,12 +340,14 @@ class Model(_Handle):
 def _set_fields(struct, kw, what):
     """The keyword parameters into `struct`'s fields of the same name; bools as the header says."""
     for key, value in kw.items():
-        if key not in dict(type(struct)._fields_) or key in ("struct_size", "reserved0"):
+        if key not in dict(type(struct)._fields_) or key in ("struct_size", "reserved0", "reserved_api14"):
             raise TypeError("unknown %s parameter %r" % (what, key))
         if key in ("prompt", "checkpoint_path") and isinstance(value, str):
             value = os.fsencode(value) if key == "checkpoint_path" else value.encode()
         if key in ("loop_guard", "resume"):
             value = 1 if value else 0
+        if key == "draft" and isinstance(value, bool):  # False is OFF, not 0 (the default, on)
+            value = DRAFT_ON if value else DRAFT_OFF
         if key == "model_defaults" and isinstance(value, bool):
             value = MODEL_DEFAULTS_USE if value else MODEL_DEFAULTS_IGNORE
         if key == "cuda_graphs" and isinstance(value, bool):  # False is OFF, not 0 (the default, on)
@@ -385,7 +396,7 @@ class Session(_Handle):
     reference_pages, reference_blocks, reference_block_tokens, positions, checkpoint_path,
     checkpoint_every_tokens, resume, max_batch, max_batch_wait_us, reference_gate_fan_out,
     reference_gate_beam, cuda_graphs, model_defaults, slide_kv, max_image_bytes, max_jpeg_scans, page_time_budget_seconds,
-    precision). cuda_graphs takes a CUDA_GRAPHS_* value or a
+    precision, draft, draft_max_tokens). draft takes a DRAFT_* value or a bool; cuda_graphs a CUDA_GRAPHS_* value or a
     bool (True: on, False: off); model_defaults a MODEL_DEFAULTS_* value or a bool (True: use);
     slide_kv a SLIDE_KV_* value.
     """
@@ -417,6 +428,13 @@ class Session(_Handle):
         rgb = _rgb(rgb, width, height, stride, "")
         self._check(_lib.uocr_session_add_image_rgb(self._h, rgb, width, height, stride))
 
+    def set_page_draft(self, index, text):
+        """Page `index`'s draft text (str or UTF-8 bytes; "" removes it): what another reader gives
+        for that page. Decoding verifies it as a draft: the same transcript, fewer decoder passes
+        where it is right (the run's summary: decode_passes, drafted_tokens, accepted_tokens)."""
+        data = text.encode() if isinstance(text, str) else bytes(text)
+        self._check(_lib.uocr_session_set_page_draft(self._h, index, data, len(data)))
+
     def clear_pages(self):
         self._check(_lib.uocr_session_clear_pages(self._h))
 
@@ -431,14 +449,20 @@ class Session(_Handle):
         An exception raised by on_event cancels the run and is re-raised here."""
         return self._run(lambda callback, summary: _lib.uocr_session_run(self._h, callback, None, summary), on_event, [])
 
-    def run_pages(self, page_count, get_page, on_event=None):
+    def run_pages(self, page_count, get_page, on_event=None, get_draft=None):
         """Runs a document of page_count pages that get_page(index) hands over one at a time, when
         the session needs it: a path (str or os.PathLike), encoded image bytes, or a tuple
-        (rgb_bytes, width, height[, stride]). Pages added with add_image_* are not used. Events,
-        cancellation and errors as run(); an exception raised by get_page is re-raised here."""
+        (rgb_bytes, width, height[, stride]). get_draft(index), when given, returns the page's draft
+        text (str, bytes or None; see set_page_draft). Pages added with add_image_* are not used.
+        Events, cancellation and errors as run(); an exception raised by get_page or get_draft is
+        re-raised here."""
         raised = []
 
         def set_page(index, page, _user):
+            draft = get_draft(index) if get_draft else None
+            if draft:
+                draft = draft.encode() if isinstance(draft, str) else bytes(draft)
+                _lib.uocr_page_set_draft(page, draft, len(draft))
             data = get_page(index)
             if isinstance(data, (bytes, bytearray, memoryview)):
                 data = bytes(data)

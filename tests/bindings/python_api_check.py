@@ -171,6 +171,27 @@ with uocr.Model(model_dir) as model:
         except Missing:
             pass
 
+    # API 14: page drafts. The transcript is the same with a draft (here the run's own text) and
+    # without; the summary counts the passes; bad drafts and values are refused.
+    check(uocr.SessionParams.draft.offset == 180 and uocr.RunSummary.decode_passes.offset == 144, "draft field offsets")
+    expect_error(lambda: model.session(draft=2), uocr.E_INVALID_ARGUMENT, "bad draft")
+    expect_error(lambda: model.session(draft_max_tokens=300), uocr.E_INVALID_ARGUMENT, "bad draft_max_tokens")
+    with model.session(max_new_tokens=12, draft=False) as s:
+        s.add_image_file(image)
+        plain = s.run()
+        plain_text = s.text()
+        # a pass per token fed back: the last one is not, when max_new_tokens stops the run
+        check(plain.decode_passes == plain.generated_tokens - 1 and plain.drafted_tokens == 0, "no draft: a pass per token")
+    with model.session(max_new_tokens=12) as s:
+        s.add_image_file(image)
+        s.set_page_draft(0, plain_text)
+        drafted = s.run()
+        check(s.text() == plain_text, "a draft leaves the transcript as it is")
+        check(drafted.decode_passes <= drafted.generated_tokens, "passes with a draft")
+        expect_error(lambda: s.set_page_draft(1, "x"), uocr.E_INVALID_ARGUMENT, "draft of a page not added")
+        s.run_pages(1, lambda i: image, get_draft=lambda i: plain_text)
+        check(s.text() == plain_text, "run_pages with get_draft: the same transcript")
+
     # Page groups that slide, with a checkpoint: cancelled, then resumed from it.
     ckpt = os.path.join(tempfile.mkdtemp(prefix="uocr_py_"), "run.ckpt")
     params = dict(max_new_tokens=24, pages_per_group=2, page_fallback_tokens=5)
