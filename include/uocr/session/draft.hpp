@@ -239,7 +239,7 @@ class DraftedSteps {
   bool on_, measure_;
   int64_t timed_passes_ = 0;
   int max_, k_;  // the most tokens proposed, and how many now
-  int misses_ = 0, rest_ = 0;  // passes in a row that did not pay; steps left without proposals
+  int misses_ = 0, rest_ = 0;  // passes in a row that accepted nothing; steps left without proposals
   RecentMean step_seconds_, token_seconds_;  // a plain step; a verified pass per token it gave
   double pass_seconds_ = 0;                  // the open verification's
   DraftLookup lookup_;
