@@ -536,7 +536,10 @@ uocr::DocumentParams to_document_params(const uocr_session_params& p, const uocr
   if (p.draft != UOCR_DRAFT_ON && p.draft != UOCR_DRAFT_OFF)
     fail(UOCR_E_INVALID_ARGUMENT, "draft " + std::to_string(p.draft) + " is not a UOCR_DRAFT_* value");
   c.draft.enabled = p.draft == UOCR_DRAFT_ON;
-  if (p.draft_max_tokens) c.draft.max_tokens = p.draft_max_tokens;  // checked by the core
+  if (p.draft_max_tokens < 0 || p.draft_max_tokens > uocr::DraftParams::kMaxTokens)
+    fail(UOCR_E_INVALID_ARGUMENT, "draft_max_tokens must be 0 (default) or 1.." + std::to_string(uocr::DraftParams::kMaxTokens) +
+                                      ", got " + std::to_string(p.draft_max_tokens));
+  if (p.draft_max_tokens) c.draft.max_tokens = p.draft_max_tokens;
   if (p.reserved_api14 != 0) fail(UOCR_E_INVALID_ARGUMENT, "reserved_api14 must be 0");
   c.keep_text = true;
   return c;

@@ -154,16 +154,8 @@ TEST_CASE("page groups: the CPU decoder's batched window recompute gives the ste
   };
   const auto model = demo_model();
   const uocr::DecoderConfig& c = model->config().decoder;
-  uocr::DocumentLayout layout;
-  layout.head = {0, 5, 6};
-  layout.tail = {7, 8, 9};
-  layout.pages = 3;
-  layout.page_tokens = 20;
-  const auto pages = [&] {
-    return uocr::FunctionPageEmbeddings(layout.pages, [&](int64_t p, std::vector<float>& out) {
-      out = random_rows(layout.page_tokens, c.hidden, unsigned(100 + p));
-    });
-  };
+  const uocr_test::RandomDocument document(3, 20, c.hidden);
+  const uocr::DocumentLayout& layout = document.layout;
   const int window = c.sliding_window;
   REQUIRE(window > 8);
   const int64_t steps = 3 * window + 10, slide_at[2] = {window + 5, 2 * window + 7};
@@ -185,7 +177,7 @@ TEST_CASE("page groups: the CPU decoder's batched window recompute gives the ste
       uocr::PageGroupDecoder batched(c, model->weights().decoder, window, pp);
       uocr::BasicPageGroupDecoder<SteppedDecoder, uocr::KvCache> stepped(
           SteppedDecoder(c, model->weights().decoder), uocr::KvCache(c, window), pp);
-      uocr::FunctionPageEmbeddings src_a = pages(), src_b = pages();
+      uocr::FunctionPageEmbeddings src_a = document.pages(), src_b = document.pages();
       batched.start(layout, src_a);
       stepped.start(layout, src_b);
       CHECK(batched.decoder().batch_rows() > 4);

@@ -43,16 +43,8 @@ std::vector<float> kv_of(uocr::PageGroupDecoder& d) {
 TEST_CASE("page groups: verify() and settle(kept) leave the decoder as `kept` steps would") {
   const auto model = demo_model();
   const uocr::DecoderConfig& c = model->config().decoder;
-  uocr::DocumentLayout layout;
-  layout.head = {0, 5, 6};
-  layout.tail = {7, 8, 9};
-  layout.pages = 4;
-  layout.page_tokens = 12;
-  const auto pages = [&] {
-    return uocr::FunctionPageEmbeddings(layout.pages, [&](int64_t p, std::vector<float>& out) {
-      out = random_rows(layout.page_tokens, c.hidden, unsigned(100 + p));
-    });
-  };
+  const uocr_test::RandomDocument document(4, 12, c.hidden);
+  const uocr::DocumentLayout& layout = document.layout;
   struct Case {
     int window;
     bool sparse, group_positions, recompute;
@@ -72,7 +64,7 @@ TEST_CASE("page groups: verify() and settle(kept) leave the decoder as `kept` st
     pp.sparse_params.block_tokens = 4;
     uocr::PageGroupDecoder verified(c, model->weights().decoder, k.window, pp);
     uocr::PageGroupDecoder stepped(c, model->weights().decoder, k.window, pp);
-    uocr::FunctionPageEmbeddings src_a = pages(), src_b = pages();
+    uocr::FunctionPageEmbeddings src_a = document.pages(), src_b = document.pages();
     verified.start(layout, src_a);
     stepped.start(layout, src_b);
     REQUIRE(verified.verify_limit() > 0);

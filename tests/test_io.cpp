@@ -278,6 +278,29 @@ TEST_CASE("safetensors data_offsets must tile the data section, naming the tenso
   fs::remove(path);
 }
 
+TEST_CASE("a safetensors file whose header leaves its data misaligned loads with every tensor aligned and unchanged") {
+  // The kernels read bf16 and f32 weights in place through typed pointers; a header of odd length
+  // (legal JSON padding) must not hand them misaligned addresses.
+  ModelCopy m("misaligned");
+  const char* shard = "model-00001-of-000001.safetensors";
+  const std::string data = m.read(shard);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | uint8_t(data[size_t(i)]);
+  const uint64_t padded = header_len + 1 + (header_len % 2);  // odd: the data section starts at an odd offset
+  std::string file = data.substr(0, 8 + header_len) + std::string(padded - header_len, ' ') + data.substr(8 + header_len);
+  for (int i = 0; i < 8; ++i) file[size_t(i)] = char((padded >> (8 * i)) & 0xff);
+  m.write(shard, file);
+
+  const uocr::SafetensorsFile original(tiny() + "/" + shard), moved(m.path(shard));
+  REQUIRE(moved.tensors().size() == original.tensors().size());
+  for (const auto& [name, t] : moved.tensors()) {
+    CAPTURE(name);
+    CHECK(reinterpret_cast<uintptr_t>(t.data) % uocr::dtype_size(t.dtype) == 0);
+    CHECK(t.to_vector() == original.tensors().at(name).to_vector());
+  }
+  load_all(m.dir.string());
+}
+
 TEST_CASE("npy round trip and golden arrays") {
   const std::string p = (fs::temp_directory_path() / "uocr_npy_roundtrip.npy").string();
   std::vector<float> v = {1.5f, -2.f, 3.25f, 0.f, 7.f, 8.f};

@@ -134,7 +134,10 @@ namespace Uocr
         public double PageTimeBudgetSeconds;
         // API version 11
         public int Precision;
-        public int ReservedApi11;
+        // API version 14
+        public int Draft;
+        public int DraftMaxTokens;
+        public int ReservedApi14;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -216,6 +219,10 @@ namespace Uocr
         // API version 12
         public int Precision;           // the Precision the large products ran in
         public int ReservedApi12;
+        // API version 14
+        public long DecodePasses;       // decoder passes of the generation: steps and draft verifications
+        public long DraftedTokens;      // tokens the pages' drafts proposed
+        public long AcceptedTokens;     // proposed tokens the model's own choice confirmed
     }
 
     [UnmanagedFunctionPointer(CallingConvention.Cdecl)]
@@ -227,7 +234,7 @@ namespace Uocr
     internal static class Native
     {
         const string Lib = "uocr";
-        public const int ApiVersion = 13; // UOCR_API_VERSION this binding mirrors
+        public const int ApiVersion = 14; // UOCR_API_VERSION this binding mirrors
 
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern IntPtr uocr_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_api_version();
@@ -257,6 +264,8 @@ namespace Uocr
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_file(IntPtr page, byte[] path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_encoded(IntPtr page, byte[] data, UIntPtr size);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_rgb(IntPtr page, byte[] rgb, int width, int height, UIntPtr stride);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_page_set_draft(IntPtr page, byte[] text, UIntPtr size);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_set_page_draft(SessionHandle session, int index, byte[] text, UIntPtr size);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_run_pages(SessionHandle session, long pageCount, PageCallback pages, IntPtr pagesUserData, EventCallback callback, IntPtr userData, ref RunSummary summary);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl)] public static extern int uocr_session_text(SessionHandle session, byte[] buf, UIntPtr capacity, out UIntPtr length);
 
@@ -382,6 +391,16 @@ namespace Uocr
             return new Page(h => Native.uocr_page_set_rgb(h, rgb, width, height, (UIntPtr)(ulong)stride));
         }
 
+        /// <summary>This page with a draft text: what another reader gives for it (a PDF's text
+        /// layer, an earlier OCR pass), verified as Session.SetPageDraft's.</summary>
+        public Page WithDraft(string text) { return WithDraft(Encoding.UTF8.GetBytes(text)); }
+
+        public Page WithDraft(byte[] text)
+        {
+            if (text == null) throw new ArgumentNullException("text");
+            return new Page(h => { Native.uocr_page_set_draft(h, text, (UIntPtr)text.Length); set(h); });
+        }
+
         internal void Set(IntPtr page) { set(page); }
     }
 
@@ -407,6 +426,10 @@ namespace Uocr
         // StopReason.TimeBudget, the text so far and the last checkpoint kept (0: none).
         public double PageTimeBudgetSeconds = 0;
         public Precision? Precision;         // null: the library's (F32)
+        // Verify the pages' draft texts (SetPageDraft, Page.WithDraft) where there are any: the
+        // same transcript in fewer decoder passes where a draft is right; false: a pass per token.
+        public bool Draft = true;
+        public int DraftMaxTokens = 0;       // the most tokens one pass verifies (0: 16; else 1..256)
         public Backend Backend = Backend.Cpu;
         public int DeviceIndex = 0;
         public int PagesPerGroup = 0;        // pages whose KV is held at once (>= 2; 0: the model folder's, else 4)
@@ -577,6 +600,8 @@ namespace Uocr
             p.MaxJpegScans = o.MaxJpegScans;
             p.PageTimeBudgetSeconds = o.PageTimeBudgetSeconds;
             if (o.Precision.HasValue) p.Precision = (int)o.Precision.Value;
+            p.Draft = o.Draft ? 0 : 1;
+            p.DraftMaxTokens = o.DraftMaxTokens;
             // The library copies the strings during uocr_session_create: pinned until it returns.
             GCHandle prompt = default(GCHandle), checkpoint = default(GCHandle);
             try
@@ -621,6 +646,17 @@ namespace Uocr
         {
             Native.CheckRgb(rgb, width, height, stride);
             Check(Native.uocr_session_add_image_rgb(handle, rgb, width, height, (UIntPtr)(ulong)stride));
+        }
+
+        /// <summary>Page index's draft text (0-based, of the pages added; empty removes it): what
+        /// another reader gives for that page. Decoding verifies it: the same transcript, fewer
+        /// decoder passes where it is right (RunSummary.DecodePasses, DraftedTokens, AcceptedTokens).</summary>
+        public void SetPageDraft(int index, string text) { SetPageDraft(index, Encoding.UTF8.GetBytes(text)); }
+
+        public void SetPageDraft(int index, byte[] text)
+        {
+            if (text == null) throw new ArgumentNullException("text");
+            Check(Native.uocr_session_set_page_draft(handle, index, text, (UIntPtr)text.Length));
         }
 
         public void ClearPages() { Check(Native.uocr_session_clear_pages(handle)); }

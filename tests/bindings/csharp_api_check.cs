@@ -67,9 +67,11 @@ static class ApiCheck
         // uocr_session_params as uocr.h lays it out on 64-bit targets (the binding's struct is compiled in here).
         if (IntPtr.Size == 8)
         {
-            Check(Marshal.SizeOf(typeof(SessionParams)) == 184, "sizeof(uocr_session_params) == 184");
+            Check(Marshal.SizeOf(typeof(SessionParams)) == 192, "sizeof(uocr_session_params) == 192");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "Precision") == 176, "precision at offset 176");
-            Check(Marshal.SizeOf(typeof(RunSummary)) == 144, "sizeof(uocr_run_summary) == 144");
+            Check((long)Marshal.OffsetOf(typeof(SessionParams), "Draft") == 180, "draft at offset 180");
+            Check(Marshal.SizeOf(typeof(RunSummary)) == 168, "sizeof(uocr_run_summary) == 168");
+            Check((long)Marshal.OffsetOf(typeof(RunSummary), "DecodePasses") == 144, "decode_passes at offset 144");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "PageTimeBudgetSeconds") == 168, "page_time_budget_seconds at offset 168");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxImageBytes") == 152, "max_image_bytes at offset 152");
             Check((long)Marshal.OffsetOf(typeof(SessionParams), "MaxJpegScans") == 160, "max_jpeg_scans at offset 160");
@@ -223,6 +225,36 @@ static class ApiCheck
                 onModel = System.Text.Encoding.UTF8.GetString(s.Text());
             }
             Check(onEngine.Length > 0 && onEngine == onModel, "a session on an engine reads as one on the model");
+
+            // API 14: page drafts. The transcript is the same with a draft (here the run's own text)
+            // and without; the summary counts the passes; bad drafts and values are refused.
+            var draftMax = Expect<UocrException>(() => model.CreateSession(new SessionOptions { DraftMaxTokens = 300 }), "draft_max_tokens 300");
+            Check(draftMax != null && draftMax.Status == Status.InvalidArgument && draftMax.Message.Contains("draft_max_tokens"), "draft_max_tokens message");
+            byte[] plainText;
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 12, Draft = false }))
+            {
+                s.AddImageFile(pages[0]);
+                RunSummary plain = s.Run(e => true);
+                plainText = s.Text();
+                // a pass per token fed back: the last one is not, when MaxNewTokens stops the run
+                Check(plain.DecodePasses == plain.GeneratedTokens - 1 && plain.DraftedTokens == 0, "no draft: a pass per token");
+            }
+            using (var s = model.CreateSession(new SessionOptions { MaxNewTokens = 12 }))
+            {
+                s.AddImageFile(pages[0]);
+                s.SetPageDraft(0, plainText);
+                RunSummary drafted = s.Run(e => true);
+                Check(s.Text().SequenceEqual(plainText), "a draft leaves the transcript as it is");
+                Check(drafted.DecodePasses <= drafted.GeneratedTokens && drafted.AcceptedTokens <= drafted.DraftedTokens, "passes with a draft");
+                var notAdded = Expect<UocrException>(() => s.SetPageDraft(1, "x"), "draft of a page not added");
+                Check(notAdded != null && notAdded.Status == Status.InvalidArgument, "draft of a page not added is refused");
+            }
+            var plainPages = run(new SessionOptions { MaxNewTokens = 24, PagesPerGroup = 2, PageFallbackTokens = 5, Draft = false });
+            using (var s = model.CreateSession(Sliding(24)))
+            {
+                var drafted = Tokens(f => s.RunPages(3, i => Page.File(pages[i]).WithDraft(plainText), f));
+                Check(drafted.SequenceEqual(plainPages) && plainPages.SequenceEqual(full), "pages with drafts read as pages without");
+            }
 
             // A run cancelled after 14 tokens resumes from its last checkpoint (token 12).
             string ckpt = Path.Combine(Path.GetTempPath(), "uocr_cs_api_" + System.Diagnostics.Process.GetCurrentProcess().Id + ".ckpt");

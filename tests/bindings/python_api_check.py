@@ -175,7 +175,8 @@ with uocr.Model(model_dir) as model:
     # without; the summary counts the passes; bad drafts and values are refused.
     check(uocr.SessionParams.draft.offset == 180 and uocr.RunSummary.decode_passes.offset == 144, "draft field offsets")
     expect_error(lambda: model.session(draft=2), uocr.E_INVALID_ARGUMENT, "bad draft")
-    expect_error(lambda: model.session(draft_max_tokens=300), uocr.E_INVALID_ARGUMENT, "bad draft_max_tokens")
+    e = expect_error(lambda: model.session(draft_max_tokens=300), uocr.E_INVALID_ARGUMENT, "bad draft_max_tokens")
+    check(e is not None and "draft_max_tokens" in str(e), "the draft_max_tokens message names it")
     with model.session(max_new_tokens=12, draft=False) as s:
         s.add_image_file(image)
         plain = s.run()

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "support/test_support.hpp"
+#include "uocr/decoder/page_groups.hpp"
 #include "uocr/model/model.hpp"
 
 namespace uocr_test {
@@ -29,5 +30,25 @@ inline std::vector<float> random_rows(int64_t rows, int64_t width, unsigned seed
   for (float& x : v) x = nd(rng);
   return v;
 }
+
+// A document for page-group tests that feed the decoder without a vision encoder: `pages` pages
+// of `page_tokens` random rows (page p from seed 100 + p) between a three-token head and tail.
+struct RandomDocument {
+  uocr::DocumentLayout layout;
+  int64_t hidden = 0;
+
+  RandomDocument(int64_t pages, int64_t page_tokens, int64_t hidden_size) : hidden(hidden_size) {
+    layout.head = {0, 5, 6};
+    layout.tail = {7, 8, 9};
+    layout.pages = pages;
+    layout.page_tokens = page_tokens;
+  }
+  // A fresh source of the pages (each decoder under test reads its own).
+  uocr::FunctionPageEmbeddings pages() const {
+    return uocr::FunctionPageEmbeddings(layout.pages, [rows = layout.page_tokens, width = hidden](int64_t p, std::vector<float>& out) {
+      out = random_rows(rows, width, unsigned(100 + p));
+    });
+  }
+};
 
 }  // namespace uocr_test

@@ -46,7 +46,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 /// UOCR_API_VERSION of the header this binding mirrors.
-pub const API_VERSION: i32 = 13;
+pub const API_VERSION: i32 = 14;
 
 pub mod status {
     pub const OK: i32 = 0;
@@ -185,7 +185,10 @@ struct RawSessionParams {
     page_time_budget_seconds: f64,
     // API version 11
     precision: i32,
-    reserved_api11: i32,
+    // API version 14
+    draft: i32,
+    draft_max_tokens: i32,
+    reserved_api14: i32,
 }
 
 #[repr(C)]
@@ -248,16 +251,24 @@ pub struct RunSummary {
     /// The `Precision` the large products ran in, as an i32 (`Precision::F32 as i32`, ...).
     pub precision: i32,
     reserved_api12: i32,
+    // API version 14
+    /// Decoder passes of the generation: steps and draft verifications (one per token fed back
+    /// without drafts).
+    pub decode_passes: i64,
+    /// Tokens the pages' drafts proposed.
+    pub drafted_tokens: i64,
+    /// Proposed tokens the model's own choice confirmed.
+    pub accepted_tokens: i64,
 }
 
 // The layouts this binding assumes (64-bit targets), checked at compile time.
 #[cfg(target_pointer_width = "64")]
 const _: () = {
     assert!(std::mem::size_of::<ModelParams>() == 16);
-    assert!(std::mem::size_of::<RawSessionParams>() == 184);
+    assert!(std::mem::size_of::<RawSessionParams>() == 192);
     assert!(std::mem::size_of::<ModelInfo>() == 40);
     assert!(std::mem::size_of::<RawEvent>() == 72);
-    assert!(std::mem::size_of::<RunSummary>() == 144);
+    assert!(std::mem::size_of::<RunSummary>() == 168);
 };
 
 type Callback = extern "C" fn(*const RawEvent, *mut c_void) -> i32;
@@ -293,6 +304,8 @@ extern "C" {
     fn uocr_page_set_file(p: *mut RawPage, path: *const c_char) -> i32;
     fn uocr_page_set_encoded(p: *mut RawPage, data: *const c_void, size: usize) -> i32;
     fn uocr_page_set_rgb(p: *mut RawPage, rgb: *const u8, w: i32, h: i32, stride: usize) -> i32;
+    fn uocr_page_set_draft(p: *mut RawPage, text: *const c_char, size: usize) -> i32;
+    fn uocr_session_set_page_draft(s: *mut RawSession, index: i32, text: *const c_char, size: usize) -> i32;
     fn uocr_session_run_pages(
         s: *mut RawSession,
         page_count: i64,
@@ -634,6 +647,8 @@ impl RawSessionArgs {
         raw.max_jpeg_scans = params.max_jpeg_scans;
         raw.page_time_budget_seconds = params.page_time_budget_seconds;
         raw.precision = params.precision as i32;
+        raw.draft = if params.draft { 0 } else { 1 };
+        raw.draft_max_tokens = params.draft_max_tokens;
         Ok(RawSessionArgs { raw, _prompt: prompt, _checkpoint: checkpoint })
     }
 }
@@ -755,6 +770,12 @@ pub struct SessionParams {
     /// with `stop::TIME_BUDGET`, the text so far and the last checkpoint kept; 0: none.
     pub page_time_budget_seconds: f64,
     pub precision: Precision,
+    /// true (default): verify the pages' draft texts (`Session::set_page_draft`,
+    /// `Session::run_pages_with_drafts`) where there are any: the same transcript in fewer decoder
+    /// passes where a draft is right (API 14); false: one pass per token.
+    pub draft: bool,
+    /// The most tokens one pass verifies; 0: 16; else 1..256.
+    pub draft_max_tokens: i32,
     pub backend: Backend,
     pub device_index: i32,
     /// Pages whose KV is held at once (>= 2; 0: the model folder's, else 4).
@@ -804,6 +825,8 @@ impl Default for SessionParams {
             max_jpeg_scans: raw.max_jpeg_scans,
             page_time_budget_seconds: raw.page_time_budget_seconds,
             precision: if raw.precision == Precision::F32 as i32 { Precision::F32 } else { Precision::Bf16 },
+            draft: raw.draft == 0,
+            draft_max_tokens: raw.draft_max_tokens,
             backend: Backend::Cpu,
             device_index: raw.device_index,
             pages_per_group: raw.pages_per_group,
@@ -896,16 +919,23 @@ extern "C" fn trampoline(e: *const RawEvent, user: *mut c_void) -> i32 {
     }
 }
 
-struct PageState<'f, 'p> {
+struct PageState<'f, 'd, 'p> {
     f: &'f mut dyn FnMut(i64) -> Result<Page<'p>, Error>,
+    drafts: &'d mut dyn FnMut(i64) -> Result<Option<Vec<u8>>, Error>,
     failure: Option<Error>,
     panic: Option<Panic>,
 }
 
 extern "C" fn page_trampoline(index: i64, page: *mut RawPage, user: *mut c_void) -> i32 {
     let state = unsafe { &mut *(user as *mut PageState) };
+    let mut hand_over = || -> Result<(), Error> {
+        if let Some(text) = (state.drafts)(index)? {
+            unsafe { uocr_page_set_draft(page, text.as_ptr() as *const c_char, text.len()) };
+        }
+        set_page(page, &(state.f)(index)?)
+    };
     // The source's error (or panic) aborts the run; run_pages returns (or re-raises) it afterwards.
-    match panic::catch_unwind(AssertUnwindSafe(|| (state.f)(index).and_then(|p| set_page(page, &p)))) {
+    match panic::catch_unwind(AssertUnwindSafe(&mut hand_over)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             state.failure = Some(e);
@@ -966,6 +996,14 @@ impl Session {
         self.check(unsafe { uocr_session_add_image_rgb(self.h, rgb.as_ptr(), width, height, stride) })
     }
 
+    /// Page `index`'s draft text (0-based, of the pages added; empty removes it): UTF-8 that
+    /// another reader gives for that page (a PDF's text layer, an earlier OCR pass). Decoding
+    /// verifies it: the same transcript, fewer decoder passes where it is right (API 14; the run
+    /// summary's `decode_passes`, `drafted_tokens`, `accepted_tokens`).
+    pub fn set_page_draft(&mut self, index: i32, text: &[u8]) -> Result<(), Error> {
+        self.check(unsafe { uocr_session_set_page_draft(self.h, index, text.as_ptr() as *const c_char, text.len()) })
+    }
+
     pub fn clear_pages(&mut self) -> Result<(), Error> {
         self.check(unsafe { uocr_session_clear_pages(self.h) })
     }
@@ -986,12 +1024,30 @@ impl Session {
     /// ... each once), when the session needs them; the pages added with `add_image_*` are not
     /// used. An `Err` from `pages` stops the run and is returned as it is (a panic is re-raised).
     /// Events, cancellation and errors otherwise as `run`.
-    pub fn run_pages<'p, P, F>(&mut self, page_count: i64, mut pages: P, mut on_event: F) -> Result<RunSummary, Error>
+    pub fn run_pages<'p, P, F>(&mut self, page_count: i64, pages: P, on_event: F) -> Result<RunSummary, Error>
     where
         P: FnMut(i64) -> Result<Page<'p>, Error>,
         F: FnMut(&Event) -> bool,
     {
-        let mut source = PageState { f: &mut pages, failure: None, panic: None };
+        self.run_pages_with_drafts(page_count, pages, |_| Ok(None), on_event)
+    }
+
+    /// `run_pages` whose pages come with draft texts: `drafts(index)`, asked just before
+    /// `pages(index)`, gives page `index`'s draft (`None`: none; see `set_page_draft`). An `Err`
+    /// stops the run as one from `pages` does.
+    pub fn run_pages_with_drafts<'p, P, D, F>(
+        &mut self,
+        page_count: i64,
+        mut pages: P,
+        mut drafts: D,
+        mut on_event: F,
+    ) -> Result<RunSummary, Error>
+    where
+        P: FnMut(i64) -> Result<Page<'p>, Error>,
+        D: FnMut(i64) -> Result<Option<Vec<u8>>, Error>,
+        F: FnMut(&Event) -> bool,
+    {
+        let mut source = PageState { f: &mut pages, drafts: &mut drafts, failure: None, panic: None };
         let source_ptr = &mut source as *mut PageState as *mut c_void;
         let result = self.run_with(&mut on_event, |h, cb, user, sum| unsafe {
             uocr_session_run_pages(h, page_count, page_trampoline, source_ptr, cb, user, sum)

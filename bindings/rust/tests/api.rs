@@ -261,3 +261,40 @@ fn a_cancelled_run_resumes_from_its_checkpoint() {
     assert!(err.message.contains("other parameters"), "{}", err.message);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn page_drafts_leave_the_transcript_as_it_is() {
+    let model = model();
+    let pages = pages();
+    assert!(SessionParams::default().draft);
+    assert_eq!(SessionParams::default().draft_max_tokens, 0);
+    let err = model.session(&SessionParams { draft_max_tokens: 300, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+    assert!(err.message.contains("draft_max_tokens"), "{}", err.message);
+    // Without drafts: a pass per token fed back (the last is not, when max_new_tokens stops the run).
+    let mut s = model.session(&SessionParams { max_new_tokens: 12, draft: false, ..Default::default() }).unwrap();
+    s.add_image_file(&pages[0]).unwrap();
+    let plain = s.run(|_| true).unwrap();
+    let text = s.text().unwrap();
+    assert_eq!((plain.decode_passes, plain.drafted_tokens), (plain.generated_tokens - 1, 0));
+    // The run's own text as the page's draft: the same transcript, the passes counted.
+    let mut s = model.session(&SessionParams { max_new_tokens: 12, ..Default::default() }).unwrap();
+    s.add_image_file(&pages[0]).unwrap();
+    s.set_page_draft(0, &text).unwrap();
+    let drafted = s.run(|_| true).unwrap();
+    assert_eq!(s.text().unwrap(), text);
+    assert!(drafted.accepted_tokens <= drafted.drafted_tokens, "{:?}", drafted);
+    assert!(drafted.decode_passes <= drafted.generated_tokens, "{:?}", drafted);
+    let err = s.set_page_draft(1, b"x").unwrap_err();
+    assert_eq!(err.status, status::E_INVALID_ARGUMENT);
+
+    // A document whose pages come with drafts reads as one without; a draft source's error ends the run with it.
+    let source = |i: i64| Ok(Page::File(pages[i as usize].clone()));
+    let plain = tokens(|f| model.session(&SessionParams { draft: false, ..sliding(24) }).unwrap().run_pages(3, source, f));
+    let mut s = model.session(&sliding(24)).unwrap();
+    let drafted = tokens(|f| s.run_pages_with_drafts(3, source, |_| Ok(Some(text.clone())), f));
+    assert_eq!(drafted, plain);
+    let no_layer = |i: i64| if i == 1 { Err(uocr::Error::new(status::E_IO, "page 1 has no text layer")) } else { Ok(None) };
+    let err = s.run_pages_with_drafts(3, source, no_layer, |_| true).unwrap_err();
+    assert_eq!((err.status, err.message.as_str()), (status::E_IO, "page 1 has no text layer"));
+}

@@ -70,6 +70,19 @@ class SafetensorsFile {
     require(header.is_object(), Status::invalid_model, [&] { return path + ": header is not a JSON object"; });
     const uint8_t* base = map_.data() + 8 + header_len;
     const uint64_t data_size = size - 8 - header_len;
+    // The kernels read elements in place, through pointers of their type. Hugging Face's writer
+    // pads the header to 8 bytes; a file whose header does not leave its data aligned still
+    // loads, from an aligned copy of its data section.
+    if (reinterpret_cast<uintptr_t>(base) % kDataAlignment != 0) {
+      try {
+        aligned_data_.assign(base, base + data_size);
+      } catch (const std::bad_alloc&) {
+        throw Error(Status::out_of_memory, path + ": no memory for an aligned copy of its " + std::to_string(data_size) +
+                                               "-byte data section (its header length " + std::to_string(header_len) +
+                                               " leaves the data misaligned)");
+      }
+      base = aligned_data_.data();
+    }
     for (auto it = header.begin(); it != header.end(); ++it) {
       if (it.key() == "__metadata__") continue;
       tensors_.emplace(it.key(), parse_entry(path, it.key(), it.value(), base, data_size));
@@ -156,7 +169,10 @@ class SafetensorsFile {
     });
   }
 
+  static constexpr uintptr_t kDataAlignment = 8;
+
   MappedFile map_;
+  std::vector<uint8_t> aligned_data_;  // empty unless the mapped data section is misaligned
   std::map<std::string, TensorView> tensors_;
 };
 

@@ -36,15 +36,17 @@ struct DraftParams {
   // Verify the page's draft text when the page source has one (greedy decoding, a backend
   // that verifies: the CPU). Off: one pass per token.
   bool enabled = true;
-  int max_tokens = 16;  // the most tokens proposed for one pass (1..256)
+  static constexpr int kMaxTokens = 256;
+  int max_tokens = 16;  // the most tokens proposed for one pass (1..kMaxTokens)
   // Rest while verified tokens cost more time than steps (measured as the run goes). Off: the
   // passes drafted depend on the drafts only (tests that count passes).
   bool measure_cost = true;
 };
 
 inline void validate(const DraftParams& p) {
-  require(p.max_tokens >= 1 && p.max_tokens <= 256, Status::invalid_argument,
-          [&] { return "draft max_tokens must be in 1..256, got " + std::to_string(p.max_tokens); });
+  require(p.max_tokens >= 1 && p.max_tokens <= DraftParams::kMaxTokens, Status::invalid_argument, [&] {
+    return "draft max_tokens must be in 1.." + std::to_string(DraftParams::kMaxTokens) + ", got " + std::to_string(p.max_tokens);
+  });
 }
 
 // What drafting did in a run. Without drafting, passes = generated tokens.
