@@ -845,6 +845,11 @@ TEST_CASE("uocr run --draft: a PDF's text layer saves decoder passes and never c
     CHECK(std::stoll(stat(on.output, "drafted_tokens")) > 0);
     CHECK(std::stoll(stat(on.output, "decode_passes")) <= generated);
     if (pdf == right) CHECK(std::stoll(stat(on.output, "accepted_tokens")) > 0);  // the layer is what the model reads
+    const double drafted_tokens = std::stod(stat(on.output, "drafted_tokens")), passes = std::stod(stat(on.output, "decode_passes"));
+    CHECK(std::stod(stat(on.output, "acceptance_rate")) ==
+          doctest::Approx(std::stod(stat(on.output, "accepted_tokens")) / drafted_tokens).epsilon(0.002));
+    CHECK(std::stod(stat(on.output, "tokens_per_pass")) == doctest::Approx(double(generated) / passes).epsilon(0.01));
+    CHECK(stat(off.output, "tokens_per_pass") == "1.00");
     fs::remove(plain);
     fs::remove(drafted);
   }

@@ -26,6 +26,7 @@
 #include "support/multi3_case.hpp"
 #include "support/resume_case.hpp"
 #include "support/cli_process.hpp"
+#include "support/draft_cases.hpp"
 #include "support/test_support.hpp"
 #include "support/vulkan_env.hpp"
 #include "uocr.h"
@@ -385,6 +386,27 @@ std::vector<std::string> resume_pages() {
 }
 
 }  // namespace
+
+TEST_CASE("drafts on Vulkan: verify() and settle(kept) leave the page groups as `kept` steps would") {
+  const auto model = uocr_test::demo_model();
+  const uocr::DecoderConfig& c = model->config().decoder;
+  vk::Context& ctx = test_context();
+  const auto weights = vk::DecoderDeviceWeights::upload(ctx, model->weights().decoder);
+  uocr_test::check_verify_matches_steps([&](int window, const uocr::PageGroupParams& pp) {
+    return vk::VulkanPageGroups(vk::VulkanDecoder(ctx, c, model->weights().decoder, weights), vk::VulkanKvCache(ctx, c, window),
+                                pp);
+  });
+  check_no_validation_errors(ctx, "draft verification");
+}
+
+TEST_CASE("drafts in Vulkan sessions: right, wrong or empty give exactly the tokens of plain decoding there") {
+  // One group; sliding groups whose window is recomputed (decode_tokens) with verified runs
+  // across slides; SR-SWA (steps stand in for the multi-token pass). Full attention: above.
+  DemoEngines e;
+  const std::vector<uocr_test::DraftSetup> setups = uocr_test::draft_setups();
+  for (size_t i : {0, 3, 4}) uocr_test::check_drafts_keep_the_tokens(e.vulkan, setups[i]);
+  check_no_validation_errors(e.context(), "sessions with drafts");
+}
 
 TEST_CASE("checkpoints on Vulkan: a cancelled run resumes exactly; CPU and Vulkan checkpoints resume on either backend") {
   DemoEngines e;

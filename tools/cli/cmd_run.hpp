@@ -80,7 +80,10 @@ inline const char* openmp_wait_policy() {
 inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::SessionStats& st, const uocr::PageGroupParams& g,
                              int window, const uocr::EngineInfo& engine) {
   auto json_string = [](const std::string& v) { return nlohmann::json(v).dump(); };
-  const double tps = s.decode_seconds > 0 ? double(s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token)) / s.decode_seconds : 0.0;
+  const int64_t decoded = s.generated_tokens - std::max<int64_t>(0, st.resumed_at_token);  // by this run
+  const double tps = s.decode_seconds > 0 ? double(decoded) / s.decode_seconds : 0.0;
+  const double acceptance = st.draft.drafted > 0 ? double(st.draft.accepted) / double(st.draft.drafted) : 0.0;
+  const double tokens_per_pass = st.draft.passes > 0 ? double(decoded) / double(st.draft.passes) : 0.0;
   std::fprintf(f,
                "{\"stop\": \"%s\", \"empty\": %s, \"pages\": %lld, \"visual_tokens\": %lld, \"prompt_tokens\": %lld, "
                "\"generated_tokens\": %lld, \"window\": %d, \"vision_seconds\": %.3f, \"prefill_seconds\": %.3f, "
@@ -91,7 +94,8 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                "\"markers_completed\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
                "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\", \"backend\": \"%s\", "
                "\"device\": %s, \"driver\": %s, \"precision\": \"%s\", \"drafting\": %s, \"decode_passes\": %lld, "
-               "\"verify_passes\": %lld, \"drafted_tokens\": %lld, \"accepted_tokens\": %lld}\n",
+               "\"verify_passes\": %lld, \"drafted_tokens\": %lld, \"accepted_tokens\": %lld, \"acceptance_rate\": %.3f, "
+               "\"tokens_per_pass\": %.2f}\n",
                uocr::stop_reason_name(s.stop), s.empty ? "true" : "false", (long long)s.pages, (long long)s.visual_tokens,
                (long long)s.prompt_tokens, (long long)s.generated_tokens, window, s.vision_seconds, s.prefill_seconds,
                s.decode_seconds, tps, s.memory.reference_kv_bytes, s.memory.window_kv_bytes, s.memory.kv_allocated_bytes,
@@ -103,7 +107,7 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                openmp_wait_policy(), uocr::backend_name(engine.backend), json_string(engine.device).c_str(),
                engine.driver.empty() ? "null" : json_string(engine.driver).c_str(), uocr::precision_name(engine.precision),
                st.drafting ? "true" : "false", (long long)st.draft.passes, (long long)st.draft.verify_passes,
-               (long long)st.draft.drafted, (long long)st.draft.accepted);
+               (long long)st.draft.drafted, (long long)st.draft.accepted, acceptance, tokens_per_pass);
 }
 
 inline int exit_code_for(const uocr::RunSummary& s) {

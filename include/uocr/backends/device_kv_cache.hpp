@@ -13,7 +13,7 @@
 //   static Rows rows(const Array&);
 //   void copy(Rows src, Rows dst, size_t bytes);                          // their first bytes
 //   void download(Rows a, size_t offset, float* host, size_t bytes);
-//   void upload(Rows a, const float* host, size_t bytes);                 // its first bytes
+//   void upload(Rows a, size_t offset, const float* host, size_t bytes);
 // (vulkan::KvMemory in vulkan/decoder.hpp, cuda::KvMemory in cuda/decoder.hpp.)
 #pragma once
 #include <cstdint>
@@ -72,7 +72,17 @@ class DeviceKvCache : public ReservedKvRing<DeviceKvCache<Memory>> {
 
   // ReservedKvRing::visit_rows (checkpoints): the first `floats` floats of a device array.
   void read_rows(Rows array, float* host, size_t floats) const { memory_.download(array, 0, host, floats * sizeof(float)); }
-  void write_rows(Rows array, const float* host, size_t floats) { memory_.upload(array, host, floats * sizeof(float)); }
+  void write_rows(Rows array, const float* host, size_t floats) { memory_.upload(array, 0, host, floats * sizeof(float)); }
+
+  // KvRing's draft rollback: `rows` generated rows from `slot` of one layer's keys or values.
+  void read_generated(int layer, bool values, int64_t slot, int64_t rows, float* host) const {
+    memory_.download(values ? generated_v(layer) : generated_k(layer), size_t(slot * this->row_) * sizeof(float), host,
+                     size_t(rows * this->row_) * sizeof(float));
+  }
+  void write_generated(int layer, bool values, int64_t slot, int64_t rows, const float* host) {
+    memory_.upload(values ? generated_v(layer) : generated_k(layer), size_t(slot * this->row_) * sizeof(float), host,
+                   size_t(rows * this->row_) * sizeof(float));
+  }
 
   // New reference storage for `rows` rows, the first `keep` rows copied over.
   void grow_reference(int64_t rows, int64_t keep) {

@@ -44,8 +44,10 @@ struct BackendCapabilities {
   // check_step(token, position, cache): one step of several documents in one pass, each row
   // bit-identical to its own decode_step (uocr::StepBatcher, continuous batching).
   bool batched_decode;
-  // decode_tokens(tokens, n, first_position, cache): n given tokens of one document in one pass,
-  // each row's keys and values bit-identical to n decode_steps'.
+  // decode_tokens(tokens, n, first_position, cache, logits): n given tokens of one document in one
+  // pass, each row's keys, values and logits ([n, vocab], when logits is not null) bit-identical
+  // to n decode_steps' (page groups recompute their window and verify drafts with it). The
+  // cache provides KvRing's save_next_slots / restore_slots for the drafts' rollback.
   bool multi_token_decode;
 };
 
@@ -132,7 +134,8 @@ struct has_decode_tokens : std::false_type {};
 template <class D, class C>
 struct has_decode_tokens<D, C,
                          std::void_t<decltype(std::declval<D&>().decode_tokens(std::declval<const int32_t*>(), int64_t(0), int64_t(0),
-                                                                                std::declval<C&>()))>> : std::true_type {};
+                                                                                std::declval<C&>(), std::declval<float*>()))>>
+    : std::true_type {};
 
 template <class C, class = void>
 struct has_kv_arrays : std::false_type {};
@@ -188,7 +191,7 @@ constexpr BackendCapabilities check_backend_contract() {
                   "batched_decode: needs decode_batch(tokens, positions, vector<Cache*>, vector<DecodeAttention*>) and "
                   "check_step(token, position, const Cache&)");
     static_assert(!caps.multi_token_decode || has_decode_tokens<Dec, Cache>::value,
-                  "multi_token_decode: needs decode_tokens(tokens, n, first_position, Cache&)");
+                  "multi_token_decode: needs decode_tokens(tokens, n, first_position, Cache&, float* logits)");
     return caps;
   } else {
     return {};

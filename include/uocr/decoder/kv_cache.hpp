@@ -68,6 +68,29 @@ class KvRing {
     require(count >= 0 && count <= generated_, Status::invalid_argument, "unclaim: more tokens than claimed");
     generated_ -= count;
   }
+  // Draft verification (BasicPageGroupDecoder::verify): a ring's next `count` claims overwrite
+  // the rows of its oldest tokens, which a rejected claim must give back. save_next_slots copies
+  // what those slots hold now, every layer's keys and values, into `saved`; once the `count`
+  // claims are made, restore_slots(count, kept, saved) writes back the rows of the claims after
+  // the first `kept` (before unclaim). Full attention keeps nothing: its new slots held no row.
+  void save_next_slots(int64_t count, std::vector<float>& saved) const {
+    saved.resize(window_ > 0 ? size_t(2 * layer_count_ * count * row_) : 0);
+    for_slot_runs(generated_, 0, count, [&](int64_t i, int64_t slot, int64_t rows) {
+      for (int l = 0; l < layer_count_; ++l)
+        for (int values = 0; values < 2; ++values)
+          static_cast<const Cache&>(*this).read_generated(l, values != 0, slot, rows, saved.data() + saved_at(l, values, i, count));
+    });
+  }
+  void restore_slots(int64_t count, int64_t kept, const std::vector<float>& saved) {
+    require(count >= 0 && count <= generated_ && kept >= 0 && kept <= count &&
+                saved.size() == (window_ > 0 ? size_t(2 * layer_count_ * count * row_) : 0),
+            Status::invalid_argument, "restore_slots: not what save_next_slots saved");
+    for_slot_runs(generated_ - count, kept, count, [&](int64_t i, int64_t slot, int64_t rows) {
+      for (int l = 0; l < layer_count_; ++l)
+        for (int values = 0; values < 2; ++values)
+          static_cast<Cache&>(*this).write_generated(l, values != 0, slot, rows, saved.data() + saved_at(l, values, i, count));
+    });
+  }
   // Generated rows a decode step attends to: the last min(tokens, n) in R-SWA mode, all otherwise.
   int64_t generated_rows() const { return window_ > 0 ? std::min<int64_t>(generated_, window_) : generated_; }
   // Rows the generated region can hold without reallocating.
@@ -89,6 +112,19 @@ class KvRing {
   void size_ring() {
     if (window_ > 0) static_cast<Cache&>(*this).grow_generated(window_);
   }
+  // f(i, slot, rows) over the ring slots of tokens first + [from, count), in runs of consecutive
+  // slots (a run ends where the ring wraps); nothing without a ring.
+  template <class F>
+  void for_slot_runs(int64_t first, int64_t from, int64_t count, F&& f) const {
+    if (window_ == 0) return;
+    for (int64_t i = from; i < count;) {
+      const int64_t slot = generated_slot(first + i), rows = std::min<int64_t>(count - i, window_ - slot);
+      f(i, slot, rows);
+      i += rows;
+    }
+  }
+  // Where token i of `count` saved rows has layer l's keys (values = 0) or values.
+  size_t saved_at(int l, int values, int64_t i, int64_t count) const { return size_t(((2 * l + values) * count + i) * row_); }
   // reset(rows) and resize_reference(rows) check their argument first (before any storage is sized).
   static void require_prefill_rows(int64_t rows) {
     require(rows > 0, Status::invalid_argument, "prefill must have at least one token");
@@ -209,6 +245,16 @@ class KvCache : public KvRing<KvCache> {
   struct Layer {
     std::vector<float> ref_k, ref_v, gen_k, gen_v;
   };
+
+  // KvRing's draft rollback: `rows` generated rows from `slot` of one layer's keys or values.
+  void read_generated(int layer, bool values, int64_t slot, int64_t rows, float* host) const {
+    const Layer& l = layers_[size_t(layer)];
+    std::copy_n((values ? l.gen_v : l.gen_k).data() + slot * row_, rows * row_, host);
+  }
+  void write_generated(int layer, bool values, int64_t slot, int64_t rows, const float* host) {
+    Layer& l = layers_[size_t(layer)];
+    std::copy_n(host, rows * row_, (values ? l.gen_v : l.gen_k).data() + slot * row_);
+  }
 
   // Geometric growth keeps full-mode appends amortised O(1); the ring sizes itself once.
   void grow_generated(int64_t rows) {

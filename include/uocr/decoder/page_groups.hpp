@@ -393,9 +393,8 @@ class BasicPageGroupDecoder {
   }
 
   // --- Draft verification (uocr/session/draft.hpp) ---
-  // A backend whose decoder runs several tokens of one document in one pass, with its KV rows
-  // in host memory (the CPU), verifies drafts.
-  static constexpr bool kVerifiesDrafts = capabilities.multi_token_decode && capabilities.host_kv;
+  // A backend whose decoder runs several tokens of one document in one pass verifies drafts.
+  static constexpr bool kVerifiesDrafts = capabilities.multi_token_decode;
 
   // The most tokens one verify() takes now (0: this backend cannot): up to the position limit
   // and, with an R-SWA ring, at most its size (each token then takes a slot of its own, which a
@@ -418,15 +417,7 @@ class BasicPageGroupDecoder {
     });
     if constexpr (kVerifiesDrafts) {
       // The ring slots these tokens take, as they are now: a rejected token's slot gets its row back.
-      const int64_t kr = cache_.row_floats(), first = cache_.generated_tokens();
-      spec_saved_.resize(cache_.window() > 0 ? size_t(2 * cache_.layers() * n * kr) : 0);
-      float* saved = spec_saved_.data();
-      for (int l = 0; l < cache_.layers() && cache_.window() > 0; ++l)
-        for (int64_t i = 0; i < n; ++i, saved += 2 * kr) {
-          const int64_t slot = cache_.generated_slot(first + i);
-          std::copy_n(cache_.generated_k(l) + slot * kr, kr, saved);
-          std::copy_n(cache_.generated_v(l) + slot * kr, kr, saved + kr);
-        }
+      cache_.save_next_slots(n, spec_saved_);
       spec_window_ids_ = window_ids_;
       spec_tokens_.assign(tokens, tokens + n);
       spec_logits_.resize(size_t(n * dec_.config().vocab));
@@ -449,15 +440,7 @@ class BasicPageGroupDecoder {
     const int64_t drop = spec_rows_ - kept;
     if constexpr (kVerifiesDrafts) {
       if (drop > 0) {
-        const int64_t kr = cache_.row_floats(), first = cache_.generated_tokens() - spec_rows_;
-        const float* saved = spec_saved_.data();
-        for (int l = 0; l < cache_.layers() && cache_.window() > 0; ++l)
-          for (int64_t i = 0; i < spec_rows_; ++i, saved += 2 * kr) {
-            if (i < kept) continue;
-            const int64_t slot = cache_.generated_slot(first + i);
-            std::copy_n(saved, kr, cache_.generated_k(l) + slot * kr);
-            std::copy_n(saved + kr, kr, cache_.generated_v(l) + slot * kr);
-          }
+        cache_.restore_slots(spec_rows_, kept, spec_saved_);
         cache_.unclaim(drop);
         generated_ -= drop;
         window_ids_ = spec_window_ids_;
@@ -732,7 +715,7 @@ class BasicPageGroupDecoder {
   std::vector<float> held_embeddings_;  // recompute_on_slide: pages first_ .. first_ + G - 1, in order
   std::vector<int32_t> window_ids_;     // recompute_on_slide: the window rows' tokens, oldest first
   // An unsettled verify(): its token count, tokens and logits, the ring rows its slots held
-  // before it ([layer][token] keys then values), the window's ids before it.
+  // before it (KvRing::save_next_slots), the window's ids before it.
   int64_t spec_rows_ = 0;
   std::vector<int32_t> spec_tokens_, spec_window_ids_;
   std::vector<float> spec_logits_, spec_saved_;

@@ -34,7 +34,7 @@ UOCR_NAMESPACE_BEGIN
 
 struct DraftParams {
   // Verify the page's draft text when the page source has one (greedy decoding, a backend
-  // that verifies: the CPU). Off: one pass per token.
+  // with multi-token steps: the CPU, Vulkan). Off: one pass per token.
   bool enabled = true;
   static constexpr int kMaxTokens = 256;
   int max_tokens = 16;  // the most tokens proposed for one pass (1..kMaxTokens)

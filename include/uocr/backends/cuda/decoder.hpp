@@ -76,9 +76,9 @@ class KvMemory {
     ctx_->make_current();
     ctx_->download(reinterpret_cast<const char*>(a) + offset, host, bytes);
   }
-  void upload(float* a, const float* host, size_t bytes) {
+  void upload(float* a, size_t offset, const float* host, size_t bytes) {
     ctx_->make_current();
-    ctx_->upload(a, host, bytes);
+    ctx_->upload(reinterpret_cast<char*>(a) + offset, host, bytes);
   }
 
  private:

@@ -70,7 +70,7 @@ class KvMemory {
   static const Buffer& rows(const Buffer& a) { return a; }
   void copy(const Buffer& src, const Buffer& dst, size_t bytes) { ctx_->copy_now(src, 0, dst, 0, bytes); }
   void download(const Buffer& a, size_t offset, float* host, size_t bytes) const { ctx_->download(a, host, bytes, offset); }
-  void upload(const Buffer& a, const float* host, size_t bytes) { ctx_->upload(a, host, bytes); }
+  void upload(const Buffer& a, size_t offset, const float* host, size_t bytes) { ctx_->upload(a, host, bytes, offset); }
 
  private:
   Context* ctx_;
@@ -105,7 +105,7 @@ struct BufferRows {
 
 class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
  public:
-  static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ false, /*multi_token_decode*/ false};
+  static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ false, /*multi_token_decode*/ true};
 
   VulkanDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
                 std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
@@ -186,11 +186,7 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     const int64_t ctx_rows = host_.check_segment(t, positions, cache, dst, context);
     ensure_scratch(t);
     ensure_logits(1);
-    if (ctx_rows + t > segment_rows_) {
-      seg_k_ = ctx_.buffer(size_t((ctx_rows + t) * kr) * 4, MemoryUse::activations, "segment keys");
-      seg_v_ = ctx_.buffer(size_t((ctx_rows + t) * kr) * 4, MemoryUse::activations, "segment values");
-      segment_rows_ = ctx_rows + t;
-    }
+    ensure_segment_rows(ctx_rows + t);
     ctx_.upload(x_, embeddings, size_t(t * hidden) * 4);
     load_rope(positions, t);
 
@@ -260,6 +256,61 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     }
     ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
     return logits_;
+  }
+
+  // As uocr::Decoder::decode_tokens: n given tokens at first_position.., every row's keys, values
+  // and logits (when asked: [n, vocab]) the bits of n decode_step() calls (page groups' window
+  // recompute, draft verification). The rows go through the weights kStackedRows at a time, on
+  // the mat-vec path a step takes; in each layer row i's key and value go to its slot just before
+  // it attends, so it sees the later rows' slots as they were. With SR-SWA attached: n steps.
+  void decode_tokens(const int32_t* tokens, int64_t n, int64_t first_position, VulkanKvCache& cache,
+                     float* logits = nullptr) {
+    require(n >= 0, Status::invalid_argument, "decode_tokens: negative token count");
+    for (int64_t i = 0; i < n; ++i) host_.check_step(tokens[i], first_position + i, cache);
+    if (sparse_) {
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<float>& row = decode_step(tokens[i], first_position + i, cache);
+        if (logits) std::copy(row.begin(), row.end(), logits + i * c_->vocab);
+      }
+      return;
+    }
+    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
+    const size_t row_bytes = size_t(c_->kv_heads) * size_t(c_->head_dim) * 4;
+    const int64_t block = std::min(n, kStackedRows);
+    ensure_scratch(block);
+    ensure_logits(block);
+    ensure_segment_rows(block);
+    for (int64_t i0 = 0; i0 < n; i0 += kStackedRows) {
+      const int64_t m = std::min(kStackedRows, n - i0);
+      int64_t slot[kStackedRows], seen[kStackedRows], position[kStackedRows];
+      for (int64_t i = 0; i < m; ++i) {
+        slot[i] = cache.claim_slot();
+        seen[i] = cache.generated_rows();
+        position[i] = first_position + i0 + i;
+      }
+      load_rope(position, m);
+      const int64_t ref = cache.reference_rows();
+      Recorder rec(ctx_);
+      ops::embed(rec, rec.temp(tokens + i0, size_t(m) * 4), m, d_->embed, x_, 0);
+      for (int l = 0; l < c_->layers; ++l) {
+        const Buffer& gk = cache.generated_k(l);
+        const Buffer& gv = cache.generated_v(l);
+        layer(rec, l, m, kv_rows(seg_k_, 0), kv_rows(seg_v_, 0), [&] {
+          const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref};
+          for (int64_t i = 0; i < m; ++i) {
+            rec.copy(seg_k_, size_t(i) * row_bytes, gk, size_t(slot[i]) * row_bytes, row_bytes);
+            rec.copy(seg_v_, size_t(i) * row_bytes, gv, size_t(slot[i]) * row_bytes, row_bytes);
+            ops::attention(rec, q_, i * qr, 1, qr, dims_, reference, ops::KvSet{&gk, &gv, seen[i]}, false, 0, attn_, i * qr, qr);
+          }
+        });
+      }
+      if (logits) {
+        ops::rms_norm(rec, x_, 0, m, hidden, d_->final_norm, c_->rms_eps, a_, 0);
+        ops::linear(rec, a_, 0, m, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
+      }
+      rec.submit();
+      if (logits) ctx_.download(logits_buf_, logits + i0 * c_->vocab, size_t(m * c_->vocab) * 4);
+    }
   }
 
   // One layer's feed-forward half (dense MLP or MoE) on rows of x [m, hidden]; the op that
@@ -336,6 +387,15 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     rope_cos_sin(rope_, c_->head_dim, positions, t, static_cast<float*>(cos_sin_.mapped()));
   }
 
+  // seg_k_ / seg_v_ hold at least `rows` key / value rows.
+  void ensure_segment_rows(int64_t rows) {
+    if (rows <= segment_rows_) return;
+    const size_t bytes = size_t(rows) * size_t(c_->kv_heads) * size_t(c_->head_dim) * 4;
+    seg_k_ = ctx_.buffer(bytes, MemoryUse::activations, "segment keys");
+    seg_v_ = ctx_.buffer(bytes, MemoryUse::activations, "segment values");
+    segment_rows_ = rows;
+  }
+
   void ensure_logits(int64_t rows) {
     if (rows <= logits_rows_) return;
     logits_buf_ = ctx_.buffer(size_t(rows * c_->vocab) * 4, MemoryUse::activations, "logits");
@@ -409,7 +469,7 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
   Buffer route_;          // MoE: one block's routing (ops::MoeRouteLayout)
   Buffer cos_sin_;        // RoPE cos/sin of the rows being rotated (load_rope)
-  Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered
+  Buffer seg_k_, seg_v_;  // prefill_segment: the keys/values a segment attends to, gathered; decode_tokens: new rows
   VulkanSparseReference device_sparse_;  // SR-SWA selection on the device
   std::vector<float> logits_;
 };
