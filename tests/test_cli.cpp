@@ -335,6 +335,30 @@ TEST_CASE("uocr run: bad input is an error with a message") {
   CHECK(bad.output.find("--mode") != std::string::npos);
 }
 
+TEST_CASE("uocr quantize writes a loadable int8 folder and refuses bad arguments with a message") {
+  const std::string out = (std::filesystem::temp_directory_path() / ("uocr_cli_int8_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(out);
+  const Run made = run_cli("quantize '" + tiny() + "' '" + out + "'");
+  INFO(made.output);
+  CHECK(made.status == 0);
+  CHECK(made.output.find("matrices int8") != std::string::npos);
+  const Run inspected = run_cli("inspect model --model '" + out + "'");
+  CHECK(inspected.status == 0);
+  CHECK(inspected.output.find("int8_matrices 58\n") != std::string::npos);
+  CHECK(run_cli("inspect model --model '" + tiny() + "'").output.find("int8_matrices 0\n") != std::string::npos);
+  CHECK(run_cli("quantize '" + tiny() + "'").status == 2);  // no OUT_DIR
+  const Run again = run_cli("quantize '" + out + "' '" + out + "2'");
+  CHECK(again.status == 2);
+  CHECK(again.output.find("is int8 already") != std::string::npos);
+  const Run taken = run_cli("quantize '" + tiny() + "' '" + out + "'");  // not empty
+  CHECK(taken.status == 2);
+  CHECK(taken.output.find("is not an empty folder") != std::string::npos);
+  const Run missing = run_cli("quantize /nonexistent/model '" + out + "3'");
+  CHECK(missing.status == 2);
+  CHECK(!std::filesystem::exists(out + "3"));
+  std::filesystem::remove_all(out);
+}
+
 TEST_CASE("every command refuses an option it does not take, naming it, with a close match as a hint") {
   const std::string model = " --model '" + uocr_test::source_dir() + "/models/uocr-demo'";
   const std::string page = " '" + uocr_test::source_dir() + "/samples/data/demo-page1.png'";

@@ -35,6 +35,7 @@
 #include "uocr/engine/open.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/model.hpp"
+#include "uocr/model/quantize_folder.hpp"
 #include "uocr/session/one_shot.hpp"
 
 extern char** environ;
@@ -285,6 +286,18 @@ TEST_CASE("open_engine: backends by name, a device index out of range is a clear
   CHECK(&static_cast<vk::VulkanEngine&>(*a).context() != &static_cast<vk::VulkanEngine&>(*b).context());
   CHECK(uocr::Session(a).engine() == a);
   CHECK(a->device().find("Vulkan device 0") == 0);
+}
+
+TEST_CASE("an int8 model folder is refused on Vulkan, naming the tensor; the CPU runs it") {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("uocr_vk_int8_" + std::to_string(::getpid()))).string();
+  uocr::quantize_model_folder(demo_dir(), dir);
+  const auto model = uocr::Model::load(dir);
+  std::filesystem::remove_all(dir);  // the mapped files stay readable
+  const std::string msg = uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::vulkan); });
+  INFO(msg);
+  CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::vulkan); }) == Status::unsupported);
+  CHECK(msg.find("is int8: quantized folders run on the CPU backend") != std::string::npos);
+  CHECK(uocr::open_engine(model, uocr::Backend::cpu) != nullptr);
 }
 
 namespace {

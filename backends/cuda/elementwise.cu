@@ -77,6 +77,7 @@ void by_dtype(DType t, Launch&& launch) {
     case DType::bf16: launch(static_cast<const __nv_bfloat16*>(nullptr)); break;
     case DType::f16: launch(static_cast<const __half*>(nullptr)); break;
     case DType::f32: launch(static_cast<const float*>(nullptr)); break;
+    case DType::i8: throw Error(Status::internal, "CUDA: int8 weights have no kernel (refused before upload)");
   }
 }
 

@@ -90,6 +90,7 @@ void ops::grouped_matvec(Context& c, const MatrixView& w, const float* x, int64_
     case DType::bf16: launch<__nv_bfloat16>(a, w.groups, vec8, s); break;
     case DType::f16: launch<__half>(a, w.groups, vec8, s); break;
     case DType::f32: launch<float>(a, w.groups, vec8, s); break;
+    case DType::i8: throw Error(Status::internal, "CUDA: int8 weights have no kernel (refused before upload)");
   }
 }
 

@@ -76,6 +76,9 @@ inline int cmd_inspect_model(const Args& args) {
               c.decoder.hidden, c.decoder.layers, c.decoder.heads, c.decoder.n_routed_experts, c.decoder.experts_per_token,
               c.decoder.n_shared_experts, c.decoder.vocab, c.decoder.sliding_window, c.sam.image_size, c.sam.layers,
               c.sam.width, c.clip.layers, c.clip.width, model->tokenizer().vocab_size());
+  int64_t int8 = 0;
+  for (const auto& kv : model->checkpoint().tensors()) int8 += kv.second->dtype == uocr::DType::i8;
+  std::printf("int8_matrices %lld\n", static_cast<long long>(int8));
   const uocr::DecodeDefaults& d = model->decode_defaults();
   std::printf("decode_defaults pages_per_group=%s overlap_pages=%s positions=%s slide_kv=%s\n",
               d.pages_per_group ? std::to_string(d.pages_per_group).c_str() : "-",

@@ -14,6 +14,7 @@
 #include "uocr/core/error.hpp"
 #include "args.hpp"
 #include "cmd_inspect.hpp"
+#include "cmd_quantize.hpp"
 #include "cmd_run.hpp"
 #include "cmd_tokenize.hpp"
 #ifdef UOCR_CLI_SERVE
@@ -67,6 +68,9 @@ int usage(FILE* out) {
                "      decoding options: a fleet worker; takes jobs from Redis, checkpoints them to storage, resumes\n"
                "      those whose worker died; /metrics on --port; SIGTERM drains (docs/SCALING.md); defaults: 30 s\n"
                "      leases, dead-letter after 3 deliveries\n"
+               "  quantize IN_DIR OUT_DIR [--quiet]\n"
+               "      writes OUT_DIR, a copy of model folder IN_DIR whose decoder linear layers and lm_head are int8\n"
+               "      (one scale per row; compressed-tensors' int-quantized layout); it runs on the CPU backend\n"
                "  inspect model    [--model DIR] [--verify [--checksums SHA256SUMS|JSON]]\n"
                "                   --verify: shards complete, tensors and tokenizer load, checksums match; exit 1 if not\n"
                "  inspect tokenize [--model DIR] (--text STR | --ids ID,ID,...)\n"
@@ -118,6 +122,7 @@ int main(int argc, char** argv) {
       {uocr_cli::inspect_tokenize_options(), uocr_cli::cmd_inspect_tokenize},
       {uocr_cli::inspect_vision_options(), uocr_cli::cmd_inspect_vision},
       {uocr_cli::inspect_logits_options(), uocr_cli::cmd_inspect_logits},
+      {uocr_cli::quantize_options(), uocr_cli::cmd_quantize},
 #ifdef UOCR_CLI_SERVE
       {uocr_serve::serve_options(), uocr_serve::cmd_serve},
       {uocr_serve::worker_options(), uocr_serve::cmd_worker},

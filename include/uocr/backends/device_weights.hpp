@@ -42,8 +42,15 @@ struct DeviceDecoderWeights {
 
   template <class Uploader>
   void upload_all(const DecoderWeights& w, Uploader& up) {
+    auto device_type = [](const TensorView* t) {
+      require(t->dtype != DType::i8, Status::unsupported, [&] {
+        return "tensor " + t->name + " is int8: quantized folders run on the CPU backend (a device backend reads bf16, "
+               "f16 or f32 weights)";
+      });
+      return t;
+    };
     auto mat = [&](const TensorView* t) {
-      Matrix m = up.matrix(*t);
+      Matrix m = up.matrix(*device_type(t));
       bytes += up.bytes(m);
       return m;
     };
@@ -63,7 +70,7 @@ struct DeviceDecoderWeights {
         l.router = mat(lw.router.weight);
         auto stack = [&](LinearWeights MlpWeights::*proj, const char* name) {
           std::vector<const TensorView*> mats;
-          for (const MlpWeights& e : lw.experts) mats.push_back((e.*proj).weight);
+          for (const MlpWeights& e : lw.experts) mats.push_back(device_type((e.*proj).weight));
           Stacked s = up.stacked(mats, std::string("routed experts' ") + name + " (stacked)");
           bytes += up.bytes(s);
           return s;

@@ -1,4 +1,6 @@
 // Element types of checkpoint tensors and their conversion to float32 (all compute is float32).
+// i8 holds int8-quantized weights (model/quantization.hpp); their values are the integers, and a
+// TensorView applies the rows' scales.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -9,15 +11,22 @@
 
 UOCR_NAMESPACE_BEGIN
 
-enum class DType { f32, f16, bf16 };
+enum class DType { f32, f16, bf16, i8 };
 
-inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::i8: return 1;
+    default: return 2;
+  }
+}
 
 inline const char* dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "F32";
     case DType::f16: return "F16";
     case DType::bf16: return "BF16";
+    case DType::i8: return "I8";
   }
   return "?";
 }
@@ -82,6 +91,9 @@ inline void to_f32(DType t, const void* src, float* dst, size_t n) {
       return;
     case DType::f16:
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half(i));
+      return;
+    case DType::i8:
+      for (size_t i = 0; i < n; ++i) dst[i] = float(static_cast<const int8_t*>(src)[i]);
       return;
   }
 }

@@ -386,9 +386,8 @@ class Decoder {
     float* const q = q_.data();
     float* const attn = attn_.data();
     rms_norm(x, t, hidden, input_norm_[size_t(l)].data(), c_.rms_eps, a);
-    cpu::linear(a, t, lw.q, q, precision);
-    cpu::linear(a, t, lw.k, k, precision);
-    cpu::linear(a, t, lw.v, v, precision);
+    const cpu::LinearJob qkv[] = {{a, t, lw.q.weight, nullptr, q}, {a, t, lw.k.weight, nullptr, k}, {a, t, lw.v.weight, nullptr, v}};
+    cpu::linear_batch(qkv, 3, precision);
     for (int64_t i = 0; i < t; ++i) {
       rope_.apply(q + i * qr, shape_.heads, positions[i]);
       rope_.apply(k + i * kr, shape_.kv_heads, positions[i]);

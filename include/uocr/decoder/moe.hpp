@@ -37,6 +37,11 @@ struct MlpScratch {
   size_t bytes() const { return (gate.capacity() + up.capacity()) * sizeof(float); }
 };
 
+// g = silu(g) ⊙ u over n values.
+inline void silu_mul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
 // y[m, hidden] = down(silu(gate·x) ⊙ up·x). Rows go in chunks so the intermediates stay
 // O(chunk · intermediate) however long the prompt is. `precision`: its three linear layers.
 inline void mlp_forward(const MlpWeights& w, const float* x, int64_t m, float* y, MlpScratch& s,
@@ -50,10 +55,8 @@ inline void mlp_forward(const MlpWeights& w, const float* x, int64_t m, float* y
     const int64_t rows = std::min(chunk, m - r0);
     cpu::linear(x + r0 * in, rows, w.gate, s.gate.data(), precision);
     cpu::linear(x + r0 * in, rows, w.up, s.up.data(), precision);
-    float* g = s.gate.data();
-    const float* u = s.up.data();
-    for (int64_t i = 0; i < rows * inter; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // silu(g)·u
-    cpu::linear(g, rows, w.down, y + r0 * out, precision);
+    silu_mul(s.gate.data(), s.up.data(), rows * inter);
+    cpu::linear(s.gate.data(), rows, w.down, y + r0 * out, precision);
   }
 }
 
@@ -67,12 +70,14 @@ struct MoeScratch {
   std::vector<int64_t> cursor;       // [experts] fill position while grouping
   std::vector<int64_t> order;        // [m·top_k] assignments (row·top_k + j) grouped by expert
   std::vector<float> rows_in, rows_out, shared_out;
-  MlpScratch mlp;
+  MlpScratch mlp, shared_mlp;
+  std::vector<cpu::LinearJob> jobs;
   size_t bytes() const {
     return (probs.capacity() + weight.capacity() + rows_in.capacity() + rows_out.capacity() + shared_out.capacity()) *
                sizeof(float) +
            (choice.capacity() + rank.capacity()) * sizeof(int32_t) +
-           (start.capacity() + cursor.capacity() + order.capacity()) * sizeof(int64_t) + mlp.bytes();
+           (start.capacity() + cursor.capacity() + order.capacity()) * sizeof(int64_t) + mlp.bytes() +
+           shared_mlp.bytes() + jobs.capacity() * sizeof(cpu::LinearJob);
   }
 };
 
@@ -108,6 +113,46 @@ inline void moe_route(const DecoderConfig& c, float* probs, int64_t m, int32_t* 
   }
 }
 
+// The routed experts' outputs of m <= 4 rows, rows_out[a] for the grouped assignments a (their
+// inputs in rows_in, grouped the same way), and the shared expert's, shared_out: the MLPs of
+// mlp_forward with every expert's gate and up in one cpu::linear_batch, then every down in one.
+// (A decode step's matrices stay float32 in any precision, as linear() keeps them for m <= 4.)
+inline void experts_few_rows(const DecoderConfig& c, const DecoderLayerWeights& lw, const float* x, int64_t m,
+                             MoeScratch& s) {
+  const int64_t e_count = c.n_routed_experts, k = c.experts_per_token, hidden = c.hidden;
+  const int64_t inter = c.moe_intermediate;
+  s.mlp.gate.resize(size_t(m * k * inter));
+  s.mlp.up.resize(size_t(m * k * inter));
+  s.jobs.clear();
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t a0 = s.start[size_t(e)], n = s.start[size_t(e + 1)] - a0;
+    if (n == 0) continue;
+    const MlpWeights& w = lw.experts[size_t(e)];
+    s.jobs.push_back({s.rows_in.data() + a0 * hidden, n, w.gate.weight, nullptr, s.mlp.gate.data() + a0 * inter});
+    s.jobs.push_back({s.rows_in.data() + a0 * hidden, n, w.up.weight, nullptr, s.mlp.up.data() + a0 * inter});
+  }
+  const int64_t shared_inter = lw.has_shared ? lw.shared.gate.out() : 0;
+  if (lw.has_shared) {
+    s.shared_mlp.gate.resize(size_t(m * shared_inter));
+    s.shared_mlp.up.resize(size_t(m * shared_inter));
+    s.shared_out.resize(size_t(m * hidden));
+    s.jobs.push_back({x, m, lw.shared.gate.weight, nullptr, s.shared_mlp.gate.data()});
+    s.jobs.push_back({x, m, lw.shared.up.weight, nullptr, s.shared_mlp.up.data()});
+  }
+  cpu::linear_batch(s.jobs.data(), s.jobs.size());
+  silu_mul(s.mlp.gate.data(), s.mlp.up.data(), m * k * inter);
+  if (lw.has_shared) silu_mul(s.shared_mlp.gate.data(), s.shared_mlp.up.data(), m * shared_inter);
+  s.jobs.clear();
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t a0 = s.start[size_t(e)], n = s.start[size_t(e + 1)] - a0;
+    if (n == 0) continue;
+    s.jobs.push_back({s.mlp.gate.data() + a0 * inter, n, lw.experts[size_t(e)].down.weight, nullptr,
+                      s.rows_out.data() + a0 * hidden});
+  }
+  if (lw.has_shared) s.jobs.push_back({s.shared_mlp.gate.data(), m, lw.shared.down.weight, nullptr, s.shared_out.data()});
+  cpu::linear_batch(s.jobs.data(), s.jobs.size());
+}
+
 // y[m, hidden] = Σ_j w_j · Expert_{e_j}(x) + Shared(x), with w = router softmax probabilities of
 // the top-k experts (renormalised only if norm_topk_prob) × routed_scaling_factor. `precision`:
 // the experts' linear layers; the router stays float32 (bf16 router logits flip top-k choices).
@@ -129,28 +174,45 @@ inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, c
   s.order.resize(size_t(m * k));
   for (int64_t a = 0; a < m * k; ++a) s.order[size_t(s.cursor[size_t(s.choice[size_t(a)])]++)] = a;
 
+  // A decode step's few rows: every chosen expert's and the shared expert's products in two
+  // parallel regions (gate and up, then down) instead of three per expert; the same bits.
+  const bool few_rows = m <= 4;
+  if (few_rows) {
+    s.rows_in.resize(size_t(m * k * hidden));
+    s.rows_out.resize(size_t(m * k * hidden));
+    for (int64_t a = 0; a < m * k; ++a) {
+      const int64_t row = s.order[size_t(a)] / k;
+      std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + a * hidden);
+    }
+    experts_few_rows(c, lw, x, m, s);
+  }
   std::fill(y, y + m * hidden, 0.0f);
   for (int64_t e = 0; e < e_count; ++e) {
     const int64_t a0 = s.start[size_t(e)], n = s.start[size_t(e + 1)] - a0;
     if (n == 0) continue;
-    s.rows_in.resize(size_t(n * hidden));
-    s.rows_out.resize(size_t(n * hidden));
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t row = s.order[size_t(a0 + i)] / k;
-      std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + i * hidden);
+    if (!few_rows) {
+      s.rows_in.resize(size_t(n * hidden));
+      s.rows_out.resize(size_t(n * hidden));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = s.order[size_t(a0 + i)] / k;
+        std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + i * hidden);
+      }
+      mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp, precision);
     }
-    mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp, precision);
+    const float* out = s.rows_out.data() + (few_rows ? a0 * hidden : 0);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t a = s.order[size_t(a0 + i)];
       const float w = s.weight[size_t(a)];
       float* yr = y + (a / k) * hidden;
-      const float* o = s.rows_out.data() + i * hidden;
+      const float* o = out + i * hidden;
       for (int64_t col = 0; col < hidden; ++col) yr[col] += w * o[col];
     }
   }
   if (lw.has_shared) {
-    s.shared_out.resize(size_t(m * hidden));
-    mlp_forward(lw.shared, x, m, s.shared_out.data(), s.mlp, precision);
+    if (!few_rows) {
+      s.shared_out.resize(size_t(m * hidden));
+      mlp_forward(lw.shared, x, m, s.shared_out.data(), s.mlp, precision);
+    }
     for (int64_t i = 0; i < m * hidden; ++i) y[i] += s.shared_out[size_t(i)];
   }
 }

@@ -25,6 +25,9 @@ struct TensorView {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
+  // i8 weights: one scale per row (dim 0); an element's value is its integer times its row's
+  // scale (model/quantization.hpp). Null for every other tensor.
+  const float* row_scale = nullptr;
 
   int64_t numel() const {
     int64_t n = 1;
@@ -32,10 +35,13 @@ struct TensorView {
     return n;
   }
   int64_t dim(size_t i) const { return shape.at(i); }
-  // Reads element range [offset, offset + n) as float32.
+  // Reads element range [offset, offset + n) as float32 (i8 weights dequantized).
   void read_f32(int64_t offset, int64_t n, float* out) const {
     if (n == 0) return;  // `out` may be null (an empty vector's data()), which memcpy must not see
     to_f32(dtype, data + size_t(offset) * dtype_size(dtype), out, size_t(n));
+    if (!row_scale) return;
+    const int64_t cols = numel() / shape[0];
+    for (int64_t i = 0; i < n; ++i) out[i] *= row_scale[(offset + i) / cols];
   }
   std::vector<float> to_vector() const {
     std::vector<float> v(static_cast<size_t>(numel()));
@@ -98,7 +104,8 @@ class SafetensorsFile {
     if (s == "BF16") return DType::bf16;
     if (s == "F16") return DType::f16;
     if (s == "F32") return DType::f32;
-    throw Error(Status::unsupported, path + ": tensor " + name + " has dtype " + s + " (supported: BF16, F16, F32)");
+    if (s == "I8") return DType::i8;
+    throw Error(Status::unsupported, path + ": tensor " + name + " has dtype " + s + " (supported: BF16, F16, F32, I8)");
   }
 
   static TensorView parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e,

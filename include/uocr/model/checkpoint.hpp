@@ -1,5 +1,6 @@
 // A model folder's weights as published: model.safetensors.index.json + shards (or a single
-// model.safetensors). Lookups check names and shapes and say which file is at fault.
+// model.safetensors). Lookups check names and shapes and say which file is at fault. An int8
+// tensor comes with its row scales bound (model/quantization.hpp).
 #pragma once
 #include <map>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "uocr/io/json_file.hpp"
 #include "uocr/io/mapped_file.hpp"
 #include "uocr/io/safetensors.hpp"
+#include "uocr/model/quantization.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
@@ -70,6 +72,7 @@ class Checkpoint {
         return "tensor " + kv.first + " is in " + it->second->file + " but the index says " + kv.second;
       });
     }
+    c.bind_int8_scales();
     return c;
   }
 
@@ -86,8 +89,12 @@ class Checkpoint {
              shape_string(shape) + " from config.json";
     });
     used_.insert(name);
+    if (t.row_scale) used_.insert(name + kScaleSuffix);
     return t;
   }
+
+  // Whether any tensor is int8.
+  bool has_int8() const { return !int8_.empty(); }
 
   // Names present in the files that no get() asked for (after the model is built): a config
   // that does not describe the checkpoint shows up here.
@@ -98,18 +105,48 @@ class Checkpoint {
     return out;
   }
 
+  // Every tensor by name (int8 ones with their scales bound).
+  const std::map<std::string, const TensorView*>& tensors() const { return tensors_; }
   size_t size() const { return tensors_.size(); }
   int64_t parameter_count() const {
     int64_t n = 0;
-    for (const auto& kv : tensors_) n += kv.second->numel();
+    for (const auto& kv : tensors_)
+      if (!is_int8_scale(kv.first)) n += kv.second->numel();
     return n;
   }
   const std::string& dir() const { return dir_; }
 
  private:
+  // An int8 tensor as the kernels read it: its view with the row scales of X_scale attached.
+  struct Int8Tensor {
+    TensorView view;
+    std::vector<float> scales;
+  };
+
+  void bind_int8_scales() {
+    for (auto& kv : tensors_) {
+      if (kv.second->dtype != DType::i8) continue;
+      auto scale = tensors_.find(kv.first + kScaleSuffix);
+      require(scale != tensors_.end(), Status::invalid_model, [&] {
+        return kv.second->file + ": int8 tensor " + kv.first + " has no " + kv.first + kScaleSuffix + " (its row scales)";
+      });
+      Int8Tensor& q = int8_[kv.first];
+      q.view = *kv.second;
+      q.scales = read_row_scales(q.view, *scale->second);
+      q.view.row_scale = q.scales.data();
+      kv.second = &q.view;
+    }
+  }
+  bool is_int8_scale(const std::string& name) const {
+    const size_t n = std::char_traits<char>::length(kScaleSuffix);
+    return name.size() > n && name.compare(name.size() - n, n, kScaleSuffix) == 0 &&
+           int8_.count(name.substr(0, name.size() - n));
+  }
+
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorView*> tensors_;
+  std::map<std::string, Int8Tensor> int8_;  // node-stable: tensors_ points into it
   mutable std::set<std::string> used_;
 };
 

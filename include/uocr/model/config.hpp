@@ -15,6 +15,7 @@
 
 #include "uocr/core/error.hpp"
 #include "uocr/io/json_file.hpp"
+#include "uocr/model/quantization.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
@@ -87,6 +88,7 @@ struct ModelConfig {
   ClipConfig clip;
   ProjectorConfig projector;
   int downsample = 4;  // SAM grid -> visual token grid (two stride-2 convs)
+  bool int8_weights = false;  // quantization_config declares int8 weights (model/quantization.hpp)
 
   static ModelConfig load(const std::string& path) { return from_json(read_model_json(path), path); }
 
@@ -106,6 +108,8 @@ struct ModelConfig {
     require(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), Status::unsupported,
             [&] { return path + ": rope_scaling is not supported"; });
     require(r.str(j, "hidden_act", "silu") == "silu", Status::unsupported, [&] { return path + ": hidden_act must be silu"; });
+
+    c.int8_weights = read_int8_quantization(j, path);
 
     DecoderConfig& d = c.decoder;
     d.hidden = r.positive(j, "hidden_size");

@@ -93,11 +93,27 @@ struct ModelWeights {
   // explain (a config/weights mismatch would otherwise run silently with the wrong graph).
   static ModelWeights bind(const Checkpoint& ck, const ModelConfig& c) {
     ModelWeights w;
-    auto t = [&](const std::string& name, std::vector<int64_t> shape) { return &ck.get(name, shape); };
+    require(ck.has_int8() == c.int8_weights, Status::invalid_model, [&] {
+      return ck.has_int8() ? ck.dir() + " has int8 tensors but its config.json declares no quantization_config"
+                           : ck.dir() + "/config.json declares int8 weights but no tensor is int8";
+    });
+    auto t = [&](const std::string& name, std::vector<int64_t> shape) {
+      const TensorView* v = &ck.get(name, shape);
+      require(v->dtype != DType::i8, Status::unsupported, [&] {
+        return v->file + ": tensor " + name + " is int8; int8 is read for the decoder's linear layers and lm_head only";
+      });
+      return v;
+    };
     auto lin = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
       LinearWeights l;
       l.weight = t(name + ".weight", {out, in});
       if (bias) l.bias = t(name + ".bias", {out});
+      return l;
+    };
+    // The decoder's linear layers (int8 allowed).
+    auto qlin = [&](const std::string& name, int64_t out, int64_t in) {
+      LinearWeights l;
+      l.weight = &ck.get(name + ".weight", {out, in});
       return l;
     };
     auto ln = [&](const std::string& name, int64_t n) {
@@ -157,8 +173,8 @@ struct ModelWeights {
     w.glue.view_separator = t("model.view_seperator", {d.hidden});
 
     auto mlp = [&](const std::string& p, int64_t inter) {
-      return MlpWeights{lin(p + "gate_proj", inter, d.hidden, false), lin(p + "up_proj", inter, d.hidden, false),
-                        lin(p + "down_proj", d.hidden, inter, false)};
+      return MlpWeights{qlin(p + "gate_proj", inter, d.hidden), qlin(p + "up_proj", inter, d.hidden),
+                        qlin(p + "down_proj", d.hidden, inter)};
     };
     w.decoder.embed = t("model.embed_tokens.weight", {d.vocab, d.hidden});
     for (int l = 0; l < d.layers; ++l) {
@@ -166,10 +182,10 @@ struct ModelWeights {
       DecoderLayerWeights lw;
       lw.input_norm.weight = t(p + "input_layernorm.weight", {d.hidden});
       lw.post_attention_norm.weight = t(p + "post_attention_layernorm.weight", {d.hidden});
-      lw.q = lin(p + "self_attn.q_proj", int64_t(d.heads) * d.head_dim, d.hidden, false);
-      lw.k = lin(p + "self_attn.k_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden, false);
-      lw.v = lin(p + "self_attn.v_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden, false);
-      lw.o = lin(p + "self_attn.o_proj", d.hidden, int64_t(d.heads) * d.head_dim, false);
+      lw.q = qlin(p + "self_attn.q_proj", int64_t(d.heads) * d.head_dim, d.hidden);
+      lw.k = qlin(p + "self_attn.k_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden);
+      lw.v = qlin(p + "self_attn.v_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden);
+      lw.o = qlin(p + "self_attn.o_proj", d.hidden, int64_t(d.heads) * d.head_dim);
       lw.moe = d.is_moe_layer(l);
       if (lw.moe) {
         lw.router = lin(p + "mlp.gate", d.n_routed_experts, d.hidden, false);
@@ -183,7 +199,7 @@ struct ModelWeights {
       w.decoder.layers.push_back(std::move(lw));
     }
     w.decoder.final_norm.weight = t("model.norm.weight", {d.hidden});
-    w.decoder.lm_head = t("lm_head.weight", {d.vocab, d.hidden});
+    w.decoder.lm_head = &ck.get("lm_head.weight", {d.vocab, d.hidden});
 
     std::vector<std::string> extra = ck.unused();
     // An arange buffer some exports include; it carries no information.

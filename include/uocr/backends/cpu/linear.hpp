@@ -1,8 +1,10 @@
-// CPU matrix kernels over checkpoint weights stored as bf16/f16/f32. Weights stay in their
-// mapped form and all arithmetic is float32 (bf16 -> f32 widening is exact). linear() picks:
+// CPU matrix kernels over checkpoint weights stored as bf16/f16/f32 or int8 with row scales.
+// Weights stay in their mapped form and all arithmetic is float32 (bf16 -> f32 and int8 -> f32
+// widening is exact; an int8 row's dot product is multiplied by its scale at the end, so its
+// result is s · Σ q·x whichever kernel runs). linear() picks:
 //  - m <= 4 rows (decode, memory-bound): each weight row streamed once for all m inputs; with
 //    AVX-512, 4 weight rows widened in registers x m inputs, software prefetch one block ahead;
-//  - 4 < m <= kSmallGemmRows, bf16 (MoE experts in a prefill): 4 weight rows widened into an
+//  - 4 < m <= kSmallGemmRows, bf16 or int8 (MoE experts in a prefill): 4 weight rows widened into an
 //    L1 buffer at a time, then a 4 x 4 dot kernel over the inputs; or, asked for
 //    Precision::bf16 with bf16 dot products, gemm_bf16_small_m() (gemm_bf16.hpp);
 //  - larger m (vision, prefill projections): the weight widened to float32 once, then
@@ -57,37 +59,71 @@ inline __m512 load_bf16(const uint16_t* p, __mmask16 mask) {
 }
 inline __m512 load_f32(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load_f32(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+// 16 int8 -> 16 float32 (exact).
+inline __m512 load_i8(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 load_i8(const int8_t* p, __mmask16 mask) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, p)));
+}
+// 16 weights of any stored type as float32.
+inline __m512 load_weights(const uint16_t* p) { return load_bf16(p); }
+inline __m512 load_weights(const uint16_t* p, __mmask16 mask) { return load_bf16(p, mask); }
+inline __m512 load_weights(const float* p) { return load_f32(p); }
+inline __m512 load_weights(const float* p, __mmask16 mask) { return load_f32(p, mask); }
+inline __m512 load_weights(const int8_t* p) { return load_i8(p); }
+inline __m512 load_weights(const int8_t* p, __mmask16 mask) { return load_i8(p, mask); }
 #endif
 
-// n bf16 values -> float32.
-inline void widen_bf16_block(const uint16_t* src, float* dst, int64_t n) {
+inline float widen_weight(uint16_t w) { return widen_bf16(w); }
+inline float widen_weight(float w) { return w; }
+inline float widen_weight(int8_t w) { return float(w); }
+// A row's dot product times its int8 scale (none for float weights).
+inline float scaled(float dot, const float* scale, int64_t row) { return scale ? dot * scale[row] : dot; }
+
+// n bf16 or int8 values -> float32 (int8 unscaled).
+template <class T>
+inline void widen_block(const T* src, float* dst, int64_t n) {
   int64_t i = 0;
 #ifdef UOCR_CPU_AVX512
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_bf16(src + i));
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, load_weights(src + i));
 #endif
-  for (; i < n; ++i) dst[i] = widen_bf16(src[i]);
+  for (; i < n; ++i) dst[i] = widen_weight(src[i]);
 }
 
-// Element range [offset, offset + n) of a weight tensor as float32.
+// Element range [offset, offset + n) of a weight tensor as float32 (int8 times its rows' scales,
+// the same bits as TensorView::read_f32).
 inline void weight_to_f32(const TensorView& w, int64_t offset, int64_t n, float* out) {
-  if (w.dtype == DType::bf16)
-    widen_bf16_block(reinterpret_cast<const uint16_t*>(w.data) + offset, out, n);
-  else
+  if (w.dtype == DType::bf16) {
+    widen_block(reinterpret_cast<const uint16_t*>(w.data) + offset, out, n);
+  } else if (w.dtype == DType::i8) {
+    const int64_t cols = w.dim(1);
+    for (int64_t i = 0; i < n;) {
+      const int64_t row = (offset + i) / cols, end = std::min(n, (row + 1) * cols - offset);
+      widen_block(reinterpret_cast<const int8_t*>(w.data) + offset + i, out + i, end - i);
+      const float s = w.row_scale[row];
+      for (int64_t c = i; c < end; ++c) out[c] *= s;
+      i = end;
+    }
+  } else {
     w.read_f32(offset, n, out);
+  }
 }
 
 #ifdef UOCR_CPU_AVX512
-// y[i*ldy + j] = x_i · w_j for weight rows j in [j0, j1) and M input rows (M <= 4): four weight
-// rows at a time, 16 columns per step, 4·M accumulators; the tail of k goes masked.
+// y[i*ldy + j] = x_i · w_j (· scale[j] when given: int8 rows) for weight rows j in [j0, j1) and
+// M input rows (M <= 4): four weight rows at a time, 16 columns per step, 4·M accumulators; the
+// tail of k goes masked.
 template <int M, class T>
-inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, int64_t j1, float* y, int64_t ldy,
+                            const float* scale) {
   const int64_t kv = k / 16 * 16;
   const __mmask16 tail = __mmask16((1u << (k - kv)) - 1u);
   // The weight stream is read once: software prefetch of the same columns of the next block of
   // 4 rows (4·k elements ahead, ~10 KB for bf16 at k = 1280) keeps more lines in flight than the
   // hardware prefetcher alone (the gain: docs/PERFORMANCE.md). (A distance inside the
   // current block only re-requests lines the neighbouring row's stream is already loading.)
-  const int64_t pf_bytes = 4 * k * int64_t(sizeof(T));
+  const int64_t pf_bytes = 4 * k * int64_t(std::max<size_t>(sizeof(T), 2));  // int8: 8 rows, the bytes of 4 bf16 ones
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
     const T* w0 = w + j * k;
@@ -96,25 +132,19 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
       for (int i = 0; i < M; ++i) acc[r][i] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 32 <= kv; c += 32) {  // 32 columns: one cache line of each bf16 row
-      for (int r = 0; r < 4; ++r) {
-        const char* p = reinterpret_cast<const char*>(w0 + r * k + c) + pf_bytes;
-        _mm_prefetch(p, _MM_HINT_T0);
-        if constexpr (sizeof(T) == 4) _mm_prefetch(p + 64, _MM_HINT_T0);
-      }
+      if (sizeof(T) != 1 || c % 64 == 0)  // int8: a line holds 64 columns
+        for (int r = 0; r < 4; ++r) {
+          const char* p = reinterpret_cast<const char*>(w0 + r * k + c) + pf_bytes;
+          _mm_prefetch(p, _MM_HINT_T0);
+          if constexpr (sizeof(T) == 4) _mm_prefetch(p + 64, _MM_HINT_T0);
+        }
       __m512 xa[M], xb[M];
       for (int i = 0; i < M; ++i) {
         xa[i] = _mm512_loadu_ps(x + i * k + c);
         xb[i] = _mm512_loadu_ps(x + i * k + c + 16);
       }
       for (int r = 0; r < 4; ++r) {
-        __m512 wa, wb;
-        if constexpr (sizeof(T) == 2) {
-          wa = load_bf16(reinterpret_cast<const uint16_t*>(w0) + r * k + c);
-          wb = load_bf16(reinterpret_cast<const uint16_t*>(w0) + r * k + c + 16);
-        } else {
-          wa = load_f32(reinterpret_cast<const float*>(w0) + r * k + c);
-          wb = load_f32(reinterpret_cast<const float*>(w0) + r * k + c + 16);
-        }
+        const __m512 wa = load_weights(w0 + r * k + c), wb = load_weights(w0 + r * k + c + 16);
         for (int i = 0; i < M; ++i) acc[r][i] = _mm512_fmadd_ps(wb, xb[i], _mm512_fmadd_ps(wa, xa[i], acc[r][i]));
       }
     }
@@ -122,11 +152,7 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
       __m512 xv[M];
       for (int i = 0; i < M; ++i) xv[i] = _mm512_loadu_ps(x + i * k + c);
       for (int r = 0; r < 4; ++r) {
-        __m512 wv;
-        if constexpr (sizeof(T) == 2)
-          wv = load_bf16(reinterpret_cast<const uint16_t*>(w0) + r * k + c);
-        else
-          wv = load_f32(reinterpret_cast<const float*>(w0) + r * k + c);
+        const __m512 wv = load_weights(w0 + r * k + c);
         for (int i = 0; i < M; ++i) acc[r][i] = _mm512_fmadd_ps(wv, xv[i], acc[r][i]);
       }
     }
@@ -134,16 +160,12 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
       __m512 xv[M];
       for (int i = 0; i < M; ++i) xv[i] = _mm512_maskz_loadu_ps(tail, x + i * k + kv);
       for (int r = 0; r < 4; ++r) {
-        __m512 wv;
-        if constexpr (sizeof(T) == 2)
-          wv = load_bf16(reinterpret_cast<const uint16_t*>(w0) + r * k + kv, tail);
-        else
-          wv = load_f32(reinterpret_cast<const float*>(w0) + r * k + kv, tail);
+        const __m512 wv = load_weights(w0 + r * k + kv, tail);
         for (int i = 0; i < M; ++i) acc[r][i] = _mm512_fmadd_ps(wv, xv[i], acc[r][i]);
       }
     }
     for (int r = 0; r < 4; ++r)
-      for (int i = 0; i < M; ++i) y[i * ldy + j + r] = _mm512_reduce_add_ps(acc[r][i]);
+      for (int i = 0; i < M; ++i) y[i * ldy + j + r] = scaled(_mm512_reduce_add_ps(acc[r][i]), scale, j + r);
   }
   for (; j < j1; ++j) {  // leftover rows, one at a time
     const T* wr = w + j * k;
@@ -151,14 +173,10 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
     for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t c = 0; c < k; c += 16) {
       const __mmask16 mk = c + 16 <= k ? __mmask16(0xffff) : tail;
-      __m512 wv;
-      if constexpr (sizeof(T) == 2)
-        wv = load_bf16(reinterpret_cast<const uint16_t*>(wr) + c, mk);
-      else
-        wv = load_f32(reinterpret_cast<const float*>(wr) + c, mk);
+      const __m512 wv = load_weights(wr + c, mk);
       for (int i = 0; i < M; ++i) acc[i] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x + i * k + c), acc[i]);
     }
-    for (int i = 0; i < M; ++i) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i]);
+    for (int i = 0; i < M; ++i) y[i * ldy + j] = scaled(_mm512_reduce_add_ps(acc[i]), scale, j);
   }
 }
 #endif
@@ -166,51 +184,46 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
 // Portable version of the same contract.
 template <class T>
 inline void rows_dot_portable(const T* w, const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1, float* y,
-                              int64_t ldy) {
+                              int64_t ldy, const float* scale) {
   for (int64_t j = j0; j < j1; ++j) {
     const T* wr = w + j * k;
     for (int64_t i = 0; i < m; ++i) {
       const float* xi = x + i * k;
       float s = 0.f;
 #pragma omp simd reduction(+ : s)
-      for (int64_t c = 0; c < k; ++c) {
-        float wv;
-        if constexpr (sizeof(T) == 2)
-          wv = widen_bf16(wr[c]);
-        else
-          wv = wr[c];
-        s += wv * xi[c];
-      }
-      y[i * ldy + j] = s;
+      for (int64_t c = 0; c < k; ++c) s += widen_weight(wr[c]) * xi[c];
+      y[i * ldy + j] = scaled(s, scale, j);
     }
   }
 }
 
 template <class T>
-inline void rows_dot(const T* w, const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+inline void rows_dot(const T* w, const float* x, int64_t m, int64_t k, int64_t j0, int64_t j1, float* y, int64_t ldy,
+                     const float* scale) {
 #ifdef UOCR_CPU_AVX512
   switch (m) {
-    case 1: return rows_dot_avx512<1>(w, x, k, j0, j1, y, ldy);
-    case 2: return rows_dot_avx512<2>(w, x, k, j0, j1, y, ldy);
-    case 3: return rows_dot_avx512<3>(w, x, k, j0, j1, y, ldy);
-    case 4: return rows_dot_avx512<4>(w, x, k, j0, j1, y, ldy);
+    case 1: return rows_dot_avx512<1>(w, x, k, j0, j1, y, ldy, scale);
+    case 2: return rows_dot_avx512<2>(w, x, k, j0, j1, y, ldy, scale);
+    case 3: return rows_dot_avx512<3>(w, x, k, j0, j1, y, ldy, scale);
+    case 4: return rows_dot_avx512<4>(w, x, k, j0, j1, y, ldy, scale);
     default: break;
   }
 #endif
-  rows_dot_portable(w, x, m, k, j0, j1, y, ldy);
+  rows_dot_portable(w, x, m, k, j0, j1, y, ldy, scale);
 }
 
 // Decode path: y[m, n] = x[m, k] · W[n, k]ᵀ for m <= 4, rows of W handed to the threads in
 // blocks of 64 (a multiple of the kernel's 4) when the matrix is big enough to pay for it.
 // Dynamic hand-out: on a shared machine a descheduled thread's blocks go to the running one.
 template <class T>
-inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, float* y, const float* bias = nullptr) {
+inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, float* y, const float* bias,
+                   const float* scale) {
   constexpr int64_t block = 64;
   const int64_t blocks = (n + block - 1) / block;
 #pragma omp parallel for schedule(dynamic) if (n * k >= (int64_t(1) << 17) && blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
-    rows_dot(w, x, m, k, j0, j1, y, n);
+    rows_dot(w, x, m, k, j0, j1, y, n, scale);
     add_bias(y, m, n, j0, j1, bias);
   }
 }
@@ -221,26 +234,30 @@ inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, 
 // multiplied against them with the 4x4 dot kernel. No packing of x and no O(N·K) f32 panel
 // written to memory, which is why it beats widening panels for Eigen at small m
 // (docs/PERFORMANCE.md).
-// small_m_rows: weight rows [j0, j1) of that product; wb is scratch of 4·k floats.
-inline void small_m_rows(const uint16_t* w, const float* x, int64_t m, int64_t n, int64_t k, int64_t j0, int64_t j1,
-                         float* y, float* wb) {
+// small_m_rows: weight rows [j0, j1) of that product (bf16 or int8 with row scales); wb is
+// scratch of 4·k floats.
+template <class T>
+inline void small_m_rows(const T* w, const float* x, int64_t m, int64_t n, int64_t k, int64_t j0, int64_t j1, float* y,
+                         float* wb, const float* scale) {
   for (int64_t jr = j0; jr < j1; jr += 4) {
     const int64_t rows = std::min<int64_t>(4, j1 - jr);
-    widen_bf16_block(w + jr * k, wb, rows * k);
+    widen_block(w + jr * k, wb, rows * k);
     float* yb = y + jr;
+    const float* sb = scale ? scale + jr : nullptr;
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) rows_dot_avx512<4>(wb, x + i * k, k, 0, rows, yb + i * n, n);
+    for (; i + 4 <= m; i += 4) rows_dot_avx512<4>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb);
     switch (m - i) {
-      case 1: rows_dot_avx512<1>(wb, x + i * k, k, 0, rows, yb + i * n, n); break;
-      case 2: rows_dot_avx512<2>(wb, x + i * k, k, 0, rows, yb + i * n, n); break;
-      case 3: rows_dot_avx512<3>(wb, x + i * k, k, 0, rows, yb + i * n, n); break;
+      case 1: rows_dot_avx512<1>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
+      case 2: rows_dot_avx512<2>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
+      case 3: rows_dot_avx512<3>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
       default: break;
     }
   }
 }
 
-inline void gemm_small_m(const uint16_t* w, const float* x, int64_t m, int64_t n, int64_t k, float* y,
-                         const float* bias = nullptr) {
+template <class T>
+inline void gemm_small_m(const T* w, const float* x, int64_t m, int64_t n, int64_t k, float* y, const float* bias,
+                         const float* scale) {
   const int64_t blocks = (n + 15) / 16;
 #pragma omp parallel if (m * n * k >= (int64_t(1) << 20))
   {
@@ -249,7 +266,7 @@ inline void gemm_small_m(const uint16_t* w, const float* x, int64_t m, int64_t n
 #pragma omp for schedule(dynamic)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t j0 = b * 16, j1 = std::min(n, j0 + 16);
-      small_m_rows(w, x, m, n, k, j0, j1, y, wbuf.data());
+      small_m_rows(w, x, m, n, k, j0, j1, y, wbuf.data(), scale);
       add_bias(y, m, n, j0, j1, bias);
     }
   }
@@ -310,14 +327,15 @@ inline constexpr int64_t kSmallGemmRows = 128;
 // Decoder::decode_batch groups its rows by this.
 inline int64_t row_exact_rows(const TensorView& w) {
 #ifdef UOCR_CPU_AVX512
-  if (w.dtype == DType::bf16) return kSmallGemmRows;
+  if (w.dtype == DType::bf16 || w.dtype == DType::i8) return kSmallGemmRows;
 #endif
   return w.dtype == DType::f16 ? 1 : 4;
 }
 
 // y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias[N]). `precision` applies from m = 5 (a decode step's
 // mat-vec stays float32), to bf16 weights below kSmallGemmRows; bf16 runs in float32 where the
-// CPU has no bf16 dot products.
+// CPU has no bf16 dot products. Int8 weights (with row scales) take the mat-vec and small-m
+// kernels; above kSmallGemmRows they are dequantized like any other type.
 inline void linear(const float* x, int64_t m, const TensorView& w, const TensorView* bias, float* y,
                    Precision precision = Precision::f32) {
   const int64_t n = w.dim(0), k = w.dim(1);
@@ -329,16 +347,20 @@ inline void linear(const float* x, int64_t m, const TensorView& w, const TensorV
     bv = b.data();  // thread_local: the team must read this thread's copy
   }
   if (m <= 4 && w.dtype == DType::bf16) {
-    detail::matvec(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
+    detail::matvec(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv, nullptr);
   } else if (m <= 4 && w.dtype == DType::f32) {
-    detail::matvec(reinterpret_cast<const float*>(w.data), x, m, n, k, y, bv);
+    detail::matvec(reinterpret_cast<const float*>(w.data), x, m, n, k, y, bv, nullptr);
+  } else if (m <= 4 && w.dtype == DType::i8) {
+    detail::matvec(reinterpret_cast<const int8_t*>(w.data), x, m, n, k, y, bv, w.row_scale);
 #ifdef UOCR_CPU_BF16_KERNEL
   } else if (precision == Precision::bf16 && m <= kSmallGemmRows && w.dtype == DType::bf16 && bf16_compute_available()) {
     gemm_bf16_small_m(x, m, reinterpret_cast<const uint16_t*>(w.data), n, k, y, bv);
 #endif
 #ifdef UOCR_CPU_AVX512
   } else if (m <= kSmallGemmRows && w.dtype == DType::bf16) {
-    detail::gemm_small_m(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv);
+    detail::gemm_small_m(reinterpret_cast<const uint16_t*>(w.data), x, m, n, k, y, bv, nullptr);
+  } else if (m <= kSmallGemmRows && w.dtype == DType::i8) {
+    detail::gemm_small_m(reinterpret_cast<const int8_t*>(w.data), x, m, n, k, y, bv, w.row_scale);
 #endif
 #ifdef UOCR_CPU_BF16_KERNEL
   } else if (precision == Precision::bf16 && m > kSmallGemmRows && bf16_compute_available()) {
@@ -350,9 +372,10 @@ inline void linear(const float* x, int64_t m, const TensorView& w, const TensorV
 }
 
 // Several independent products y_j[m_j, N_j] = x_j[m_j, K_j] · W_jᵀ (+ bias_j) in ONE parallel
-// region: blocks of 64 weight rows of every job with m_j <= 4 (any weight dtype but f16) or
-// 4 < m_j <= kSmallGemmRows (bf16) are handed out dynamically across the threads; other jobs
-// run afterwards, one by one, through linear(). Results are bit-identical to linear() per job.
+// region: blocks of 64 weight rows of every job with m_j <= 4 (any weight dtype but f16) or, in
+// f32, 4 < m_j <= kSmallGemmRows (bf16, int8) are handed out dynamically across the threads; other
+// jobs run afterwards, one by one, through linear(). Results are bit-identical to
+// linear(..., precision) per job.
 // Meant for the decoder: a decode step otherwise opens ~300 parallel regions (q, k, v, o,
 // 6 experts x 3, shared x 3 per layer) and on a shared machine each fork/join can cost a
 // scheduler slice; batching q/k/v, all gate+up, then all downs leaves ~5 per layer. A prefill
@@ -366,11 +389,12 @@ struct LinearJob {
   float* y = nullptr;
 };
 
-inline void linear_batch(const LinearJob* jobs, size_t count) {
+inline void linear_batch(const LinearJob* jobs, size_t count, Precision precision = Precision::f32) {
   constexpr int64_t block = 64;
-  auto batched = [](const LinearJob& jb) {
+  auto batched = [precision](const LinearJob& jb) {
 #ifdef UOCR_CPU_AVX512
-    if (jb.m > 4 && jb.m <= kSmallGemmRows) return jb.w->dtype == DType::bf16;
+    if (jb.m > 4 && jb.m <= kSmallGemmRows)
+      return precision == Precision::f32 && (jb.w->dtype == DType::bf16 || jb.w->dtype == DType::i8);
 #endif
     return jb.m > 0 && jb.m <= 4 && jb.w->dtype != DType::f16;
   };
@@ -389,15 +413,23 @@ inline void linear_batch(const LinearJob* jobs, size_t count) {
       const LinearJob& jb = jobs[j];
       const int64_t n = jb.w->dim(0), k = jb.w->dim(1);
       const int64_t j0 = (b - first[j]) * block, j1 = std::min(n, j0 + block);
+      const float* scale = jb.w->row_scale;
       if (jb.m <= 4) {
         if (jb.w->dtype == DType::bf16)
-          detail::rows_dot(reinterpret_cast<const uint16_t*>(jb.w->data), jb.x, jb.m, k, j0, j1, jb.y, n);
+          detail::rows_dot(reinterpret_cast<const uint16_t*>(jb.w->data), jb.x, jb.m, k, j0, j1, jb.y, n, scale);
+        else if (jb.w->dtype == DType::i8)
+          detail::rows_dot(reinterpret_cast<const int8_t*>(jb.w->data), jb.x, jb.m, k, j0, j1, jb.y, n, scale);
         else
-          detail::rows_dot(reinterpret_cast<const float*>(jb.w->data), jb.x, jb.m, k, j0, j1, jb.y, n);
+          detail::rows_dot(reinterpret_cast<const float*>(jb.w->data), jb.x, jb.m, k, j0, j1, jb.y, n, scale);
       } else {
 #ifdef UOCR_CPU_AVX512
         if (wbuf.size() < size_t(4 * k)) wbuf.resize(size_t(4 * k));
-        detail::small_m_rows(reinterpret_cast<const uint16_t*>(jb.w->data), jb.x, jb.m, n, k, j0, j1, jb.y, wbuf.data());
+        if (jb.w->dtype == DType::i8)
+          detail::small_m_rows(reinterpret_cast<const int8_t*>(jb.w->data), jb.x, jb.m, n, k, j0, j1, jb.y, wbuf.data(),
+                               scale);
+        else
+          detail::small_m_rows(reinterpret_cast<const uint16_t*>(jb.w->data), jb.x, jb.m, n, k, j0, j1, jb.y,
+                               wbuf.data(), scale);
 #endif
       }
       if (jb.bias) {
@@ -409,7 +441,7 @@ inline void linear_batch(const LinearJob* jobs, size_t count) {
     }
   }
   for (size_t j = 0; j < count; ++j)
-    if (!batched(jobs[j]) && jobs[j].m > 0) linear(jobs[j].x, jobs[j].m, *jobs[j].w, jobs[j].bias, jobs[j].y);
+    if (!batched(jobs[j]) && jobs[j].m > 0) linear(jobs[j].x, jobs[j].m, *jobs[j].w, jobs[j].bias, jobs[j].y, precision);
 }
 
 inline void linear(const float* x, int64_t m, const LinearWeights& l, float* y, Precision precision = Precision::f32) {

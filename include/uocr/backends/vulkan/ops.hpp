@@ -32,6 +32,7 @@ inline const char* dtype_suffix(DType t) {
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
     case DType::f32: return "f32";
+    case DType::i8: break;  // refused before upload (backends/device_weights.hpp)
   }
   return "f32";
 }
