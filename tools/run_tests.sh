@@ -51,7 +51,7 @@ main_summary=$(summarize tests "$build")
 ((quick)) && { echo "$main_summary"; exit $status; }
 
 sanitized="$build-sanitize"
-sanitized_tests=(io preprocess tokenizer generation fuzz_corpus decoder_golden cli c_api)
+sanitized_tests=(io preprocess tokenizer generation fuzz_corpus decoder_golden quantize cli c_api)
 sanitized_targets=(tools/uocr tests/bindings/test_c_api)
 for t in "${sanitized_tests[@]}"; do
   [[ $t == c_api ]] || sanitized_targets+=("tests/test_$t")

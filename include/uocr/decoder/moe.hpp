@@ -174,47 +174,52 @@ inline void moe_forward(const DecoderConfig& c, const DecoderLayerWeights& lw, c
   s.order.resize(size_t(m * k));
   for (int64_t a = 0; a < m * k; ++a) s.order[size_t(s.cursor[size_t(s.choice[size_t(a)])]++)] = a;
 
-  // A decode step's few rows: every chosen expert's and the shared expert's products in two
-  // parallel regions (gate and up, then down) instead of three per expert; the same bits.
-  const bool few_rows = m <= 4;
-  if (few_rows) {
-    s.rows_in.resize(size_t(m * k * hidden));
-    s.rows_out.resize(size_t(m * k * hidden));
-    for (int64_t a = 0; a < m * k; ++a) {
-      const int64_t row = s.order[size_t(a)] / k;
-      std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + a * hidden);
+  // Expert e's grouped assignments [a0, a0 + n): their input rows copied out of x, and their
+  // outputs added to y with their mixing weights.
+  auto gather = [&](int64_t a0, int64_t n, float* rows) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = s.order[size_t(a0 + i)] / k;
+      std::copy(x + row * hidden, x + (row + 1) * hidden, rows + i * hidden);
     }
-    experts_few_rows(c, lw, x, m, s);
-  }
-  std::fill(y, y + m * hidden, 0.0f);
-  for (int64_t e = 0; e < e_count; ++e) {
-    const int64_t a0 = s.start[size_t(e)], n = s.start[size_t(e + 1)] - a0;
-    if (n == 0) continue;
-    if (!few_rows) {
-      s.rows_in.resize(size_t(n * hidden));
-      s.rows_out.resize(size_t(n * hidden));
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t row = s.order[size_t(a0 + i)] / k;
-        std::copy(x + row * hidden, x + (row + 1) * hidden, s.rows_in.data() + i * hidden);
-      }
-      mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp, precision);
-    }
-    const float* out = s.rows_out.data() + (few_rows ? a0 * hidden : 0);
+  };
+  auto combine = [&](int64_t a0, int64_t n, const float* rows) {
     for (int64_t i = 0; i < n; ++i) {
       const int64_t a = s.order[size_t(a0 + i)];
       const float w = s.weight[size_t(a)];
       float* yr = y + (a / k) * hidden;
-      const float* o = out + i * hidden;
+      const float* o = rows + i * hidden;
       for (int64_t col = 0; col < hidden; ++col) yr[col] += w * o[col];
     }
-  }
-  if (lw.has_shared) {
-    if (!few_rows) {
+  };
+  std::fill(y, y + m * hidden, 0.0f);
+  if (m <= 4) {
+    // A decode step's few rows: every chosen expert's and the shared expert's products in two
+    // parallel regions (gate and up, then down) instead of three per expert; the same bits.
+    s.rows_in.resize(size_t(m * k * hidden));
+    s.rows_out.resize(size_t(m * k * hidden));
+    gather(0, m * k, s.rows_in.data());
+    experts_few_rows(c, lw, x, m, s);
+    for (int64_t e = 0; e < e_count; ++e) {
+      const int64_t a0 = s.start[size_t(e)];
+      combine(a0, s.start[size_t(e + 1)] - a0, s.rows_out.data() + a0 * hidden);
+    }
+  } else {
+    for (int64_t e = 0; e < e_count; ++e) {
+      const int64_t a0 = s.start[size_t(e)], n = s.start[size_t(e + 1)] - a0;
+      if (n == 0) continue;
+      s.rows_in.resize(size_t(n * hidden));
+      s.rows_out.resize(size_t(n * hidden));
+      gather(a0, n, s.rows_in.data());
+      mlp_forward(lw.experts[size_t(e)], s.rows_in.data(), n, s.rows_out.data(), s.mlp, precision);
+      combine(a0, n, s.rows_out.data());
+    }
+    if (lw.has_shared) {
       s.shared_out.resize(size_t(m * hidden));
       mlp_forward(lw.shared, x, m, s.shared_out.data(), s.mlp, precision);
     }
-    for (int64_t i = 0; i < m * hidden; ++i) y[i] += s.shared_out[size_t(i)];
   }
+  if (lw.has_shared)
+    for (int64_t i = 0; i < m * hidden; ++i) y[i] += s.shared_out[size_t(i)];
 }
 
 UOCR_NAMESPACE_END

@@ -11,9 +11,10 @@
 
 UOCR_NAMESPACE_BEGIN
 
-inline nlohmann::json read_model_json(const std::string& path) {
+template <class Json = nlohmann::json>
+inline Json read_model_json(const std::string& path) {
   try {
-    return nlohmann::json::parse(read_text_file(path));
+    return Json::parse(read_text_file(path));
   } catch (const nlohmann::json::exception& e) {
     throw Error(Status::invalid_model, path + ": not valid JSON: " + e.what());
   }

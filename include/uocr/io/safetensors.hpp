@@ -41,7 +41,11 @@ struct TensorView {
     to_f32(dtype, data + size_t(offset) * dtype_size(dtype), out, size_t(n));
     if (!row_scale) return;
     const int64_t cols = numel() / shape[0];
-    for (int64_t i = 0; i < n; ++i) out[i] *= row_scale[(offset + i) / cols];
+    for (int64_t i = 0; i < n;) {
+      const int64_t row = (offset + i) / cols, end = std::min(n, (row + 1) * cols - offset);
+      const float s = row_scale[row];
+      for (; i < end; ++i) out[i] *= s;
+    }
   }
   std::vector<float> to_vector() const {
     std::vector<float> v(static_cast<size_t>(numel()));

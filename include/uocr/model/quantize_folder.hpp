@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>
 
 #include "uocr/io/json_file.hpp"
-#include "uocr/io/read_file.hpp"
 #include "uocr/io/safetensors_writer.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"
@@ -64,8 +63,9 @@ inline QuantizeReport quantize_model_folder(const std::string& in, const std::st
   require(!existed || !fs::equivalent(in, out), Status::invalid_argument, [&] { return "the copy cannot replace " + in; });
 
   const std::string config_path = in + "/config.json";
-  nlohmann::ordered_json config_json = nlohmann::ordered_json::parse(read_text_file(config_path), nullptr, false);
-  const ModelConfig config = ModelConfig::load(config_path);
+  // Read once, in order: the copy's config.json keeps the source's key order.
+  nlohmann::ordered_json config_json = read_model_json<nlohmann::ordered_json>(config_path);
+  const ModelConfig config = ModelConfig::from_json(nlohmann::json(config_json), config_path);
   require(!config.int8_weights, Status::invalid_argument, [&] { return in + " is int8 already"; });
   const Checkpoint ck = Checkpoint::open(in);
   const ModelWeights weights = ModelWeights::bind(ck, config);
@@ -122,8 +122,10 @@ inline QuantizeReport quantize_model_folder(const std::string& in, const std::st
   try {
     write_safetensors(out + "/model.safetensors", entries);
     config_json["quantization_config"] = int8_quantization_config();
-    std::ofstream(out + "/config.json") << config_json.dump(2) << "\n";
-    require(fs::file_size(out + "/config.json", ec) > 0, Status::io, [&] { return "cannot write " + out + "/config.json"; });
+    std::ofstream config_out(out + "/config.json");
+    config_out << config_json.dump(2) << "\n";
+    config_out.close();
+    require(bool(config_out), Status::io, [&] { return "cannot write " + out + "/config.json"; });
     for (const fs::directory_entry& e : fs::directory_iterator(in)) {
       const std::string file = e.path().filename().string();
       if (!e.is_regular_file() || file == "config.json" || file == "model.safetensors.index.json" ||

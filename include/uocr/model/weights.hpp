@@ -97,23 +97,20 @@ struct ModelWeights {
       return ck.has_int8() ? ck.dir() + " has int8 tensors but its config.json declares no quantization_config"
                            : ck.dir() + "/config.json declares int8 weights but no tensor is int8";
     });
-    auto t = [&](const std::string& name, std::vector<int64_t> shape) {
+    // Int8 is read for the decoder's linear layers and lm_head (model/quantization.hpp); any
+    // other int8 tensor is refused by name.
+    enum Int8 { float_only, int8_allowed };
+    auto t = [&](const std::string& name, std::vector<int64_t> shape, Int8 int8 = float_only) {
       const TensorView* v = &ck.get(name, shape);
-      require(v->dtype != DType::i8, Status::unsupported, [&] {
+      require(int8 == int8_allowed || v->dtype != DType::i8, Status::unsupported, [&] {
         return v->file + ": tensor " + name + " is int8; int8 is read for the decoder's linear layers and lm_head only";
       });
       return v;
     };
-    auto lin = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
+    auto lin = [&](const std::string& name, int64_t out, int64_t in, bool bias, Int8 int8 = float_only) {
       LinearWeights l;
-      l.weight = t(name + ".weight", {out, in});
+      l.weight = t(name + ".weight", {out, in}, int8);
       if (bias) l.bias = t(name + ".bias", {out});
-      return l;
-    };
-    // The decoder's linear layers (int8 allowed).
-    auto qlin = [&](const std::string& name, int64_t out, int64_t in) {
-      LinearWeights l;
-      l.weight = &ck.get(name + ".weight", {out, in});
       return l;
     };
     auto ln = [&](const std::string& name, int64_t n) {
@@ -173,8 +170,9 @@ struct ModelWeights {
     w.glue.view_separator = t("model.view_seperator", {d.hidden});
 
     auto mlp = [&](const std::string& p, int64_t inter) {
-      return MlpWeights{qlin(p + "gate_proj", inter, d.hidden), qlin(p + "up_proj", inter, d.hidden),
-                        qlin(p + "down_proj", d.hidden, inter)};
+      return MlpWeights{lin(p + "gate_proj", inter, d.hidden, false, int8_allowed),
+                        lin(p + "up_proj", inter, d.hidden, false, int8_allowed),
+                        lin(p + "down_proj", d.hidden, inter, false, int8_allowed)};
     };
     w.decoder.embed = t("model.embed_tokens.weight", {d.vocab, d.hidden});
     for (int l = 0; l < d.layers; ++l) {
@@ -182,10 +180,10 @@ struct ModelWeights {
       DecoderLayerWeights lw;
       lw.input_norm.weight = t(p + "input_layernorm.weight", {d.hidden});
       lw.post_attention_norm.weight = t(p + "post_attention_layernorm.weight", {d.hidden});
-      lw.q = qlin(p + "self_attn.q_proj", int64_t(d.heads) * d.head_dim, d.hidden);
-      lw.k = qlin(p + "self_attn.k_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden);
-      lw.v = qlin(p + "self_attn.v_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden);
-      lw.o = qlin(p + "self_attn.o_proj", d.hidden, int64_t(d.heads) * d.head_dim);
+      lw.q = lin(p + "self_attn.q_proj", int64_t(d.heads) * d.head_dim, d.hidden, false, int8_allowed);
+      lw.k = lin(p + "self_attn.k_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden, false, int8_allowed);
+      lw.v = lin(p + "self_attn.v_proj", int64_t(d.kv_heads) * d.head_dim, d.hidden, false, int8_allowed);
+      lw.o = lin(p + "self_attn.o_proj", d.hidden, int64_t(d.heads) * d.head_dim, false, int8_allowed);
       lw.moe = d.is_moe_layer(l);
       if (lw.moe) {
         lw.router = lin(p + "mlp.gate", d.n_routed_experts, d.hidden, false);
@@ -199,7 +197,7 @@ struct ModelWeights {
       w.decoder.layers.push_back(std::move(lw));
     }
     w.decoder.final_norm.weight = t("model.norm.weight", {d.hidden});
-    w.decoder.lm_head = &ck.get("lm_head.weight", {d.vocab, d.hidden});
+    w.decoder.lm_head = t("lm_head.weight", {d.vocab, d.hidden}, int8_allowed);
 
     std::vector<std::string> extra = ck.unused();
     // An arange buffer some exports include; it carries no information.
