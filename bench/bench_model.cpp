@@ -15,7 +15,8 @@
 //   BM_EncoderStages  the same view, sam_forward and clip_forward timed apart
 //   BM_Prefill        Decoder::prefill of the base single-page prompt (BOS + 273 visual + text)
 //   BM_DecodeStep     Decoder::decode_step with the R-SWA ring full (steady state), against
-//                     active bf16 weight bytes + float32 KV bytes per token / measured bandwidth
+//                     active weight bytes (as the model stores them: bf16, or int8 + scales) +
+//                     float32 KV bytes per token / measured bandwidth
 //   BM_MoeLayerDecode one MoE layer's decode FFN as 21 linear() calls vs 2 linear_batch() calls
 //   BM_DraftVerify/K  draft verification: one pass over K + 1 tokens (Decoder::decode_tokens with
 //                     every row's logits) against one decode_step, interleaved in the same run;
@@ -232,7 +233,8 @@ int32_t argmax(const std::vector<float>& v) {
 
 // Analytic FLOPs of a prefill of t tokens (every token through top-k experts + shared).
 double prefill_flops(const uocr::DecoderConfig& d, int64_t t) {
-  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(d, 1.0, 0);  // 1 byte/param = parameter count
+  // 1 byte per element: the parameter count.
+  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(d, uocr_bench::ElementBytes::uniform(1.0), 0);
   const double per_token = 2 * (b.attention + b.dense_mlp + b.router + b.experts + b.shared);
   const double attn = d.layers * 2.0 * double(t) * double(t + 1) * d.heads * d.head_dim;  // causal q·kᵀ + p·v
   return per_token * double(t) + attn + 2 * b.lm_head;
@@ -374,7 +376,8 @@ void BM_DecodeStep(benchmark::State& st) {
     st.ResumeTiming();
   }
   const int64_t kv_rows = sd.cache.reference_rows() + sd.cache.generated_rows();
-  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(sd.d, 2.0, kv_rows);
+  const uocr_bench::DecodeBytes b =
+      uocr_bench::decode_bytes(sd.d, uocr_bench::ElementBytes::of(fixture().model->weights().decoder), kv_rows);
   const uocr_bench::Rate bw = bandwidth();
   const double roof_ms = b.total() / (bw.wall * 1e9) * 1e3, roof_cpu_ms = b.total() / (bw.cpu * 1e9) * 1e3;
   const double ms = Times::median(t.wall) * 1e3, cpu_ms = Times::median(t.cpu) * 1e3;
@@ -515,9 +518,10 @@ void print_setup() {
                fl.projector / 1e9);
   const uocr::DecoderConfig& d = cfg.decoder;
   const int64_t prompt_rows = 1 + (int64_t(f.view_size) / 64) * (f.view_size / 64 + 1) + 1 + 3;
-  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(d, 2.0, prompt_rows + decode_window());
+  const uocr_bench::DecodeBytes b = uocr_bench::decode_bytes(d, uocr_bench::ElementBytes::of(f.model->weights().decoder),
+                                                             prompt_rows + decode_window());
   std::fprintf(stderr,
-               "  decode bytes per token (bf16 weights): attention %.1f MB, dense MLP %.1f MB, routers %.2f MB, "
+               "  decode bytes per token (the model's weight types): attention %.1f MB, dense MLP %.1f MB, routers %.2f MB, "
                "routed experts %.1f MB, shared experts %.1f MB, lm_head %.1f MB = %.1f MB weights (%.0f bytes)\n"
                "  + float32 KV of ~%lld rows x %d layers: %.1f MB\n",
                b.attention / 1e6, b.dense_mlp / 1e6, b.router / 1e6, b.experts / 1e6, b.shared / 1e6, b.lm_head / 1e6,

@@ -7,8 +7,11 @@
    top-1 agreement, top-5 agreement (the source's top-1 among int8's top 5) and the largest
    difference relative to the row's largest |logit|.
 
-    OMP_WAIT_POLICY=passive python3 bench/int8_weights.py SOURCE_DIR INT8_DIR \\
+    python3 bench/int8_weights.py SOURCE_DIR INT8_DIR \\
         [--uocr build/tools/uocr] [--tokens 64] [--repeats 2] [--page PAGE.png] [--forced 64]
+
+The runs take the CLI's OpenMP settings (passive with a short spin) unless the environment sets
+OMP_WAIT_POLICY or GOMP_SPINCOUNT; the summary line names what ran.
 """
 import argparse
 import json
@@ -72,9 +75,11 @@ def main():
             s = med[m]
             print("| %s | %.2f | %.2f | %.1f |" % (name, s["vision_seconds"], s["prefill_seconds"],
                                                   s["decode_tokens_per_second"]))
-        print("int8 / source decode rate: %.2fx (medians of %d runs, %d tokens); same text: %s" % (
-            med[a.int8]["decode_tokens_per_second"] / med[a.source]["decode_tokens_per_second"], a.repeats, a.tokens,
-            texts[a.source] == texts[a.int8]))
+        first = runs[a.source][0]
+        print("int8 / source decode rate: %.2fx (medians of %d runs, %d tokens); same text: %s; OpenMP wait %s, "
+              "spin count %s" % (med[a.int8]["decode_tokens_per_second"] / med[a.source]["decode_tokens_per_second"],
+                                 a.repeats, a.tokens, texts[a.source] == texts[a.int8],
+                                 first.get("openmp_wait_policy", "?"), first.get("openmp_spin_count", "?")))
 
         forced = os.path.join(work, "forced.npy")
         np.save(forced, np.load(os.path.join(GOLDEN, "gen_ids.npy"))[:a.forced].astype(np.int32))

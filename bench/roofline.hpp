@@ -19,6 +19,7 @@
 
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/model/config.hpp"
+#include "uocr/model/weights.hpp"
 
 namespace uocr_bench {
 
@@ -176,22 +177,47 @@ struct DecodeBytes {
   double total() const { return weights() + kv; }
 };
 
-// Active weights of one token at `wbytes` per element (2 for bf16), plus the float32 keys and
-// values of `kv_rows` cached rows in every layer (reference + R-SWA window).
-inline DecodeBytes decode_bytes(const uocr::DecoderConfig& d, double wbytes, int64_t kv_rows) {
+// Bytes per element of each group of decoder weights: 2 throughout for bf16, or as a loaded
+// model stores them (an int8 folder keeps its routers in bf16; an int8 row's float32 scale counts).
+struct ElementBytes {
+  double attention = 2, dense_mlp = 2, router = 2, experts = 2, shared = 2, lm_head = 2;
+  static ElementBytes uniform(double b) { return {b, b, b, b, b, b}; }
+  static ElementBytes of(const uocr::DecoderWeights& w) {
+    auto bytes = [](const uocr::TensorView* t) {
+      return double(uocr::dtype_size(t->dtype)) + (t->row_scale ? double(sizeof(float)) / double(t->dim(1)) : 0.0);
+    };
+    ElementBytes e;
+    for (const uocr::DecoderLayerWeights& l : w.layers) {
+      e.attention = bytes(l.q.weight);
+      if (l.moe) {
+        e.router = bytes(l.router.weight);
+        e.experts = bytes(l.experts.front().gate.weight);
+        if (l.has_shared) e.shared = bytes(l.shared.gate.weight);
+      } else {
+        e.dense_mlp = bytes(l.dense.gate.weight);
+      }
+    }
+    e.lm_head = bytes(w.lm_head);
+    return e;
+  }
+};
+
+// Active weights of one token, plus the float32 keys and values of `kv_rows` cached rows in every
+// layer (reference + R-SWA window).
+inline DecodeBytes decode_bytes(const uocr::DecoderConfig& d, const ElementBytes& e, int64_t kv_rows) {
   DecodeBytes b;
   const double h = d.hidden, qr = double(d.heads) * d.head_dim, kr = double(d.kv_heads) * d.head_dim;
   for (int l = 0; l < d.layers; ++l) {
-    b.attention += wbytes * (h * qr + 2 * h * kr + qr * h);  // q, k, v, o
+    b.attention += e.attention * (h * qr + 2 * h * kr + qr * h);  // q, k, v, o
     if (d.is_moe_layer(l)) {
-      b.router += wbytes * d.n_routed_experts * h;
-      b.experts += wbytes * d.experts_per_token * 3 * h * d.moe_intermediate;
-      b.shared += wbytes * 3 * h * double(d.moe_intermediate) * d.n_shared_experts;
+      b.router += e.router * d.n_routed_experts * h;
+      b.experts += e.experts * d.experts_per_token * 3 * h * d.moe_intermediate;
+      b.shared += e.shared * 3 * h * double(d.moe_intermediate) * d.n_shared_experts;
     } else {
-      b.dense_mlp += wbytes * 3 * h * d.intermediate;
+      b.dense_mlp += e.dense_mlp * 3 * h * d.intermediate;
     }
   }
-  b.lm_head = wbytes * double(d.vocab) * h;
+  b.lm_head = e.lm_head * double(d.vocab) * h;
   b.kv = double(kv_rows) * d.layers * 2 * kr * sizeof(float);
   return b;
 }

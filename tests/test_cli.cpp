@@ -158,13 +158,19 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
   }
 }
 
-TEST_CASE("uocr run defaults OpenMP's wait policy to passive and keeps the user's") {
+TEST_CASE("uocr run defaults OpenMP's wait to passive with a short spin and keeps the user's settings") {
   const std::string args = "run --model '" + tiny() + "' --max-tokens 1 --stats json --quiet '" + uocr_test::golden("page.png") + "'";
-  for (const auto& [env, want] : {std::pair<std::string, std::string>{"env -u OMP_WAIT_POLICY ", "passive"},
-                                  {"env OMP_WAIT_POLICY=active ", "active"}}) {
-    const std::string out = run_cli(args, env).output;
+  struct Case {
+    std::string env, policy, spin;
+  };
+  for (const Case& c : {Case{"env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT ", "passive", "10000"},
+                        Case{"env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=500 ", "passive", "500"},
+                        Case{"env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active ", "active", "default"}}) {
+    const std::string out = run_cli(args, c.env).output;
+    INFO(c.env);
     INFO(out);
-    CHECK(out.find("\"openmp_wait_policy\": \"" + want + "\"") != std::string::npos);
+    CHECK(out.find("\"openmp_wait_policy\": \"" + c.policy + "\"") != std::string::npos);
+    CHECK(out.find("\"openmp_spin_count\": \"" + c.spin + "\"") != std::string::npos);
   }
 }
 

@@ -68,9 +68,10 @@ inline CommandOptions run_options() {
 
 inline volatile std::sig_atomic_t g_interrupted = 0;
 
-// OMP_WAIT_POLICY as the process runs with it (main() defaults it to passive), JSON-safe.
-inline const char* openmp_wait_policy() {
-  const char* v = std::getenv("OMP_WAIT_POLICY");
+// An OpenMP setting as the process runs with it (main() chooses OMP_WAIT_POLICY and
+// GOMP_SPINCOUNT when the user did not), JSON-safe.
+inline const char* openmp_setting(const char* variable) {
+  const char* v = std::getenv(variable);
   if (v == nullptr) return "default";
   for (const char* c = v; *c; ++c)
     if (!std::isalnum(static_cast<unsigned char>(*c))) return "other";
@@ -92,7 +93,8 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                "\"peak_scratch_bytes\": %zu, \"peak_bytes\": %zu, \"group_pages\": %lld, \"overlap_pages\": %d, \"positions\": \"%s\", "
                "\"slide_kv\": \"%s\", \"slides\": %lld, \"marker_boundaries\": %lld, \"forced_boundaries\": %lld, "
                "\"markers_completed\": %lld, \"pages_encoded\": %lld, \"reference_rows_attended\": %lld, \"reference_rows_dense\": %lld, "
-               "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\", \"backend\": \"%s\", "
+               "\"checkpoints\": %lld, \"resumed_at_token\": %lld, \"openmp_wait_policy\": \"%s\", \"openmp_spin_count\": \"%s\", "
+               "\"backend\": \"%s\", "
                "\"device\": %s, \"driver\": %s, \"precision\": \"%s\", \"drafting\": %s, \"decode_passes\": %lld, "
                "\"verify_passes\": %lld, \"drafted_tokens\": %lld, \"accepted_tokens\": %lld, \"acceptance_rate\": %.3f, "
                "\"tokens_per_pass\": %.2f}\n",
@@ -104,7 +106,7 @@ inline void write_json_stats(FILE* f, const uocr::RunSummary& s, const uocr::Ses
                uocr::slide_kv_name(uocr::slide_kv(g)), (long long)st.slides, (long long)st.marker_boundaries,
                (long long)st.forced_boundaries, (long long)st.markers_completed, (long long)st.pages_encoded,
                (long long)st.sparse_rows_attended, (long long)st.sparse_rows_dense, (long long)st.checkpoints_written, (long long)st.resumed_at_token,
-               openmp_wait_policy(), uocr::backend_name(engine.backend), json_string(engine.device).c_str(),
+               openmp_setting("OMP_WAIT_POLICY"), openmp_setting("GOMP_SPINCOUNT"), uocr::backend_name(engine.backend), json_string(engine.device).c_str(),
                engine.driver.empty() ? "null" : json_string(engine.driver).c_str(), uocr::precision_name(engine.precision),
                st.drafting ? "true" : "false", (long long)st.draft.passes, (long long)st.draft.verify_passes,
                (long long)st.draft.drafted, (long long)st.draft.accepted, acceptance, tokens_per_pass);

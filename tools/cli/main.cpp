@@ -87,14 +87,19 @@ int usage(FILE* out) {
   return out == stdout ? 0 : 2;
 }
 
-// libgomp spins at every barrier by default; where the cores are shared with other work (desktops,
-// CI, busy servers) that costs 1.3-5x per step (docs/PERFORMANCE.md, "On a shared machine").
-// libgomp reads OMP_WAIT_POLICY once, when it loads, so the CLI sets "passive" and re-executes
-// itself once; a value the user chose is kept, and a failed exec just goes on with the default.
-void prefer_passive_openmp_wait(char** argv) {
+// libgomp spins at every barrier for milliseconds by default; where the cores are shared with
+// other work (desktops, CI, busy servers) that costs 1.3-5x per step, while a policy that sleeps
+// at once pays a futex wake-up at each of a decode step's ~60 parallel regions. So the CLI sets
+// "passive" with a short spin (GOMP_SPINCOUNT 10000, about 0.1 ms): long enough to catch a
+// decode step's next region, short enough to yield the core to other work (docs/PERFORMANCE.md,
+// "Decode at the roofline"). libgomp reads both once, when it loads, so the CLI sets them and
+// re-executes itself once; values the user chose are kept, and a failed exec just goes on with
+// libgomp's defaults.
+void choose_openmp_wait(char** argv) {
 #ifdef _OPENMP
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  if (std::getenv("GOMP_SPINCOUNT") == nullptr && setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;
   execv("/proc/self/exe", argv);
 #else
   (void)argv;
@@ -104,7 +109,7 @@ void prefer_passive_openmp_wait(char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp_wait(argv);
+  choose_openmp_wait(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) return usage(stderr);
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") return usage(stdout);

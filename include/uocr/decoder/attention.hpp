@@ -123,8 +123,9 @@ inline void decode_attention(const float* q, const KvRows& a, const KvRows& b, c
                              float* scores, float* out) {
   const int64_t n = a.rows + b.rows, kr = s.kv_row(), d = s.head_dim;
   const float scale = 1.0f / std::sqrt(float(d));
-  // Each head streams all n cached rows; split heads across threads only when that is sizeable.
-#pragma omp parallel for schedule(static) if (n * kr > (int64_t(1) << 18))
+  // Each head streams all n cached rows; split heads across threads only when that is sizeable,
+  // one at a time (on a shared machine a descheduled thread's heads go to the running one).
+#pragma omp parallel for schedule(dynamic) if (n * kr > (int64_t(1) << 18))
   for (int h = 0; h < s.heads; ++h) {
     const int64_t off = int64_t(s.kv_head_of(h)) * d;
     Eigen::Map<const Eigen::VectorXf> qh(q + h * d, d);

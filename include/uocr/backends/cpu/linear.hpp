@@ -91,23 +91,12 @@ inline void widen_block(const T* src, float* dst, int64_t n) {
   for (; i < n; ++i) dst[i] = widen_weight(src[i]);
 }
 
-// Element range [offset, offset + n) of a weight tensor as float32 (int8 times its rows' scales,
-// the same bits as TensorView::read_f32).
+// Element range [offset, offset + n) of a weight tensor as float32 (int8 times its rows' scales).
 inline void weight_to_f32(const TensorView& w, int64_t offset, int64_t n, float* out) {
-  if (w.dtype == DType::bf16) {
+  if (w.dtype == DType::bf16)
     widen_block(reinterpret_cast<const uint16_t*>(w.data) + offset, out, n);
-  } else if (w.dtype == DType::i8) {
-    const int64_t cols = w.dim(1);
-    for (int64_t i = 0; i < n;) {
-      const int64_t row = (offset + i) / cols, end = std::min(n, (row + 1) * cols - offset);
-      widen_block(reinterpret_cast<const int8_t*>(w.data) + offset + i, out + i, end - i);
-      const float s = w.row_scale[row];
-      for (int64_t c = i; c < end; ++c) out[c] *= s;
-      i = end;
-    }
-  } else {
+  else
     w.read_f32(offset, n, out);
-  }
 }
 
 #ifdef UOCR_CPU_AVX512
@@ -119,11 +108,11 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
                             const float* scale) {
   const int64_t kv = k / 16 * 16;
   const __mmask16 tail = __mmask16((1u << (k - kv)) - 1u);
-  // The weight stream is read once: software prefetch of the same columns of the next block of
-  // 4 rows (4·k elements ahead, ~10 KB for bf16 at k = 1280) keeps more lines in flight than the
-  // hardware prefetcher alone (the gain: docs/PERFORMANCE.md). (A distance inside the
-  // current block only re-requests lines the neighbouring row's stream is already loading.)
-  const int64_t pf_bytes = 4 * k * int64_t(std::max<size_t>(sizeof(T), 2));  // int8: 8 rows, the bytes of 4 bf16 ones
+  // The weight stream is read once. Software prefetch keeps more lines in flight than the
+  // hardware prefetcher alone (the gain: docs/PERFORMANCE.md): the same columns of the next
+  // block of 4 rows into L1, and of the block after it into L2. (A distance inside the current
+  // block only re-requests lines the neighbouring row's stream is already loading.)
+  const int64_t near_bytes = 4 * k * int64_t(sizeof(T)), far_bytes = 2 * near_bytes;
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
     const T* w0 = w + j * k;
@@ -134,9 +123,13 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
     for (; c + 32 <= kv; c += 32) {  // 32 columns: one cache line of each bf16 row
       if (sizeof(T) != 1 || c % 64 == 0)  // int8: a line holds 64 columns
         for (int r = 0; r < 4; ++r) {
-          const char* p = reinterpret_cast<const char*>(w0 + r * k + c) + pf_bytes;
-          _mm_prefetch(p, _MM_HINT_T0);
-          if constexpr (sizeof(T) == 4) _mm_prefetch(p + 64, _MM_HINT_T0);
+          const char* p = reinterpret_cast<const char*>(w0 + r * k + c);
+          _mm_prefetch(p + near_bytes, _MM_HINT_T0);
+          _mm_prefetch(p + far_bytes, _MM_HINT_T1);
+          if constexpr (sizeof(T) == 4) {
+            _mm_prefetch(p + near_bytes + 64, _MM_HINT_T0);
+            _mm_prefetch(p + far_bytes + 64, _MM_HINT_T1);
+          }
         }
       __m512 xa[M], xb[M];
       for (int i = 0; i < M; ++i) {
@@ -214,13 +207,16 @@ inline void rows_dot(const T* w, const float* x, int64_t m, int64_t k, int64_t j
 
 // Decode path: y[m, n] = x[m, k] · W[n, k]ᵀ for m <= 4, rows of W handed to the threads in
 // blocks of 64 (a multiple of the kernel's 4) when the matrix is big enough to pay for it.
-// Dynamic hand-out: on a shared machine a descheduled thread's blocks go to the running one.
+// Guided hand-out: a thread claims a run of consecutive blocks (a share of what is left, the
+// runs shrinking), so the kernel's prefetch of the next rows reads rows the same thread uses
+// next; runs are claimed as threads arrive, so on a shared machine a descheduled thread's share
+// still goes to the running one (the gain over blocks handed out one by one: docs/PERFORMANCE.md).
 template <class T>
 inline void matvec(const T* w, const float* x, int64_t m, int64_t n, int64_t k, float* y, const float* bias,
                    const float* scale) {
   constexpr int64_t block = 64;
   const int64_t blocks = (n + block - 1) / block;
-#pragma omp parallel for schedule(dynamic) if (n * k >= (int64_t(1) << 17) && blocks > 1)
+#pragma omp parallel for schedule(guided) if (n * k >= (int64_t(1) << 17) && blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * block, j1 = std::min(n, j0 + block);
     rows_dot(w, x, m, k, j0, j1, y, n, scale);
@@ -373,7 +369,7 @@ inline void linear(const float* x, int64_t m, const TensorView& w, const TensorV
 
 // Several independent products y_j[m_j, N_j] = x_j[m_j, K_j] · W_jᵀ (+ bias_j) in ONE parallel
 // region: blocks of 64 weight rows of every job with m_j <= 4 (any weight dtype but f16) or, in
-// f32, 4 < m_j <= kSmallGemmRows (bf16, int8) are handed out dynamically across the threads; other
+// f32, 4 < m_j <= kSmallGemmRows (bf16, int8) are handed out across the threads as matvec's are; other
 // jobs run afterwards, one by one, through linear(). Results are bit-identical to
 // linear(..., precision) per job.
 // Meant for the decoder: a decode step otherwise opens ~300 parallel regions (q, k, v, o,
@@ -407,7 +403,7 @@ inline void linear_batch(const LinearJob* jobs, size_t count, Precision precisio
 #ifdef UOCR_CPU_AVX512
     thread_local std::vector<float> wbuf;
 #endif
-#pragma omp for schedule(dynamic)
+#pragma omp for schedule(guided)  // as in matvec
     for (int64_t b = 0; b < total; ++b) {
       const size_t j = size_t(std::upper_bound(first.begin(), first.end(), b) - first.begin() - 1);
       const LinearJob& jb = jobs[j];
