@@ -666,7 +666,10 @@ class Jobs(unittest.TestCase):
             self.assertEqual(json.loads(payload)["state"], "succeeded")
             # the TTL: the job and its folder go
             wait_until(lambda: requests.get(f"{server.url}/v1/jobs/{job['id']}", timeout=60).status_code == 404, seconds=30)
-            self.assertFalse(os.path.exists(os.path.join(server.data_dir, "jobs", job["id"])))
+            # the janitor drops the job from the index, then deletes its folder: wait for both
+            folder = os.path.join(server.data_dir, "jobs", job["id"])
+            wait_until(lambda: not os.path.exists(folder), seconds=30)
+            self.assertFalse(os.path.exists(folder))
         finally:
             self.assertEqual(server.stop(), 0)
             receiver.shutdown()
