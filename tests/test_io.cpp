@@ -449,3 +449,55 @@ TEST_CASE("bf16 compute: float32 sums of the bf16-rounded products, every shape,
     CHECK(y == y32);
   }
 }
+
+#ifdef UOCR_CPU_AMX_KERNEL
+TEST_CASE("AMX products inside a caller's loop (the vision attention's): packed rows and columns, ragged shapes") {
+  if (!uocr::cpu::amx_bf16_available()) {
+    MESSAGE("this CPU has no AMX-BF16: the vision attention runs float32, nothing to check here");
+    return;
+  }
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  // q·kᵀ at the 1024 view's shapes for one block, probabilities·v (k = 4096 keys, n = hd), and
+  // shapes that pad every dimension (m, n not multiples of 32, k not of 32, one lone panel).
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {128, 4096, 64}, {128, 64, 4096}, {37, 50, 16}, {64, 16, 1600}, {5, 33, 70}}) {
+    std::vector<float> a(size_t(m * k)), b(size_t(n * k)), bt(size_t(k * n));
+    for (float& v : a) v = nd(rng);
+    for (float& v : b) v = nd(rng);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t c = 0; c < k; ++c) bt[size_t(c * n + j)] = b[size_t(j * k + c)];
+    const int64_t words = uocr::cpu::amx_rows(n) * uocr::cpu::amx_pairs(k);
+    std::vector<uint32_t> rows_packed(size_t(words), 1), columns_packed(size_t(words), 2);
+    uocr::cpu::pack_bf16_rows(b.data(), n, k, k, rows_packed.data());
+    uocr::cpu::pack_bf16_columns(bt.data(), k, n, n, columns_packed.data());
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    CHECK(rows_packed == columns_packed);  // b's rows and bᵀ's columns are the same operand
+    std::vector<uint16_t> a_rows(size_t(uocr::cpu::amx_rows(m) * 2 * uocr::cpu::amx_pairs(k)), 0xFFFF);
+    uocr::cpu::round_bf16_rows(a.data(), m, k, a_rows.data());
+    // Output rows wider than n: the columns past n keep their sentinel.
+    const int64_t ldy = n + 3;
+    std::vector<float> y(size_t(m * ldy), -7.f);
+    {
+      const uocr::cpu::AmxTiles tiles;
+      uocr::cpu::amx_product(a_rows.data(), rows_packed.data(), m, n, k, y.data(), ldy);
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double r = 0, s = 0;
+        for (int64_t c = 0; c < k; ++c) {
+          const double t = double(uocr::round_to_bf16(a[size_t(i * k + c)])) * uocr::round_to_bf16(b[size_t(j * k + c)]);
+          r += t;
+          s += std::fabs(t);
+        }
+        worst = std::max(worst, std::fabs(r - y[size_t(i * ldy + j)]) / s);
+      }
+      for (int64_t j = n; j < ldy; ++j) CHECK(y[size_t(i * ldy + j)] == -7.f);
+    }
+    CHECK(worst < 1e-6);
+  }
+}
+#endif

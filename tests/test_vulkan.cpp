@@ -158,7 +158,7 @@ class CpuBackend : public Backend {
     std::vector<float> out(size_t(g) * size_t(g) * size_t(c));
     uocr::vision::Workspace work;
     if (ws == 0)
-      uocr::vision::detail::sam_global_attention(qkv.data(), g, heads, c, th, tw, out.data(), work);
+      uocr::vision::detail::sam_global_attention(qkv.data(), g, heads, c, th, tw, out.data(), work, uocr::Precision::f32);
     else
       uocr::vision::detail::sam_window_attention(qkv.data(), bias.data(), g, ws, heads, c, th, tw, out.data(), work);
     return out;

@@ -63,6 +63,11 @@ class Workspace {
     return b.data();
   }
   cpu::AlignedFloats& buffer(Slot s) { return buffers_[s]; }
+  // At least n words for bf16 operands packed as pairs (the attention's keys and values).
+  uint32_t* bf16_operands(int64_t n) {
+    if (bf16_operands_.size() < size_t(n)) bf16_operands_.resize(size_t(n));
+    return bf16_operands_.data();
+  }
 
   // Channels-last maps: the SAM token stream and the neck / compressor convolutions' outputs.
   FeatureMap sam_x, conv_tmp, neck, sam_out;
@@ -85,11 +90,13 @@ class Workspace {
     floats += global_features.capacity();
     for (const std::vector<float>& t : tile_features) floats += t.capacity();
     for (const auto& t : tables_) floats += t.second.capacity();
-    return floats * sizeof(float) + tile_features.capacity() * sizeof(std::vector<float>);
+    return floats * sizeof(float) + bf16_operands_.capacity() * sizeof(uint32_t) +
+           tile_features.capacity() * sizeof(std::vector<float>);
   }
 
  private:
   cpu::AlignedFloats buffers_[slots];
+  std::vector<uint32_t> bf16_operands_;
   std::map<std::string, std::vector<float>> tables_;
 };
 

@@ -56,40 +56,28 @@ inline std::vector<float> rel_pos_table(const TensorView& t, int n) {
   return transposed(r.data(), hd, 2 * n - 1);
 }
 
-// Floats of rel_pos_attention's scratch for `rows` query rows of an n x n grid: the scores, the
-// two rel-pos products, one query row's width bias and the row sums, each part aligned.
+// Floats of rel_pos_attention's scratch (RelPosScratch) for `rows` query rows of an n x n grid.
 inline int64_t rel_pos_scratch_floats(int n, int64_t rows) {
   const int64_t keys = int64_t(n) * n, span = 2 * n - 1;
   return cpu::aligned_floats(rows * keys) + 2 * cpu::aligned_floats(rows * span) + cpu::aligned_floats(n) +
          cpu::aligned_floats(rows);
 }
 
-// Attention of query rows [r0, r0+rows) of an n x n token grid over all n*n keys of one head:
-// softmax(q·kᵀ·scale + rel_h[ky] + rel_w[kx])·v, with rel_h/rel_w = q·table[q_pos - k_pos + n-1].
-// Writes the rows to out (row stride ldo). One pass over the scores adds the bias and finds the
-// row max, one more exponentiates and sums; the 1/sum goes onto the [rows, hd] output instead of
-// the [rows, n*n] probabilities. Callers keep `rows` small (128) so the scores stay near L2.
-// `scratch`: rel_pos_scratch_floats(n, rows) floats, aligned (cpu::thread_slice).
-inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const StridedMap& v, int n, int64_t r0,
-                              int64_t rows, const float* table_h, const float* table_w, float scale, float* out,
-                              int64_t ldo, float* scratch) {
-  const int64_t hd = q.cols(), span = 2 * n - 1, keys = k.rows();
-  float* const s_data = scratch;
-  float* const ph_data = s_data + cpu::aligned_floats(rows * keys);
-  float* const pw_data = ph_data + cpu::aligned_floats(rows * span);
-  float* const rw = pw_data + cpu::aligned_floats(rows * span);
-  float* const inv_sum = rw + cpu::aligned_floats(n);
-  const auto qb = q.middleRows(r0, rows);
-  cpu::MatrixMap ph(ph_data, rows, span), pw(pw_data, rows, span), s(s_data, rows, keys);
-  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
-  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
-  s.noalias() = qb * k.transpose();
+// The rel-pos bias and the softmax numerators of query rows [r0, r0+rows) of an n x n token grid,
+// in place in their scores s (rows ld floats apart, n*n keys): s = exp(s·scale + rel_h[ky] +
+// rel_w[kx] - the row's max), with ph/pw [rows, 2n-1] = q·table (rel_h/rel_w at q_pos - k_pos +
+// n-1), and 1/(the row's sum) in inv_sum: the division goes onto the [rows, hd] output instead of
+// the [rows, n*n] probabilities. One pass adds the bias and finds the max, one exponentiates and
+// sums. `rw`: n floats of scratch (one query row's width bias).
+inline void rel_pos_softmax(float* s, int64_t ld, int n, int64_t r0, int64_t rows, const float* ph, const float* pw,
+                            float scale, float* rw, float* inv_sum) {
+  const int64_t span = 2 * n - 1, keys = int64_t(n) * n;
   for (int64_t r = 0; r < rows; ++r) {
     const int qy = int((r0 + r) / n), qx = int((r0 + r) % n);
-    const float* pwr = pw.row(r).data();
-    const float* phr = ph.row(r).data();
+    const float* pwr = pw + r * span;
+    const float* phr = ph + r * span;
     for (int kx = 0; kx < n; ++kx) rw[kx] = pwr[qx - kx + n - 1];
-    float* srow = s.row(r).data();
+    float* srow = s + r * ld;
     float mx = -std::numeric_limits<float>::infinity();
     for (int ky = 0; ky < n; ++ky) {
       const float bh = phr[qy - ky + n - 1];
@@ -106,18 +94,84 @@ inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const St
     a = (a - mx).exp();
     inv_sum[r] = 1.f / a.sum();
   }
+}
+
+// Scratch of rel_pos_attention: the scores, the two rel-pos products, one query row's width bias
+// and the row sums, each part aligned.
+struct RelPosScratch {
+  float *scores, *ph, *pw, *rw, *inv_sum;
+  RelPosScratch(float* scratch, int n, int64_t rows) {
+    const int64_t keys = int64_t(n) * n, span = 2 * n - 1;
+    scores = scratch;
+    ph = scores + cpu::aligned_floats(rows * keys);
+    pw = ph + cpu::aligned_floats(rows * span);
+    rw = pw + cpu::aligned_floats(rows * span);
+    inv_sum = rw + cpu::aligned_floats(n);
+  }
+};
+
+// Attention of query rows [r0, r0+rows) of an n x n token grid over all n*n keys of one head:
+// softmax(q·kᵀ·scale + rel_h[ky] + rel_w[kx])·v, with rel_h/rel_w = q·table[q_pos - k_pos + n-1],
+// in float32. Writes the rows to out (row stride ldo). Callers keep `rows` small (128) so the
+// scores stay near L2. `scratch`: rel_pos_scratch_floats(n, rows) floats, aligned
+// (cpu::thread_slice).
+inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const StridedMap& v, int n, int64_t r0,
+                              int64_t rows, const float* table_h, const float* table_w, float scale, float* out,
+                              int64_t ldo, float* scratch) {
+  const int64_t hd = q.cols(), span = 2 * n - 1, keys = k.rows();
+  const RelPosScratch sc(scratch, n, rows);
+  const auto qb = q.middleRows(r0, rows);
+  cpu::MatrixMap ph(sc.ph, rows, span), pw(sc.pw, rows, span), s(sc.scores, rows, keys);
+  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
+  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
+  s.noalias() = qb * k.transpose();
+  rel_pos_softmax(sc.scores, keys, n, r0, rows, sc.ph, sc.pw, scale, sc.rw, sc.inv_sum);
   MutStridedMap o(out + r0 * ldo, rows, hd, Eigen::OuterStride<>(ldo));
   o.noalias() = s * v;
-  for (int64_t r = 0; r < rows; ++r) o.row(r) *= inv_sum[r];
+  for (int64_t r = 0; r < rows; ++r) o.row(r) *= sc.inv_sum[r];
 }
+
+#ifdef UOCR_CPU_AMX_KERNEL
+// uint16 scratch of rel_pos_attention_bf16 for `rows` query rows, hd wide, over `keys` keys.
+inline int64_t rel_pos_bf16_scratch(int64_t rows, int64_t hd, int64_t keys) {
+  return cpu::amx_rows(rows) * 2 * (cpu::amx_pairs(hd) + cpu::amx_pairs(keys));
+}
+
+// rel_pos_attention with its two big products, q·kᵀ and the probabilities·v, in bf16 with float32
+// sums on AMX tiles (the calling thread's, cpu::AmxTiles), as upstream's attention computes under
+// bf16 autocast; the rel-pos products and the softmax stay float32. q's rows are hd floats apart;
+// k and v come packed (cpu::pack_bf16_rows(k), cpu::pack_bf16_columns(v)); `bf16_scratch`:
+// rel_pos_bf16_scratch(rows, hd, n*n) elements.
+inline void rel_pos_attention_bf16(const StridedMap& q, const uint32_t* k_packed, const uint32_t* v_packed, int n,
+                                   int64_t r0, int64_t rows, const float* table_h, const float* table_w, float scale,
+                                   float* out, int64_t ldo, float* scratch, uint16_t* bf16_scratch) {
+  const int64_t hd = q.cols(), span = 2 * n - 1, keys = int64_t(n) * n;
+  const RelPosScratch sc(scratch, n, rows);
+  const auto qb = q.middleRows(r0, rows);
+  cpu::MatrixMap ph(sc.ph, rows, span), pw(sc.pw, rows, span);
+  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
+  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
+  uint16_t* const q_rows = bf16_scratch;
+  uint16_t* const p_rows = q_rows + cpu::amx_rows(rows) * 2 * cpu::amx_pairs(hd);
+  cpu::round_bf16_rows(q.data() + r0 * hd, rows, hd, q_rows);
+  cpu::amx_product(q_rows, k_packed, rows, keys, hd, sc.scores, keys);
+  rel_pos_softmax(sc.scores, keys, n, r0, rows, sc.ph, sc.pw, scale, sc.rw, sc.inv_sum);
+  cpu::round_bf16_rows(sc.scores, rows, keys, p_rows);
+  float* const o = out + r0 * ldo;
+  cpu::amx_product(p_rows, v_packed, rows, hd, keys, o, ldo);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < hd; ++c) o[r * ldo + c] *= sc.inv_sum[r];
+}
+#endif
 
 // Global attention over the g x g grid; qkv [g*g, 3C] rows ordered [q heads | k | v].
 // q/k/v are first copied head-major ([part][head][token][hd], contiguous), so the GEMMs pack
 // dense rows instead of rows 3C floats apart; then query rows go in blocks of 128 (scores
 // 128 x 4096 floats = 2 MB at the 1024 view: the fastest of the block sizes tried,
-// docs/PERFORMANCE.md).
+// docs/PERFORMANCE.md). Precision::bf16 on a CPU with AMX: each head's k and v are packed once
+// as bf16 tile operands and the blocks run rel_pos_attention_bf16.
 inline void sam_global_attention(const float* qkv, int g, int heads, int64_t c, const std::vector<float>& th,
-                                 const std::vector<float>& tw, float* out, Workspace& ws) {
+                                 const std::vector<float>& tw, float* out, Workspace& ws, Precision precision) {
   const int64_t n_tok = int64_t(g) * g, hd = c / heads, block = 128;
   const int64_t blocks = (n_tok + block - 1) / block;
   const float scale = 1.f / std::sqrt(float(hd));
@@ -127,14 +181,44 @@ inline void sam_global_attention(const float* qkv, int g, int heads, int64_t c, 
     for (int64_t part = 0; part < 3; ++part)
       for (int h = 0; h < heads; ++h)
         std::copy_n(qkv + t * 3 * c + part * c + h * hd, hd, hm + ((part * heads + h) * n_tok + t) * hd);
+  auto part = [&](int p, int h) { return hm + (int64_t(p) * heads + h) * n_tok * hd; };
   const int64_t per_thread = rel_pos_scratch_floats(g, std::min(block, n_tok));
   float* const slices = cpu::thread_slices(ws.buffer(Workspace::threads), per_thread);
+  const Eigen::OuterStride<> ld(hd);
+#ifdef UOCR_CPU_AMX_KERNEL
+  if (precision == Precision::bf16 && cpu::amx_bf16_available()) {
+    const int64_t k_words = cpu::amx_rows(n_tok) * cpu::amx_pairs(hd), v_words = cpu::amx_rows(hd) * cpu::amx_pairs(n_tok);
+    uint32_t* const packed = ws.bf16_operands(heads * (k_words + v_words));
+    auto k_of = [&](int h) { return packed + h * (k_words + v_words); };
+#pragma omp parallel for schedule(dynamic)
+    for (int task = 0; task < 2 * heads; ++task) {
+      const int h = task / 2;
+      if (task % 2 == 0)
+        cpu::pack_bf16_rows(part(1, h), n_tok, hd, hd, k_of(h));
+      else
+        cpu::pack_bf16_columns(part(2, h), n_tok, hd, hd, k_of(h) + k_words);
+    }
+#pragma omp parallel
+    {
+      const cpu::AmxTiles tiles;
+      thread_local std::vector<uint16_t> bf16_scratch;
+      bf16_scratch.resize(size_t(rel_pos_bf16_scratch(std::min(block, n_tok), hd, n_tok)));
+#pragma omp for collapse(2) schedule(dynamic)
+      for (int h = 0; h < heads; ++h)
+        for (int64_t b = 0; b < blocks; ++b)
+          rel_pos_attention_bf16(StridedMap(part(0, h), n_tok, hd, ld), k_of(h), k_of(h) + k_words, g, b * block,
+                                 std::min(block, n_tok - b * block), th.data(), tw.data(), scale, out + h * hd, c,
+                                 cpu::thread_slice(slices, per_thread), bf16_scratch.data());
+    }
+    return;
+  }
+#else
+  (void)precision;
+#endif
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int h = 0; h < heads; ++h)
     for (int64_t b = 0; b < blocks; ++b) {
-      const Eigen::OuterStride<> ld(hd);
-      auto part = [&](int p) { return hm + (int64_t(p) * heads + h) * n_tok * hd; };
-      const StridedMap q(part(0), n_tok, hd, ld), k(part(1), n_tok, hd, ld), v(part(2), n_tok, hd, ld);
+      const StridedMap q(part(0, h), n_tok, hd, ld), k(part(1, h), n_tok, hd, ld), v(part(2, h), n_tok, hd, ld);
       rel_pos_attention(q, k, v, g, b * block, std::min(block, n_tok - b * block), th.data(), tw.data(), scale,
                         out + h * hd, c, cpu::thread_slice(slices, per_thread));
     }
@@ -198,7 +282,7 @@ inline void sam_block(const SamConfig& cfg, const SamBlockWeights& b, int index,
   const std::vector<float>& th = ws.table(key + ".rel_h", [&] { return rel_pos_table(*b.rel_pos_h, span); });
   const std::vector<float>& tw = ws.table(key + ".rel_w", [&] { return rel_pos_table(*b.rel_pos_w, span); });
   if (global) {
-    sam_global_attention(qkv, g, cfg.heads, c, th, tw, t, ws);
+    sam_global_attention(qkv, g, cfg.heads, c, th, tw, t, ws, precision);
   } else {
     const std::vector<float>& bias = ws.table(key + ".qkv_bias", [&] { return b.qkv.bias->to_vector(); });
     sam_window_attention(qkv, bias.data(), g, cfg.window, cfg.heads, c, th, tw, t, ws);

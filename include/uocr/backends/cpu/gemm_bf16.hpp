@@ -81,6 +81,26 @@ inline bool amx_bf16_available() {
 enum class Bf16Unit { vector, amx };
 
 #ifdef UOCR_CPU_BF16_KERNEL
+#ifdef UOCR_CPU_AMX_KERNEL
+// Palette 1 with the eight tiles the kernels here use, each 16 rows of 64 bytes.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// The calling thread's tiles, configured for its lifetime (tile state is per thread).
+struct AmxTiles {
+  UOCR_AMX_TARGET AmxTiles() {
+    const AmxTileConfig config;
+    _tile_loadconfig(&config);
+  }
+  UOCR_AMX_TARGET ~AmxTiles() { _tile_release(); }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+};
+#endif
+
 namespace bf16_detail {
 
 // Rows of the micro-kernel (x rows per step) and its columns (two panels of 16 weight rows):
@@ -231,24 +251,6 @@ UOCR_BF16_TARGET inline void dot_rows(const uint16_t* a, int64_t ka, const uint1
 // already the tile's pair layout, 16 k-pairs x 16 columns.
 inline constexpr int64_t kAmxBlock = 32, kAmxPairs = 16;
 
-// Palette 1 with the eight tiles the kernels here use, each 16 rows of 64 bytes.
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-
-// The calling thread's tiles, configured for its lifetime (tile state is per thread).
-struct AmxTiles {
-  UOCR_AMX_TARGET AmxTiles() {
-    const AmxTileConfig config;
-    _tile_loadconfig(&config);
-  }
-  UOCR_AMX_TARGET ~AmxTiles() { _tile_release(); }
-  AmxTiles(const AmxTiles&) = delete;
-  AmxTiles& operator=(const AmxTiles&) = delete;
-};
-
 // The four 16 x 16 float32 tiles of (left rows l0 | l1, 16 rows each of bf16 pairs, `l_stride`
 // bytes apart) · (right panels r0 | r1 in pack_panel's layout) over `kpairs` k-pairs (a multiple
 // of kAmxPairs), stored with rows `ldc` bytes apart: out[0] = l0·r0, out[1] = l0·r1, out[2] =
@@ -276,22 +278,37 @@ UOCR_AMX_TARGET inline void amx_2x2(const uint16_t* l0, const uint16_t* l1, int6
   _tile_stored(3, out[3], ldc);
 }
 
-// Output block `block` (row-major over blocks of 32 x 32) of y[m, n] from a[., kpad] (rows past
-// m readable) and the packed panels (kpairs a multiple of kAmxPairs; panels past n zero).
-UOCR_AMX_TARGET inline void amx_blocks(const uint16_t* a, int64_t kpad, const uint32_t* packed, int64_t kpairs, int64_t m,
-                                       int64_t n, int64_t block, float* y, const float* bias) {
-  alignas(64) float c[kAmxBlock * kAmxBlock];
-  const int64_t blocks_n = (n + kAmxBlock - 1) / kAmxBlock;
-  const int64_t i0 = block / blocks_n * kAmxBlock, j0 = block % blocks_n * kAmxBlock;
+// The 32 x 32 block at (i0, j0) of y[m, n] (rows ldy floats apart) = a[., kpad] · the packed
+// panels (kpairs a multiple of kAmxPairs; a's rows up to i0 + 32 readable, panels past n zero):
+// stored straight into y when the block lies inside it, else through a local block.
+UOCR_AMX_TARGET inline void amx_block(const uint16_t* a, int64_t kpad, const uint32_t* packed, int64_t kpairs, int64_t m,
+                                      int64_t n, int64_t i0, int64_t j0, float* y, int64_t ldy) {
   const uint16_t* a0 = a + i0 * kpad;
   const uint16_t* a1 = a0 + 16 * kpad;
   const uint32_t* b0 = packed + j0 / kPanel * kpairs * kPanel;
   const uint32_t* b1 = b0 + kpairs * kPanel;
-  float* const out[4] = {c, c + 16, c + 16 * kAmxBlock, c + 16 * kAmxBlock + 16};
-  amx_2x2(a0, a1, kpad * int64_t(sizeof(uint16_t)), b0, b1, kpairs, out, kAmxBlock * int64_t(sizeof(float)));
+  const int64_t l_stride = kpad * int64_t(sizeof(uint16_t));
   const int64_t rows = std::min(kAmxBlock, m - i0), cols = std::min(kAmxBlock, n - j0);
-  for (int64_t r = 0; r < rows; ++r) std::copy(c + r * kAmxBlock, c + r * kAmxBlock + cols, y + (i0 + r) * n + j0);
-  add_bias(y + i0 * n, rows, n, j0, j0 + cols, bias);
+  float* const yb = y + i0 * ldy + j0;
+  if (rows == kAmxBlock && cols == kAmxBlock) {
+    float* const out[4] = {yb, yb + 16, yb + 16 * ldy, yb + 16 * ldy + 16};
+    amx_2x2(a0, a1, l_stride, b0, b1, kpairs, out, ldy * int64_t(sizeof(float)));
+    return;
+  }
+  alignas(64) float c[kAmxBlock * kAmxBlock];
+  float* const out[4] = {c, c + 16, c + 16 * kAmxBlock, c + 16 * kAmxBlock + 16};
+  amx_2x2(a0, a1, l_stride, b0, b1, kpairs, out, kAmxBlock * int64_t(sizeof(float)));
+  for (int64_t r = 0; r < rows; ++r) std::copy(c + r * kAmxBlock, c + r * kAmxBlock + cols, yb + r * ldy);
+}
+
+// Output block `block` (row-major over blocks of 32 x 32) of y[m, n] from a[., kpad] (rows past
+// m readable) and the packed panels (kpairs a multiple of kAmxPairs; panels past n zero).
+UOCR_AMX_TARGET inline void amx_blocks(const uint16_t* a, int64_t kpad, const uint32_t* packed, int64_t kpairs, int64_t m,
+                                       int64_t n, int64_t block, float* y, const float* bias) {
+  const int64_t blocks_n = (n + kAmxBlock - 1) / kAmxBlock;
+  const int64_t i0 = block / blocks_n * kAmxBlock, j0 = block % blocks_n * kAmxBlock;
+  amx_block(a, kpad, packed, kpairs, m, n, i0, j0, y, n);
+  add_bias(y + i0 * n, std::min(kAmxBlock, m - i0), n, j0, std::min(n, j0 + kAmxBlock), bias);
 }
 
 // gemm_bf16_small_m on AMX, computed transposed: yᵀ[n, m] = W · xᵀ, so that the weight rows
@@ -320,14 +337,29 @@ UOCR_AMX_TARGET inline void amx_small_m_block(const uint16_t* w, int64_t n, int6
   }
 }
 
-// x rows [16p, 16p + 16) rounded to bf16 as pairs: out[kp * 16 + lane] holds row 16p + lane's
-// columns 2kp and 2kp + 1 (rows past m zero).
-UOCR_BF16_TARGET inline void pack_x_panel(const float* x, int64_t m, int64_t k, int64_t p, uint32_t* out) {
-  const int64_t kpairs = k / 2;
+// Rows [16p, 16p + 16) of x[m, k] (rows ld floats apart) rounded to bf16 as pairs:
+// out[kp * 16 + lane] holds row 16p + lane's columns 2kp and 2kp + 1, for kp < kpairs (rows past
+// m and columns past k zero).
+UOCR_BF16_TARGET inline void pack_rows_panel(const float* x, int64_t m, int64_t k, int64_t ld, int64_t p, int64_t kpairs,
+                                             uint32_t* out) {
   std::memset(out, 0, size_t(kpairs * kPanel) * sizeof(uint32_t));
   for (int64_t lane = 0; lane < kPanel && p * kPanel + lane < m; ++lane) {
-    const float* row = x + (p * kPanel + lane) * k;
+    const float* row = x + (p * kPanel + lane) * ld;
     for (int64_t c = 0; c < k; ++c) out[(c / 2) * kPanel + lane] |= uint32_t(f32_to_bf16(row[c])) << (16 * (c % 2));
+  }
+}
+
+// Columns [16p, 16p + 16) of v[k, n] (rows ld floats apart) rounded to bf16 as the pairs of vᵀ's
+// rows: out[kp * 16 + lane] holds column 16p + lane's rows 2kp and 2kp + 1, for kp < kpairs
+// (columns past n and rows past k zero).
+UOCR_BF16_TARGET inline void pack_columns_panel(const float* v, int64_t k, int64_t n, int64_t ld, int64_t p,
+                                                int64_t kpairs, uint32_t* out) {
+  std::memset(out, 0, size_t(kpairs * kPanel) * sizeof(uint32_t));
+  const int64_t lanes = std::min(kPanel, n - p * kPanel);
+  for (int64_t r = 0; r < k; ++r) {
+    const float* row = v + r * ld + p * kPanel;
+    uint32_t* pairs = out + (r / 2) * kPanel;
+    for (int64_t lane = 0; lane < lanes; ++lane) pairs[lane] |= uint32_t(f32_to_bf16(row[lane])) << (16 * (r % 2));
   }
 }
 
@@ -337,7 +369,7 @@ UOCR_AMX_TARGET inline void gemm_amx_small_m(const float* x, int64_t m, const ui
   thread_local std::vector<uint32_t> xs;
   if (xs.size() < size_t(panels * kpairs * kPanel)) xs.resize(size_t(panels * kpairs * kPanel));
   uint32_t* const xp = xs.data();  // thread_local: the team must use this thread's buffer
-  for (int64_t p = 0; p < panels; ++p) pack_x_panel(x, m, k, p, xp + p * kpairs * kPanel);
+  for (int64_t p = 0; p < panels; ++p) pack_rows_panel(x, m, k, k, p, kpairs, xp + p * kpairs * kPanel);
   const int64_t blocks = (n + kAmxBlock - 1) / kAmxBlock;
 #pragma omp parallel if (m * n * k >= (int64_t(1) << 20))
   {
@@ -375,6 +407,48 @@ UOCR_AMX_TARGET inline void gemm_amx(const float* x, int64_t m, const TensorView
 #endif
 
 }  // namespace bf16_detail
+
+#ifdef UOCR_CPU_AMX_KERNEL
+// bf16 products that one thread computes inside its caller's parallel loop (the vision encoder's
+// attention: one head's block of query rows at a time), on the AMX tiles the thread configured
+// (AmxTiles; needs amx_bf16_available()). y[m, n] = a[m, k] · bᵀ with a's rows rounded by
+// round_bf16_rows and b packed once by pack_bf16_rows (b[n, k]) or pack_bf16_columns (b is the
+// transpose of v[k, n]); sums in float32.
+
+// k-pairs of a product over k (whole tile loads; the pad zero) and rows of its operands.
+inline int64_t amx_pairs(int64_t k) { return (k + 2 * bf16_detail::kAmxPairs - 1) / (2 * bf16_detail::kAmxPairs) * bf16_detail::kAmxPairs; }
+inline int64_t amx_rows(int64_t m) { return (m + bf16_detail::kAmxBlock - 1) / bf16_detail::kAmxBlock * bf16_detail::kAmxBlock; }
+
+// x[m, k] (rows k floats apart) rounded into out[amx_rows(m), 2 * amx_pairs(k)], pad zero.
+UOCR_BF16_TARGET inline void round_bf16_rows(const float* x, int64_t m, int64_t k, uint16_t* out) {
+  const int64_t kpad = 2 * amx_pairs(k);
+  bf16_detail::round_rows(x, k, kpad, 0, m, out);
+  std::fill(out + m * kpad, out + amx_rows(m) * kpad, uint16_t(0));
+}
+
+// b[n, k] (rows ld floats apart) into out[amx_rows(n) * amx_pairs(k)].
+UOCR_BF16_TARGET inline void pack_bf16_rows(const float* b, int64_t n, int64_t k, int64_t ld, uint32_t* out) {
+  const int64_t kpairs = amx_pairs(k);
+  for (int64_t p = 0; p < amx_rows(n) / bf16_detail::kPanel; ++p)
+    bf16_detail::pack_rows_panel(b, n, k, ld, p, kpairs, out + p * kpairs * bf16_detail::kPanel);
+}
+
+// The transpose of v[k, n] (rows ld floats apart) into out[amx_rows(n) * amx_pairs(k)].
+UOCR_BF16_TARGET inline void pack_bf16_columns(const float* v, int64_t k, int64_t n, int64_t ld, uint32_t* out) {
+  const int64_t kpairs = amx_pairs(k);
+  for (int64_t p = 0; p < amx_rows(n) / bf16_detail::kPanel; ++p)
+    bf16_detail::pack_columns_panel(v, k, n, ld, p, kpairs, out + p * kpairs * bf16_detail::kPanel);
+}
+
+// y[m, n] (rows ldy floats apart) = a · bᵀ over k: a from round_bf16_rows, b packed.
+UOCR_AMX_TARGET inline void amx_product(const uint16_t* a, const uint32_t* b, int64_t m, int64_t n, int64_t k, float* y,
+                                        int64_t ldy) {
+  const int64_t kpairs = amx_pairs(k);
+  for (int64_t i0 = 0; i0 < m; i0 += bf16_detail::kAmxBlock)
+    for (int64_t j0 = 0; j0 < n; j0 += bf16_detail::kAmxBlock)
+      bf16_detail::amx_block(a, 2 * kpairs, b, kpairs, m, n, i0, j0, y, ldy);
+}
+#endif
 
 // y[m, n] = x[m, k] · W[n, k]ᵀ (+ bias[n]) in bf16 compute with float32 accumulation. Needs
 // bf16_compute_available(); `unit`: AMX tiles (when amx_bf16_available(), the default then) or
