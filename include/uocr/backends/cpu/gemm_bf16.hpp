@@ -251,6 +251,10 @@ UOCR_BF16_TARGET inline void dot_rows(const uint16_t* a, int64_t ka, const uint1
 // already the tile's pair layout, 16 k-pairs x 16 columns.
 inline constexpr int64_t kAmxBlock = 32, kAmxPairs = 16;
 
+// k-pairs of a product over k (whole tile loads; the pad zero) and the rows of its operands.
+inline int64_t amx_pairs(int64_t k) { return (k + 2 * kAmxPairs - 1) / (2 * kAmxPairs) * kAmxPairs; }
+inline int64_t amx_rows(int64_t m) { return (m + kAmxBlock - 1) / kAmxBlock * kAmxBlock; }
+
 // The four 16 x 16 float32 tiles of (left rows l0 | l1, 16 rows each of bf16 pairs, `l_stride`
 // bytes apart) · (right panels r0 | r1 in pack_panel's layout) over `kpairs` k-pairs (a multiple
 // of kAmxPairs), stored with rows `ldc` bytes apart: out[0] = l0·r0, out[1] = l0·r1, out[2] =
@@ -383,8 +387,8 @@ UOCR_AMX_TARGET inline void gemm_amx_small_m(const float* x, int64_t m, const ui
 // dynamically.
 UOCR_AMX_TARGET inline void gemm_amx(const float* x, int64_t m, const TensorView& w, float* y, const float* bias) {
   const int64_t n = w.dim(0), k = w.dim(1);
-  const int64_t kpairs = (k + 2 * kAmxPairs - 1) / (2 * kAmxPairs) * kAmxPairs, kpad = 2 * kpairs;
-  const int64_t mpad = (m + kAmxBlock - 1) / kAmxBlock * kAmxBlock, panels = (n + kAmxBlock - 1) / kAmxBlock * 2;
+  const int64_t kpairs = amx_pairs(k), kpad = 2 * kpairs;
+  const int64_t mpad = amx_rows(m), panels = amx_rows(n) / kPanel;
   thread_local std::vector<uint16_t> xs;
   thread_local std::vector<uint32_t> ws;
   if (xs.size() < size_t(mpad * kpad)) xs.resize(size_t(mpad * kpad));
@@ -415,9 +419,8 @@ UOCR_AMX_TARGET inline void gemm_amx(const float* x, int64_t m, const TensorView
 // round_bf16_rows and b packed once by pack_bf16_rows (b[n, k]) or pack_bf16_columns (b is the
 // transpose of v[k, n]); sums in float32.
 
-// k-pairs of a product over k (whole tile loads; the pad zero) and rows of its operands.
-inline int64_t amx_pairs(int64_t k) { return (k + 2 * bf16_detail::kAmxPairs - 1) / (2 * bf16_detail::kAmxPairs) * bf16_detail::kAmxPairs; }
-inline int64_t amx_rows(int64_t m) { return (m + bf16_detail::kAmxBlock - 1) / bf16_detail::kAmxBlock * bf16_detail::kAmxBlock; }
+using bf16_detail::amx_pairs;
+using bf16_detail::amx_rows;
 
 // x[m, k] (rows k floats apart) rounded into out[amx_rows(m), 2 * amx_pairs(k)], pad zero.
 UOCR_BF16_TARGET inline void round_bf16_rows(const float* x, int64_t m, int64_t k, uint16_t* out) {
