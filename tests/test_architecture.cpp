@@ -3,8 +3,11 @@
 // include, the version, the ABI namespace that keeps differently built units apart).
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "support/test_support.hpp"
 #include "uocr.h"
@@ -90,13 +93,31 @@ TEST_CASE("units built with different JPEG settings keep their own code (the set
 }
 
 TEST_CASE("the engine registry opens what the program registered, and says what it has") {
-  // This program includes no GPU backend's engine header: only the CPU is registered.
+  // This program includes no GPU backend's public header: only the CPU is registered.
   CHECK(uocr::compiled_backends() == "cpu");
   const auto model = uocr::Model::load(uocr_test::source_dir() + "/models/uocr-demo");
   CHECK(uocr::open_engine(model, uocr::Backend::cpu)->backend() == uocr::Backend::cpu);
   const std::string msg = uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::vulkan); });
   CHECK(msg.find("the vulkan backend is not built into this library (built: cpu)") != std::string::npos);
   CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }) == uocr::Status::unsupported);
+}
+
+TEST_CASE("the installed headers stand alone: none reaches into a compiled backend's own code") {
+  // A backend's folder (backends/<name>/) is compiled into its library and not installed; the
+  // headers under include/ reach it only through its public face.
+  std::vector<std::string> offenders;
+  size_t headers = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(uocr_test::source_dir() + "/include")) {
+    if (!entry.is_regular_file()) continue;
+    ++headers;
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("#include \"backends/", 0) == 0) offenders.push_back(entry.path().string() + ": " + line);
+  }
+  CHECK(headers > 50);
+  for (const std::string& o : offenders) MESSAGE(o);
+  CHECK(offenders.empty());
 }
 
 TEST_CASE("sessions opened on an engine run on it; params asking for another engine are refused") {

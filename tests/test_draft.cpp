@@ -1,7 +1,7 @@
 // Draft decoding (uocr/session/draft.hpp) on the CPU: verifying drafts never changes what is decoded.
 //  - page groups: verify() + settle(kept) leave the decoder exactly as `kept` steps would, and
 //    sessions on the demo model with drafts right, wrong or empty give plain decoding's tokens
-//    (the cases of tests/support/draft_cases.hpp, which tests/test_vulkan_session.cpp runs on Vulkan);
+//    (the cases of tests/support/draft_cases.hpp, which backends/vulkan/tests/test_vulkan_session.cpp runs on Vulkan);
 //  - a run resumed from a checkpoint taken inside an accepted draft; sampling turns it off;
 //  - the lookup that proposes tokens.
 #include <doctest/doctest.h>

@@ -12,8 +12,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "backends/cuda/ops.hpp"
 #include "check.hpp"
-#include "uocr/backends/cuda/ops.hpp"
 #include "uocr/core/dtype.hpp"
 #include "uocr/version.hpp"
 

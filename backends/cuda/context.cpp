@@ -1,6 +1,6 @@
 // uocr::cuda::Context: device choice, the stream and cuBLAS handle, the caching allocator and
-// the copies (see include/uocr/backends/cuda/context.hpp for the contract).
-#include "uocr/backends/cuda/context.hpp"
+// the copies (see backends/cuda/context.hpp for the contract).
+#include "backends/cuda/context.hpp"
 #include "uocr/version.hpp"
 
 #include <algorithm>

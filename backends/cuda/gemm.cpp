@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "backends/cuda/ops.hpp"
 #include "check.hpp"
-#include "uocr/backends/cuda/ops.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN

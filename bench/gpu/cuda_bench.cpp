@@ -33,8 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include "uocr/backends/cuda/decoder.hpp"
-#include "uocr/backends/cuda/vision.hpp"
+#include "backends/cuda/decoder.hpp"
+#include "backends/cuda/vision.hpp"
 #include "uocr/decoder/sparse_reference.hpp"
 #include "uocr/model/checkpoint.hpp"
 #include "uocr/model/config.hpp"

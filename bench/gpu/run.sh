@@ -137,10 +137,10 @@ run_tests() {
     say "FAILED: $1 (exit $rc): see $3"
     failed+=("$1")
   fi
-  grep -E "MESSAGE: (cuda|device|page groups|CUDA|G = |engine)" "$3" | sed 's/^.*MESSAGE: /  /' | tee -a "$log" || true
+  grep -E "MESSAGE: (cuda|device|page groups|CUDA|G = |engine|[A-Za-z0-9_]+ on cuda:)" "$3" | sed 's/^.*MESSAGE: /  /' | tee -a "$log" || true
 }
-run_tests "decoder goldens and input errors on every backend built (CPU, CUDA)" "$build/tests/test_conformance" "$out/test_conformance.log" 300
-run_tests "op conformance, batching, page groups" "$build/tests/test_cuda" "$out/test.log" 300
+run_tests "every op, the decoder goldens and input errors on every backend built (CPU, CUDA)" "$build/tests/test_conformance" "$out/test_conformance.log" 300
+run_tests "allocator, bf16 tensor cores, argmax, routing ties, batching, page groups, engine" "$build/tests/test_cuda" "$out/test.log" 300
 run_tests "SR-SWA against the CPU's" "$build/tests/test_cuda_sparse" "$out/test_sparse.log" 120
 run_tests "vision encoder against the CPU's and upstream" "$build/tests/test_cuda_vision" "$out/test_vision.log" 120
 run_tests "checkpoints: CUDA -> CUDA, CPU -> CUDA, CUDA -> CPU" "$build/tests/test_cuda_resume" "$out/test_resume.log" 120

@@ -15,7 +15,8 @@
 //
 // The finer headers below stay available for a program that wants less. Backends beyond the CPU:
 // build with the 'uocr-vulkan' / 'uocr-cuda' meson dependencies (they define UOCR_HAVE_VULKAN /
-// UOCR_HAVE_CUDA and link the backend), or include their engine header yourself.
+// UOCR_HAVE_CUDA and link the backend's library), or link libuocr_vulkan / libuocr_cuda and include
+// uocr/backends/vulkan.hpp / cuda.hpp yourself.
 #pragma once
 
 #include "uocr/core/error.hpp"

@@ -6,7 +6,7 @@
 // against two versions, or with two settings, link as different symbols instead of one silently
 // taking the other's code (an ODR violation):
 //   UOCR_HAVE_LIBJPEG   JPEG decoded by libjpeg(-turbo) instead of stb_image (uocr/image/image.hpp)
-// The backends a build contains are not among them: each registers itself when its engine header
+// The backends a build contains are not among them: each registers itself when its public header
 // is included (uocr/engine/registry.hpp), so no inline body depends on UOCR_HAVE_VULKAN/CUDA.
 // CPU kernels follow the compiler's target flags (-march): build every translation unit that
 // includes uocr with the same ones.

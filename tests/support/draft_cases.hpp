@@ -1,5 +1,5 @@
 // Draft verification's exactness cases, run on every backend that verifies (tests/test_draft.cpp
-// on the CPU, tests/test_vulkan_session.cpp on Vulkan):
+// on the CPU, backends/vulkan/tests/test_vulkan_session.cpp on Vulkan):
 //  - page groups: verify() + settle(kept) leave the decoder exactly as `kept` steps would
 //    (logit rows, KV rows, state), whatever is kept, with ring wraps, slides, SR-SWA, both
 //    position schemes, full attention;

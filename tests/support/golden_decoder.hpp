@@ -1,9 +1,9 @@
-// The golden (tiny-b) decoder checks every decoder backend runs (tests/test_vulkan.cpp for the CPU
-// and Vulkan decoders, tests/cuda/test_cuda.cpp for CUDA): prefill logits at every prefix
-// position, and teacher-forced decode through the backend's KV cache with its memory accounting.
-// A Runner is default-constructible and has `static constexpr const char* name`, a decoder `dec`
-// and `cache(window)` making that decoder's KV cache; the fixture has the golden config, prompt
-// ids, generated ids and vision tokens.
+// The golden (tiny-b) decoder checks every decoder backend runs (tests/conformance/decoder.cpp):
+// prefill logits at every prefix position, and
+// teacher-forced decode through the backend's KV cache with its memory accounting. A Runner is
+// default-constructible and has `static constexpr const char* name`, a decoder `dec` and
+// `cache(window)` making that decoder's KV cache; the fixture has the golden config, prompt ids,
+// generated ids and vision tokens.
 #pragma once
 #include <doctest/doctest.h>
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "backends/cuda/context.hpp"
+#include "backends/cuda/weights.hpp"
 #include "support/golden_decoder.hpp"
-#include "uocr/backends/cuda/context.hpp"
-#include "uocr/backends/cuda/weights.hpp"
 
 namespace uocr_test {
 

@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/engine.hpp"
 #include "support/logit_agreement.hpp"
 #include "support/multi3_case.hpp"
 #include "support/test_support.hpp"
-#include "uocr/backends/cuda/engine.hpp"
 #include "uocr/decoder/page_groups.hpp"
 
 namespace uocr_test {

@@ -1,7 +1,8 @@
-// Inputs and references for the backend op conformance tests (tests/test_vulkan.cpp,
-// tests/cuda/test_cuda.cpp), so that every backend is measured against the same cases: random
-// activations, weight tensors in a checkpoint type, linear and attention cases, the float64
-// references (linear, RMSNorm, RoPE, SiLU*mul, attention) and the CPU backend's results.
+// Inputs and references for the op conformance cases (tests/conformance/ops.cpp, and a backend's
+// own op tests), so that every backend is measured against the same cases: random activations,
+// weight tensors in a checkpoint type,
+// linear and attention cases, the float64 references (linear, RMSNorm, RoPE, SiLU*mul, attention)
+// and the CPU backend's results.
 #pragma once
 #include <algorithm>
 #include <cmath>

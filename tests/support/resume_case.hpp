@@ -1,7 +1,8 @@
 // The document settings of the resume tests (CPU: tests/test_resume.cpp; Vulkan and across
-// backends: tests/test_vulkan_session.cpp): sampled, so the RNG state matters; two pages held of
-// three; the fallback sliding every 8 tokens when the output has no <PAGE>. resume_run runs such
-// a document on any backend, straight through, cancelled with checkpoints, or resumed.
+// backends: backends/vulkan/tests/test_vulkan_session.cpp): sampled, so the RNG state matters; two
+// pages held of three; the fallback sliding every 8 tokens when the output has no <PAGE>.
+// resume_run runs such a document on any backend, straight through, cancelled with checkpoints, or
+// resumed.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -12,8 +13,8 @@
 #include <vector>
 
 #include "uocr/engine/open.hpp"
-#include "uocr/session/session.hpp"
 #include "uocr/session/page_source.hpp"
+#include "uocr/session/session.hpp"
 
 namespace uocr_test {
 

@@ -1,9 +1,9 @@
 // The SR-SWA device-selection cases shared by the Vulkan and CUDA tests (test_vulkan_sparse.cpp,
-// tests/cuda/test_cuda_sparse.cpp): random reference keys summarized into a SparseReference,
-// settings covering gate trees of every depth, budgets that pass everything or nothing of a
-// level, head dims with and without a tail past the 8 summation lanes, GQA and crafted ties; and
-// the check that a device's selection is the CPU's (uocr::SparseReference::select_step) span for
-// span, with the same rows-attended and bounds-evaluated counts.
+// backends/cuda/tests/test_cuda_sparse.cpp): random reference keys summarized into a
+// SparseReference, settings covering gate trees of every depth, budgets that pass everything or
+// nothing of a level, head dims with and without a tail past the 8 summation lanes, GQA and crafted
+// ties; and the check that a device's selection is the CPU's (uocr::SparseReference::select_step)
+// span for span, with the same rows-attended and bounds-evaluated counts.
 #pragma once
 #include <doctest/doctest.h>
 

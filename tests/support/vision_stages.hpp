@@ -1,7 +1,7 @@
 // What the vision encoder tests of the backends share (tests/test_vision_golden.cpp,
-// tests/test_vulkan.cpp, tests/cuda/test_cuda_vision.cpp): captures as CHW like the
-// upstream ones, a backend's stage against the upstream capture and the CPU encoder's (one stage,
-// or every stage of the golden 1024 view), and the 640 tile cut from the golden 1024 view.
+// backends/vulkan/tests/test_vulkan.cpp, backends/cuda/tests/test_cuda_vision.cpp): captures as CHW
+// like the upstream ones, a backend's stage against the upstream capture and the CPU encoder's (one
+// stage, or every stage of the golden 1024 view), and the 640 tile cut from the golden 1024 view.
 #pragma once
 #include <doctest/doctest.h>
 

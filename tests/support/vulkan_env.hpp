@@ -1,14 +1,14 @@
-// What the Vulkan test executables share (tests/test_vulkan.cpp, tests/test_vulkan_session.cpp):
-// the check that the validation layer reported no errors, and the golden fixture with one
-// Context and the decoder's device weights, built once.
+// What the Vulkan test executables share (backends/vulkan/tests/test_vulkan.cpp,
+// backends/vulkan/tests/test_vulkan_session.cpp): the check that the validation layer reported no
+// errors, and the golden fixture with one Context and the decoder's device weights, built once.
 #pragma once
 #include <doctest/doctest.h>
 
 #include <memory>
 #include <string>
 
+#include "backends/vulkan/decoder.hpp"
 #include "golden_decoder.hpp"
-#include "uocr/backends/vulkan/decoder.hpp"
 
 namespace uocr_test {
 

@@ -1,23 +1,25 @@
 // Opening a backend by name at run time, through the engine registry (uocr/engine/registry.hpp).
-// The CPU is always there; Vulkan and CUDA are there when their engine header is included by any
-// translation unit of the program. This header includes them for builds that have them (the
-// 'uocr-vulkan' meson dependency defines UOCR_HAVE_VULKAN, 'uocr-cuda' UOCR_HAVE_CUDA).
+// The CPU is always there; Vulkan and CUDA are compiled libraries (libuocr_vulkan, libuocr_cuda)
+// whose public face, uocr/backends/vulkan.hpp or cuda.hpp, registers them when any translation
+// unit of the program includes it. This header includes them for builds that have them (the
+// 'uocr-vulkan' meson dependency defines UOCR_HAVE_VULKAN and links the library, 'uocr-cuda'
+// UOCR_HAVE_CUDA).
 //
 //   std::shared_ptr<uocr::Engine> e = uocr::open_engine(model, uocr::Backend::vulkan, 0);
 #pragma once
 #include <memory>
 #include <string>
 
-#include "uocr/engine/cpu.hpp"
+#include "uocr/backends/cpu/engine.hpp"
 #include "uocr/engine/engine.hpp"
 #include "uocr/engine/registry.hpp"
 #include "uocr/model/model.hpp"
 #include "uocr/version.hpp"
 #if UOCR_HAVE_VULKAN
-#include "uocr/backends/vulkan/engine.hpp"
+#include "uocr/backends/vulkan.hpp"
 #endif
 #if UOCR_HAVE_CUDA
-#include "uocr/backends/cuda/engine.hpp"
+#include "uocr/backends/cuda.hpp"
 #endif
 
 UOCR_NAMESPACE_BEGIN

@@ -110,6 +110,17 @@ struct RelPosScratch {
   }
 };
 
+// The two rel-pos products of query rows qb ([rows, hd]) into sc.ph / sc.pw: q·table_hᵀ and
+// q·table_wᵀ, [rows, 2n-1] each, as rel_pos_softmax reads them.
+template <class QueryRows>
+inline void rel_pos_products(const QueryRows& qb, const float* table_h, const float* table_w, int n,
+                             const RelPosScratch& sc) {
+  const int64_t rows = qb.rows(), hd = qb.cols(), span = 2 * n - 1;
+  cpu::MatrixMap ph(sc.ph, rows, span), pw(sc.pw, rows, span);
+  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
+  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
+}
+
 // Attention of query rows [r0, r0+rows) of an n x n token grid over all n*n keys of one head:
 // softmax(q·kᵀ·scale + rel_h[ky] + rel_w[kx])·v, with rel_h/rel_w = q·table[q_pos - k_pos + n-1],
 // in float32. Writes the rows to out (row stride ldo). Callers keep `rows` small (128) so the
@@ -118,12 +129,11 @@ struct RelPosScratch {
 inline void rel_pos_attention(const StridedMap& q, const StridedMap& k, const StridedMap& v, int n, int64_t r0,
                               int64_t rows, const float* table_h, const float* table_w, float scale, float* out,
                               int64_t ldo, float* scratch) {
-  const int64_t hd = q.cols(), span = 2 * n - 1, keys = k.rows();
+  const int64_t hd = q.cols(), keys = k.rows();
   const RelPosScratch sc(scratch, n, rows);
   const auto qb = q.middleRows(r0, rows);
-  cpu::MatrixMap ph(sc.ph, rows, span), pw(sc.pw, rows, span), s(sc.scores, rows, keys);
-  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
-  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
+  rel_pos_products(qb, table_h, table_w, n, sc);
+  cpu::MatrixMap s(sc.scores, rows, keys);
   s.noalias() = qb * k.transpose();
   rel_pos_softmax(sc.scores, keys, n, r0, rows, sc.ph, sc.pw, scale, sc.rw, sc.inv_sum);
   MutStridedMap o(out + r0 * ldo, rows, hd, Eigen::OuterStride<>(ldo));
@@ -145,12 +155,9 @@ inline int64_t rel_pos_bf16_scratch(int64_t rows, int64_t hd, int64_t keys) {
 inline void rel_pos_attention_bf16(const StridedMap& q, const uint32_t* k_packed, const uint32_t* v_packed, int n,
                                    int64_t r0, int64_t rows, const float* table_h, const float* table_w, float scale,
                                    float* out, int64_t ldo, float* scratch, uint16_t* bf16_scratch) {
-  const int64_t hd = q.cols(), span = 2 * n - 1, keys = int64_t(n) * n;
+  const int64_t hd = q.cols(), keys = int64_t(n) * n;
   const RelPosScratch sc(scratch, n, rows);
-  const auto qb = q.middleRows(r0, rows);
-  cpu::MatrixMap ph(sc.ph, rows, span), pw(sc.pw, rows, span);
-  ph.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_h, span, hd).transpose();
-  pw.noalias() = qb * Eigen::Map<const cpu::RowMatrix>(table_w, span, hd).transpose();
+  rel_pos_products(q.middleRows(r0, rows), table_h, table_w, n, sc);
   uint16_t* const q_rows = bf16_scratch;
   uint16_t* const p_rows = q_rows + cpu::amx_rows(rows) * 2 * cpu::amx_pairs(hd);
   cpu::round_bf16_rows(q.data() + r0 * hd, rows, hd, q_rows);
