@@ -65,7 +65,7 @@ void conform(const std::string& op, const std::vector<double>& ref, double budge
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_DEFINE("op conformance: linear (bf16, f16, f32 weights; decode mat-vec and GEMM paths)", Runner, ops_1) {
+TEST_CASE_TEMPLATE_DEFINE("op conformance: linear (bf16, f16, f32 weights; decode mat-vec and GEMM paths)", Runner, linear) {
   if (!runs_here<Runner>()) return;
   // Decode mat-vecs and GEMMs on each side of the backends' switch points (CUDA: m <= 16 mat-vec,
   // k % 8 == 0 vector loads, more than 2^24 weights widened in two chunks).
@@ -82,9 +82,9 @@ TEST_CASE_TEMPLATE_DEFINE("op conformance: linear (bf16, f16, f32 weights; decod
               [&](OpBackend& be) { return be.linear(c.x, s.m, c.w.view, c.bias()); });
     }
 }
-TEST_CASE_TEMPLATE_APPLY(ops_1, Backends);
+TEST_CASE_TEMPLATE_APPLY(linear, Backends);
 
-TEST_CASE_TEMPLATE_DEFINE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul", Runner, ops_2) {
+TEST_CASE_TEMPLATE_DEFINE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul", Runner, norms_rope_silu) {
   if (!runs_here<Runner>()) return;
   for (const int64_t n : {int64_t(300), int64_t(1300)}) {
     const int64_t rows = 7;
@@ -122,9 +122,9 @@ TEST_CASE_TEMPLATE_DEFINE("op conformance: RMSNorm, LayerNorm, RoPE, SiLU*mul", 
     conform<Runner>("silu_mul", uocr_test::ref_silu_mul(g, u), 1e-6, [&](OpBackend& b) { return b.silu_mul(g, u); });
   }
 }
-TEST_CASE_TEMPLATE_APPLY(ops_2, Backends);
+TEST_CASE_TEMPLATE_APPLY(norms_rope_silu, Backends);
 
-TEST_CASE_TEMPLATE_DEFINE("op conformance: causal prefill attention and decode attention over reference + ring", Runner, ops_3) {
+TEST_CASE_TEMPLATE_DEFINE("op conformance: causal prefill attention and decode attention over reference + ring", Runner, attention) {
   if (!runs_here<Runner>()) return;
   struct Case {
     int heads, kv_heads, head_dim;
@@ -145,9 +145,9 @@ TEST_CASE_TEMPLATE_DEFINE("op conformance: causal prefill attention and decode a
       conform<Runner>("decode_attention", uocr_test::ref_attention(c), 2e-6, [&](OpBackend& b) { return b.decode_attention(c); });
   }
 }
-TEST_CASE_TEMPLATE_APPLY(ops_3, Backends);
+TEST_CASE_TEMPLATE_APPLY(attention, Backends);
 
-TEST_CASE_TEMPLATE_DEFINE("op conformance: embedding rows, dense MLP and MoE layer (golden tiny-b weights)", Runner, ops_4) {
+TEST_CASE_TEMPLATE_DEFINE("op conformance: embedding rows, dense MLP and MoE layer (golden tiny-b weights)", Runner, embedding_feed_forward) {
   if (!runs_here<Runner>()) return;
   const uocr_test::GoldenCase& e = CpuRunner::env();
   const uocr::DecoderConfig& d = e.cfg.decoder;
@@ -171,9 +171,9 @@ TEST_CASE_TEMPLATE_DEFINE("op conformance: embedding rows, dense MLP and MoE lay
       conform<Runner>(layer == 0 ? "dense_mlp" : "moe", ref, 2e-6, [&](OpBackend& b) { return b.feed_forward(layer, x); });
     }
 }
-TEST_CASE_TEMPLATE_APPLY(ops_4, Backends);
+TEST_CASE_TEMPLATE_APPLY(embedding_feed_forward, Backends);
 
-TEST_CASE_TEMPLATE_DEFINE("op conformance: vision convolutions (im2col + GEMM), patch embedding, GELU", Runner, ops_5) {
+TEST_CASE_TEMPLATE_DEFINE("op conformance: vision convolutions (im2col + GEMM), patch embedding, GELU", Runner, convolutions_gelu) {
   if (!runs_here<Runner>()) return;
   uint32_t seed = 900;
   struct Conv {
@@ -239,9 +239,9 @@ TEST_CASE_TEMPLATE_DEFINE("op conformance: vision convolutions (im2col + GEMM), 
     conform<Runner>("quick_gelu", quick_ref, 1e-6, [&](OpBackend& be) { return be.gelu(x, true); });
   }
 }
-TEST_CASE_TEMPLATE_APPLY(ops_5, Backends);
+TEST_CASE_TEMPLATE_APPLY(convolutions_gelu, Backends);
 
-TEST_CASE_TEMPLATE_DEFINE("op conformance: SAM windowed/global attention with decomposed rel-pos, CLIP attention", Runner, ops_6) {
+TEST_CASE_TEMPLATE_DEFINE("op conformance: SAM windowed/global attention with decomposed rel-pos, CLIP attention", Runner, vision_attention) {
   if (!runs_here<Runner>()) return;
   uint32_t seed = 1200;
   struct Case {
@@ -314,7 +314,7 @@ TEST_CASE_TEMPLATE_DEFINE("op conformance: SAM windowed/global attention with de
     conform<Runner>("clip_attention", ref, 2e-6, [&](OpBackend& be) { return be.clip_attention(qkv, tokens, heads, width); });
   }
 }
-TEST_CASE_TEMPLATE_APPLY(ops_6, Backends);
+TEST_CASE_TEMPLATE_APPLY(vision_attention, Backends);
 
 
 TEST_CASE("zz: the worst error per op and backend") {
