@@ -11,6 +11,7 @@
 #include "common.cuh"
 
 #include "uocr/version.hpp"
+#include "uocr/vision/token_layout.hpp"
 
 UOCR_NAMESPACE_BEGIN
 namespace cuda {
@@ -54,7 +55,7 @@ void ops::patch_im2col(Context& c, const float* chw, int channels, int size, int
 void ops::im2col(Context& c, const float* x, int h, int w, int channels, int k, int stride, int pad, float* cols) {
   require(h > 0 && w > 0 && channels > 0 && k > 0 && stride > 0 && pad >= 0 && h + 2 * pad >= k && w + 2 * pad >= k,
           Status::invalid_argument, "CUDA im2col: bad shape");
-  const int ho = (h + 2 * pad - k) / stride + 1, wo = (w + 2 * pad - k) / stride + 1;
+  const int ho = conv_output_size(h, k, stride, pad), wo = conv_output_size(w, k, stride, pad);
   const int64_t n = int64_t(ho) * wo * channels * k * k;
   im2col_kernel<<<grid_stride_blocks(n, kThreads), kThreads, 0, stream(c)>>>(x, h, w, channels, k, stride, pad, wo, n,
                                                                              cols);

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/context.hpp"
@@ -71,7 +72,10 @@ class KvMemory {
   Context& context() const { return *ctx_; }
   Buffer alloc(size_t bytes, const char* what) { return ctx_->alloc(bytes, what); }
   static float* rows(const Buffer& a) { return a.f32(); }
-  void copy(const float* src, float* dst, size_t bytes) { ctx_->copy(dst, src, bytes); }
+  void copy(const float* src, float* dst, size_t bytes) {
+    ctx_->make_current();
+    ctx_->copy(dst, src, bytes);
+  }
   void download(const float* a, size_t offset, float* host, size_t bytes) const {
     ctx_->make_current();
     ctx_->download(reinterpret_cast<const char*>(a) + offset, host, bytes);
@@ -86,7 +90,7 @@ class KvMemory {
 };
 using CudaKvCache = DeviceKvCache<KvMemory>;
 
-class CudaDecoder : public DeviceDecoder<CudaDecoder> {
+class CudaDecoder : public DeviceDecoder<CudaDecoder, CudaKvCache> {
  public:
   // batched_decode: dense rows only; SR-SWA documents step alone (decode_batch below).
   static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ true, /*multi_token_decode*/ false};
@@ -107,10 +111,6 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
       return "CUDA backend: head_dim " + std::to_string(c_->head_dim) + " must be a multiple of 4 and at most " +
              std::to_string(ops::kMaxHeadDim);
     });
-    for (const DecoderDeviceWeights::Layer& l : d_->layers) {
-      row_inter_ = std::max({row_inter_, l.dense.gate.view.rows, l.shared.gate.view.rows});
-      expert_inter_ = std::max(expert_inter_, l.experts.gate.view.rows);
-    }
   }
 
   Context& context() { return *ctx_; }
@@ -145,56 +145,6 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
                             &pointer_table_, &positions_})
       n += b->bytes();
     return n;
-  }
-
-  std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, CudaKvCache& cache,
-                             PrefillLogits which = PrefillLogits::last) {
-    const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
-    ctx_->make_current();
-    cache.reset(t);
-    ensure_rows(t);
-    ctx_->upload(x_, 0, embeddings.data(), embeddings.size() * sizeof(float));
-    const ops::AttentionRow* rows = causal_rows(cache, 0, t, [](int) { return ops::KvSpan{}; });
-    rope_at(first_position, nullptr);
-    for (int l = 0; l < c_->layers; ++l)
-      layer(*ctx_, l, t, cache.reference_k(l), cache.reference_v(l), [&] { ops::attention(*ctx_, rows + l * t, t, dims_, t); });
-    return logits_of_rows(which == PrefillLogits::all ? 0 : t - 1, t);
-  }
-
-  // As uocr::Decoder::prefill_segment (page groups): new token i attends to the reference rows
-  // in `context` (gathered into one span per layer) and causally to new tokens 0..i.
-  std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, CudaKvCache& cache,
-                                     int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
-    const int64_t hidden = c_->hidden, kr = cache.row_floats();
-    const int64_t ctx_rows = host_.check_segment(t, positions, cache, dst, context);
-    ctx_->make_current();
-    ensure_rows(t);
-    if (ctx_rows > segment_rows_) {
-      seg_k_ = ctx_->alloc(size_t(ctx_rows * kr) * sizeof(float), "segment context keys");
-      seg_v_ = ctx_->alloc(size_t(ctx_rows * kr) * sizeof(float), "segment context values");
-      segment_rows_ = ctx_rows;
-    }
-    ctx_->upload(x_, 0, embeddings, size_t(t * hidden) * sizeof(float));
-    const int64_t* pos = upload_positions(positions, t);
-    const ops::KvSpan seg{seg_k_.f32(), seg_v_.f32(), ctx_rows};
-    const ops::AttentionRow* table = causal_rows(cache, dst, t, [&](int) { return seg; });
-    const size_t row_bytes = size_t(kr) * sizeof(float);
-    rope_at(0, pos);
-    for (int l = 0; l < c_->layers; ++l) {
-      int64_t at = 0;  // stream order: the previous layer's attention has read seg_k_/seg_v_ by now
-      for (const RowSpan& c : context) {
-        ctx_->copy(seg_k_.f32() + at * kr, cache.reference_k(l) + c.begin * kr, size_t(c.rows) * row_bytes);
-        ctx_->copy(seg_v_.f32() + at * kr, cache.reference_v(l) + c.begin * kr, size_t(c.rows) * row_bytes);
-        at += c.rows;
-      }
-      layer(*ctx_, l, t, cache.reference_k(l) + dst * kr, cache.reference_v(l) + dst * kr,
-            [&] { ops::attention(*ctx_, table + l * t, t, dims_, ctx_rows + t); });
-    }
-    if (!want_logits) {
-      ctx_->synchronize();  // report a failure here, not at some later call
-      return {};
-    }
-    return logits_of_rows(t - 1, t);
   }
 
   // Feeds one generated token at `position` through the cache and returns its logits [vocab].
@@ -277,7 +227,9 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
     for (int64_t i = 0; i < n; ++i) check_step(tokens[i], positions[i], *caches[i]);
     require(!sparse_ || n == 1, Status::unsupported,
             "CUDA SR-SWA decodes one sequence per step (decode_step); batched steps need it detached");
-    const bool sparse = sparse_ && begin_sparse_step(*caches[0]);
+    ctx_->make_current();
+    const bool sparse = begin_sparse_step(caches[0]->reference_rows());
+    if (sparse) sparse_dev_.begin_step(*ctx_);
     // A cache filled on another Context's stream (a session's, under a StepBatcher) is read here
     // once that stream is done (a resume's uploads are asynchronous).
     for (int64_t i = 0; i < n; ++i)
@@ -312,7 +264,7 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
       replay_step(step);
     else
       run_step(step);
-    if (sparse_) end_sparse_step(sparse, caches[0]->reference_rows());
+    end_sparse_step(sparse, caches[0]->reference_rows());
   }
 
   // The device half of a decode step: n rows of ints_ through the layers, logits in logits_dev_.
@@ -327,20 +279,19 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
   void run_step(const StepArgs& s) {
     Context& c = *ctx_;
     const int64_t kr = int64_t(c_->kv_heads) * c_->head_dim;
-    ops::embed(c, ints_.as<int32_t>(), s.n, d_->embed, x_.f32());
     rope_at(0, s.positions);
-    for (int l = 0; l < c_->layers; ++l) {
-      // The new rows go through kb_/vb_ to their ring slots (one address per sequence).
-      float* const* dst = s.ptrs + 2 * l * s.n;
-      layer(c, l, s.n, kb_.f32(), vb_.f32(), [&] {
-        ops::scatter_rows(c, kb_.f32(), s.n, kr, dst);
-        ops::scatter_rows(c, vb_.f32(), s.n, kr, dst + s.n);
-        if (s.sparse)
-          sparse_attention(l, *s.sparse);
-        else
-          ops::attention(c, s.table + l * s.n, s.n, dims_, s.max_keys);
-      });
-    }
+    // The new rows go through kb_/vb_ to their ring slots (one address per sequence).
+    step_layers(
+        c, ints_.as<int32_t>(), s.n, [&](int) { return std::make_pair(kb_.f32(), vb_.f32()); },
+        [&](int l) {
+          float* const* dst = s.ptrs + 2 * l * s.n;
+          ops::scatter_rows(c, kb_.f32(), s.n, kr, dst);
+          ops::scatter_rows(c, vb_.f32(), s.n, kr, dst + s.n);
+          if (s.sparse)
+            sparse_attention(l, *s.sparse);
+          else
+            ops::attention(c, s.table + l * s.n, s.n, dims_, s.max_keys);
+        });
     final_logits(0, s.n);
   }
 
@@ -399,24 +350,59 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
     return key;
   }
 
-  // The attention rows of t new tokens written at reference rows dst.. of `cache`: row i sees
-  // span a(layer) in full and the new rows 0..i.
-  template <class SpanOf>
-  const ops::AttentionRow* causal_rows(const CudaKvCache& cache, int64_t dst, int64_t t, SpanOf&& a) {
+  // The attention rows of t new tokens written at reference rows dst.. of `cache`, uploaded into
+  // rows_table_: row i sees `context` in full and the new rows 0..i.
+  void causal_rows(const CudaKvCache& cache, int64_t dst, int64_t t, const ops::KvSpan& context) {
     const int64_t qr = int64_t(c_->heads) * c_->head_dim, kr = cache.row_floats();
     std::vector<ops::AttentionRow> rows(size_t(c_->layers * t));
     for (int l = 0; l < c_->layers; ++l)
       for (int64_t i = 0; i < t; ++i)
         rows[size_t(l * t + i)] = ops::AttentionRow{
-            q_.f32() + i * qr, attn_.f32() + i * qr, a(l),
+            q_.f32() + i * qr, attn_.f32() + i * qr, context,
             ops::KvSpan{cache.reference_k(l) + dst * kr, cache.reference_v(l) + dst * kr, i + 1}};
-    return upload_table(rows);
+    upload_table(rows);
   }
 
-  friend class DeviceDecoder<CudaDecoder>;
+  friend class DeviceDecoder<CudaDecoder, CudaKvCache>;
   using DeviceDecoder::feed_forward;
 
   // DeviceDecoder's ops, enqueued on the Context's stream.
+  Context& queue() { return *ctx_; }
+  CudaSparseReference& sparse_device() { return sparse_dev_; }
+  float* kv_rows(float* rows, int64_t row) const { return rows + row * int64_t(c_->kv_heads) * c_->head_dim; }
+
+  // A prefill's t rows at reference rows dst..: the context rows are gathered into seg_k_ /
+  // seg_v_ (attend_segment), so the attention table (rows_table_) has one context span per row.
+  void begin_rows(const float* embeddings, int64_t t, const int64_t* positions, const CudaKvCache& cache, int64_t dst,
+                  int64_t context_rows) {
+    const int64_t kr = cache.row_floats();
+    ctx_->make_current();
+    ensure_rows(t);
+    if (context_rows > segment_rows_) {
+      seg_k_ = ctx_->alloc(size_t(context_rows * kr) * sizeof(float), "segment context keys");
+      seg_v_ = ctx_->alloc(size_t(context_rows * kr) * sizeof(float), "segment context values");
+      segment_rows_ = context_rows;
+    }
+    ctx_->upload(x_, 0, embeddings, size_t(t * c_->hidden) * sizeof(float));
+    const ops::KvSpan gathered = context_rows > 0 ? ops::KvSpan{seg_k_.f32(), seg_v_.f32(), context_rows} : ops::KvSpan{};
+    causal_rows(cache, dst, t, gathered);
+    rope_at(0, upload_positions(positions, t));
+  }
+
+  // Layer l's context rows gathered (stream order: the previous layer's attention has read
+  // seg_k_ / seg_v_ by now; the context is disjoint from the rows this layer wrote), then the
+  // attention of begin_rows' table.
+  void attend_segment(Context& c, int l, const CudaKvCache& cache, int64_t, int64_t t, const std::vector<RowSpan>& context,
+                      int64_t context_rows) {
+    const int64_t kr = cache.row_floats();
+    int64_t at = 0;
+    for (const RowSpan& s : context) {
+      c.copy(seg_k_.f32() + at * kr, cache.reference_k(l) + s.begin * kr, size_t(s.rows * kr) * sizeof(float));
+      c.copy(seg_v_.f32() + at * kr, cache.reference_v(l) + s.begin * kr, size_t(s.rows * kr) * sizeof(float));
+      at += s.rows;
+    }
+    ops::attention(c, rows_table_.as<ops::AttentionRow>() + l * t, t, dims_, context_rows + t);
+  }
   DecoderActivations<float*> activations() const {
     return {x_.f32(), a_.f32(), f_.f32(), q_.f32(), attn_.f32(), shared_.f32()};
   }
@@ -437,25 +423,10 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
               rope_positions_);
   }
   void op_add(Context& c, float* x, float* y, int64_t n) { ops::add(c, x, y, n); }
+  // `tokens`: n ids already on the device (a graph replays the step with new ones there).
+  void op_embed(Context& c, const int32_t* tokens, int64_t n) { ops::embed(c, tokens, n, d_->embed, x_.f32()); }
   void op_mlp(Context&, const DecoderDeviceWeights::Mlp& w, float* in, int64_t rows, float* out) {
     mlp(w.gate, w.up, w.down, in, rows, out);
-  }
-
-  // Before a one-row SR-SWA step (nothing enqueued yet, no slot claimed): true when the device
-  // selects (SparseReference::begin_device_step), the mirror then synced and its counters zeroed.
-  bool begin_sparse_step(const CudaKvCache& cache) {
-    if (!sparse_->begin_device_step(c_->layers, cache.reference_rows(), AttentionShape{c_->heads, c_->kv_heads, c_->head_dim}))
-      return false;
-    ctx_->make_current();
-    sparse_dev_.sync(*sparse_, c_->heads);
-    sparse_dev_.begin_step(*ctx_);
-    return true;
-  }
-
-  // After the step's last layer: its selections counted (the device's two counters, one read).
-  void end_sparse_step(bool selected, int64_t reference_rows) {
-    const CudaSparseReference::StepCounts n = selected ? sparse_dev_.step_counts() : CudaSparseReference::StepCounts{};
-    sparse_->end_device_step(int64_t(c_->heads) * c_->layers, reference_rows, selected, n.rows_attended, n.bounds_evaluated);
   }
 
   // SR-SWA attention of layer l for the one row of a decode step: the device selects each head's
@@ -529,7 +500,11 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
   }
 
   // Logits of x_ rows [first, t) on the host, lm_head in passes of kLogitRowsPerPass rows.
-  std::vector<float> logits_of_rows(int64_t first, int64_t t) {
+  std::vector<float> logits_of_rows(Context&, int64_t first, int64_t t) {
+    if (first == t) {
+      ctx_->synchronize();  // report a failure here, not at some later call
+      return {};
+    }
     const int64_t vocab = c_->vocab;
     std::vector<float> out(size_t((t - first) * vocab));
     for (int64_t r0 = first; r0 < t; r0 += kLogitRowsPerPass) {
@@ -593,7 +568,6 @@ class CudaDecoder : public DeviceDecoder<CudaDecoder> {
   Context* ctx_;
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
-  int64_t row_inter_ = 1, expert_inter_ = 1;  // MLP widths: per token row (dense, shared), per routed expert
   int64_t rows_ = 0, logit_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, kb_, vb_, gate_, up_, ints_, probs_, weight_, moe_ints_, expert_in_, expert_out_, shared_;
   Buffer logits_dev_, seg_k_, seg_v_, rows_table_, pointer_table_, positions_;

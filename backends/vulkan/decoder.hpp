@@ -36,8 +36,8 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/device/decoder.hpp"
@@ -103,7 +103,7 @@ struct BufferRows {
   int64_t at = 0;  // floats into it
 };
 
-class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
+class VulkanDecoder : public DeviceDecoder<VulkanDecoder, VulkanKvCache> {
  public:
   static constexpr BackendCapabilities capabilities{/*host_kv*/ false, /*batched_decode*/ false, /*multi_token_decode*/ true};
 
@@ -117,12 +117,6 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     require(c_->head_dim <= ops::kMaxAttentionHeadDim, Status::unsupported, [&] {
       return "Vulkan backend: head_dim " + std::to_string(c_->head_dim) + " exceeds " + std::to_string(ops::kMaxAttentionHeadDim);
     });
-    for (const DecoderLayerWeights& lw : w_.layers) {
-      if (lw.moe) max_inter_ = std::max<int64_t>({max_inter_, lw.experts.empty() ? 0 : lw.experts[0].gate.out(),
-                                                  lw.has_shared ? lw.shared.gate.out() : 0});
-      if (lw.moe && !lw.experts.empty()) moe_inter_ = std::max<int64_t>(moe_inter_, lw.experts[0].gate.out());
-      else max_inter_ = std::max<int64_t>(max_inter_, lw.dense.gate.out());
-    }
     logits_.resize(size_t(c_->vocab));
   }
 
@@ -142,118 +136,34 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     return n + device_sparse_.bytes();
   }
 
-  std::vector<float> prefill(const std::vector<float>& embeddings, int64_t first_position, VulkanKvCache& cache,
-                             PrefillLogits which = PrefillLogits::last) {
-    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
-    const int64_t t = host_.check_prefill(embeddings.size(), first_position, cache);
-    cache.reset(t);
-    ensure_scratch(t);
-    ctx_.upload(x_, embeddings.data(), embeddings.size() * 4);
-    std::vector<int64_t> positions(static_cast<size_t>(t));
-    std::iota(positions.begin(), positions.end(), first_position);
-    load_rope(positions.data(), t);
-
-    Recorder rec(ctx_);
-    for (int l = 0; l < c_->layers; ++l) {
-      const Buffer& k = cache.reference_k(l);
-      const Buffer& v = cache.reference_v(l);
-      layer(rec, l, t, kv_rows(k, 0), kv_rows(v, 0), [&] {
-        ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
-      });
-    }
-    const int64_t rows = which == PrefillLogits::all ? t : 1;
-    ops::rms_norm(rec, x_, (t - rows) * hidden, rows, hidden, d_->final_norm, c_->rms_eps, a_, 0);
-    std::vector<float> logits(size_t(rows * c_->vocab));
-    // The logits of many rows exceed one binding: lm_head in blocks of rows.
-    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(ctx_.max_binding_bytes() / 4) / c_->vocab));
-    ensure_logits(block);
-    for (int64_t r0 = 0; r0 < rows; r0 += block) {
-      const int64_t n = std::min(block, rows - r0);
-      ops::linear(rec, a_, r0 * hidden, n, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
-      rec.submit();
-      ctx_.download(logits_buf_, logits.data() + size_t(r0 * c_->vocab), size_t(n * c_->vocab) * 4);
-    }
-    return logits;
-  }
-
-  // As uocr::Decoder::prefill_segment (page groups). Per layer the context rows and the
-  // segment's own keys/values are gathered into one buffer, context first, so the causal
-  // attention shader with causal_base = context rows gives each new token the context (unmasked)
-  // and the segment up to itself.
-  std::vector<float> prefill_segment(const float* embeddings, int64_t t, const int64_t* positions, VulkanKvCache& cache,
-                                     int64_t dst, const std::vector<RowSpan>& context, bool want_logits = false) {
-    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim, kr = int64_t(c_->kv_heads) * c_->head_dim;
-    const int64_t ctx_rows = host_.check_segment(t, positions, cache, dst, context);
-    ensure_scratch(t);
-    ensure_logits(1);
-    ensure_segment_rows(ctx_rows + t);
-    ctx_.upload(x_, embeddings, size_t(t * hidden) * 4);
-    load_rope(positions, t);
-
-    Recorder rec(ctx_);
-    const size_t row_bytes = size_t(kr) * 4;
-    for (int l = 0; l < c_->layers; ++l) {
-      const Buffer& k = cache.reference_k(l);
-      const Buffer& v = cache.reference_v(l);
-      layer(rec, l, t, kv_rows(k, dst), kv_rows(v, dst), [&] {
-        int64_t at = 0;
-        for (const RowSpan& c : context) {
-          if (c.rows == 0) continue;
-          rec.copy(k, size_t(c.begin) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
-          rec.copy(v, size_t(c.begin) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
-          at += c.rows;
-        }
-        rec.copy(k, size_t(dst) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(t) * row_bytes);
-        rec.copy(v, size_t(dst) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(t) * row_bytes);
-        ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&seg_k_, &seg_v_, ctx_rows + t}, ops::KvSet{}, true, ctx_rows,
-                       attn_, 0, qr);
-      });
-    }
-    if (!want_logits) {
-      rec.submit();
-      return {};
-    }
-    ops::rms_norm(rec, x_, (t - 1) * hidden, 1, hidden, d_->final_norm, c_->rms_eps, a_, 0);
-    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
-    rec.submit();
-    return ctx_.download_vector<float>(logits_buf_, size_t(c_->vocab));
-  }
-
   const std::vector<float>& decode_step(int32_t token, int64_t position, VulkanKvCache& cache) {
-    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
+    const int64_t qr = int64_t(c_->heads) * c_->head_dim;
     host_.check_step(token, position, cache);
     const int64_t slot = cache.claim_slot();
     const int64_t ref = cache.reference_rows(), gen = cache.generated_rows();
     ensure_scratch(1);
     ensure_logits(1);
     load_rope(&position, 1);
-    const bool sparse = sparse_ && sparse_->begin_device_step(c_->layers, ref, AttentionShape{c_->heads, c_->kv_heads, c_->head_dim});
-    if (sparse) device_sparse_.sync(*sparse_, c_->heads);
+    const bool sparse = begin_sparse_step(ref);
 
     Recorder rec(ctx_);
     if (sparse) device_sparse_.begin_step(rec);
-    const uint32_t id = uint32_t(token);
-    ops::embed(rec, rec.temp(&id, 4), 1, d_->embed, x_, 0);
-    for (int l = 0; l < c_->layers; ++l) {
-      const Buffer& gk = cache.generated_k(l);
-      const Buffer& gv = cache.generated_v(l);
-      layer(rec, l, 1, kv_rows(gk, slot), kv_rows(gv, slot), [&] {
-        const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref}, window{&gk, &gv, gen};
-        if (sparse) {
-          device_sparse_.select(rec, l, q_);
-          device_sparse_.attend(rec, l, q_, reference, window, attn_);
-        } else {
-          ops::attention(rec, q_, 0, 1, qr, dims_, reference, window, false, 0, attn_, 0, qr);
-        }
-      });
-    }
-    ops::rms_norm(rec, x_, 0, 1, hidden, d_->final_norm, c_->rms_eps, a_, 0);
-    ops::linear(rec, a_, 0, 1, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
+    step_layers(
+        rec, &token, 1,
+        [&](int l) { return std::make_pair(kv_rows(cache.generated_k(l), slot), kv_rows(cache.generated_v(l), slot)); },
+        [&](int l) {
+          const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref},
+              window{&cache.generated_k(l), &cache.generated_v(l), gen};
+          if (sparse) {
+            device_sparse_.select(rec, l, q_);
+            device_sparse_.attend(rec, l, q_, reference, window, attn_);
+          } else {
+            ops::attention(rec, q_, 0, 1, qr, dims_, reference, window, false, 0, attn_, 0, qr);
+          }
+        });
+    op_logits(rec, 0, 1);
     rec.submit();
-    if (sparse_) {
-      const VulkanSparseReference::StepCounts n = sparse ? device_sparse_.step_counts() : VulkanSparseReference::StepCounts{};
-      sparse_->end_device_step(int64_t(c_->heads) * c_->layers, ref, sparse, n.rows_attended, n.bounds_evaluated);
-    }
+    end_sparse_step(sparse, ref);
     ctx_.download(logits_buf_, logits_.data(), logits_.size() * 4);
     return logits_;
   }
@@ -274,7 +184,7 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
       }
       return;
     }
-    const int64_t hidden = c_->hidden, qr = int64_t(c_->heads) * c_->head_dim;
+    const int64_t qr = int64_t(c_->heads) * c_->head_dim;
     const size_t row_bytes = size_t(c_->kv_heads) * size_t(c_->head_dim) * 4;
     const int64_t block = std::min(n, kStackedRows);
     ensure_scratch(block);
@@ -291,23 +201,20 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
       load_rope(position, m);
       const int64_t ref = cache.reference_rows();
       Recorder rec(ctx_);
-      ops::embed(rec, rec.temp(tokens + i0, size_t(m) * 4), m, d_->embed, x_, 0);
-      for (int l = 0; l < c_->layers; ++l) {
-        const Buffer& gk = cache.generated_k(l);
-        const Buffer& gv = cache.generated_v(l);
-        layer(rec, l, m, kv_rows(seg_k_, 0), kv_rows(seg_v_, 0), [&] {
-          const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref};
-          for (int64_t i = 0; i < m; ++i) {
-            rec.copy(seg_k_, size_t(i) * row_bytes, gk, size_t(slot[i]) * row_bytes, row_bytes);
-            rec.copy(seg_v_, size_t(i) * row_bytes, gv, size_t(slot[i]) * row_bytes, row_bytes);
-            ops::attention(rec, q_, i * qr, 1, qr, dims_, reference, ops::KvSet{&gk, &gv, seen[i]}, false, 0, attn_, i * qr, qr);
-          }
-        });
-      }
-      if (logits) {
-        ops::rms_norm(rec, x_, 0, m, hidden, d_->final_norm, c_->rms_eps, a_, 0);
-        ops::linear(rec, a_, 0, m, hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
-      }
+      step_layers(
+          rec, tokens + i0, m, [&](int) { return std::make_pair(kv_rows(seg_k_, 0), kv_rows(seg_v_, 0)); },
+          [&](int l) {
+            const Buffer& gk = cache.generated_k(l);
+            const Buffer& gv = cache.generated_v(l);
+            const ops::KvSet reference{&cache.reference_k(l), &cache.reference_v(l), ref};
+            for (int64_t i = 0; i < m; ++i) {
+              rec.copy(seg_k_, size_t(i) * row_bytes, gk, size_t(slot[i]) * row_bytes, row_bytes);
+              rec.copy(seg_v_, size_t(i) * row_bytes, gv, size_t(slot[i]) * row_bytes, row_bytes);
+              ops::attention(rec, q_, i * qr, 1, qr, dims_, reference, ops::KvSet{&gk, &gv, seen[i]}, false, 0, attn_,
+                             i * qr, qr);
+            }
+          });
+      if (logits) op_logits(rec, 0, m);
       rec.submit();
       if (logits) ctx_.download(logits_buf_, logits + i0 * c_->vocab, size_t(m * c_->vocab) * 4);
     }
@@ -328,15 +235,81 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
   }
 
  private:
-  friend class DeviceDecoder<VulkanDecoder>;
+  friend class DeviceDecoder<VulkanDecoder, VulkanKvCache>;
   using DeviceDecoder::feed_forward;
 
-  // DeviceDecoder's ops, recorded into one command buffer.
+  // DeviceDecoder's ops, recorded into one command buffer per call.
+  Recorder queue() { return Recorder(ctx_); }
+  VulkanSparseReference& sparse_device() { return device_sparse_; }
   DecoderActivations<BufferRows> activations() const {
     return {{&x_, 0}, {&a_, 0}, {&f_, 0}, {&q_, 0}, {&attn_, 0}, {&shared_, 0}};
   }
   // Cache rows from `row` on (where a layer writes its new keys or values).
   BufferRows kv_rows(const Buffer& b, int64_t row) const { return {&b, row * int64_t(c_->kv_heads) * c_->head_dim}; }
+
+  // A prefill attends to its own rows in the cache when they start at row 0 with no context;
+  // otherwise the context rows and the new ones are gathered into seg_k_ / seg_v_.
+  static bool attends_in_cache(int64_t dst, int64_t context_rows) { return dst == 0 && context_rows == 0; }
+
+  void begin_rows(const float* embeddings, int64_t t, const int64_t* positions, const VulkanKvCache&, int64_t dst,
+                  int64_t context_rows) {
+    ensure_scratch(t);
+    if (!attends_in_cache(dst, context_rows)) ensure_segment_rows(context_rows + t);
+    ctx_.upload(x_, embeddings, size_t(t * c_->hidden) * 4);
+    load_rope(positions, t);
+  }
+
+  // Per layer the context rows and the segment's own keys/values are gathered into one buffer,
+  // context first, so the causal attention shader with causal_base = context rows gives each new
+  // token the context (unmasked) and the segment up to itself.
+  void attend_segment(Recorder& rec, int l, const VulkanKvCache& cache, int64_t dst, int64_t t,
+                      const std::vector<RowSpan>& context, int64_t context_rows) {
+    const int64_t qr = int64_t(c_->heads) * c_->head_dim;
+    const Buffer& k = cache.reference_k(l);
+    const Buffer& v = cache.reference_v(l);
+    if (attends_in_cache(dst, context_rows)) {
+      ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&k, &v, t}, ops::KvSet{}, true, 0, attn_, 0, qr);
+      return;
+    }
+    const size_t row_bytes = size_t(c_->kv_heads) * size_t(c_->head_dim) * 4;
+    int64_t at = 0;
+    for (const RowSpan& c : context) {
+      if (c.rows == 0) continue;
+      rec.copy(k, size_t(c.begin) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
+      rec.copy(v, size_t(c.begin) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(c.rows) * row_bytes);
+      at += c.rows;
+    }
+    rec.copy(k, size_t(dst) * row_bytes, seg_k_, size_t(at) * row_bytes, size_t(t) * row_bytes);
+    rec.copy(v, size_t(dst) * row_bytes, seg_v_, size_t(at) * row_bytes, size_t(t) * row_bytes);
+    ops::attention(rec, q_, 0, t, qr, dims_, ops::KvSet{&seg_k_, &seg_v_, context_rows + t}, ops::KvSet{}, true,
+                   context_rows, attn_, 0, qr);
+  }
+
+  // Submits what rec holds; the logits of x_ rows [first, t) on the host. The logits of many rows
+  // exceed one binding: lm_head in blocks of rows.
+  std::vector<float> logits_of_rows(Recorder& rec, int64_t first, int64_t t) {
+    const int64_t rows = t - first;
+    if (rows == 0) {
+      rec.submit();
+      return {};
+    }
+    std::vector<float> logits(size_t(rows * c_->vocab));
+    const int64_t block = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(ctx_.max_binding_bytes() / 4) / c_->vocab));
+    ensure_logits(block);
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+      const int64_t n = std::min(block, rows - r0);
+      op_logits(rec, first + r0, n);
+      rec.submit();
+      ctx_.download(logits_buf_, logits.data() + size_t(r0 * c_->vocab), size_t(n * c_->vocab) * 4);
+    }
+    return logits;
+  }
+
+  // logits_buf_ = lm_head(final norm(x_ rows first..first + rows)) (ensure_logits(rows) first).
+  void op_logits(Recorder& rec, int64_t first, int64_t rows) {
+    ops::rms_norm(rec, x_, first * c_->hidden, rows, c_->hidden, d_->final_norm, c_->rms_eps, a_, 0);
+    ops::linear(rec, a_, 0, rows, c_->hidden, d_->lm_head, nullptr, logits_buf_, 0, c_->vocab);
+  }
   void op_rms_norm(Recorder& rec, BufferRows in, int64_t rows, const Buffer& w, BufferRows out) {
     ops::rms_norm(rec, *in.buffer, in.at, rows, c_->hidden, w, c_->rms_eps, *out.buffer, out.at);
   }
@@ -347,6 +320,10 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     ops::rope(rec, *x.buffer, x.at, rows, heads, c_->head_dim, int64_t(heads) * c_->head_dim, cos_sin_);
   }
   void op_add(Recorder& rec, BufferRows x, BufferRows y, int64_t n) { ops::add(rec, *x.buffer, x.at, *y.buffer, y.at, n); }
+  // Token ids are non-negative (checked), so their int32 bytes are the shader's uint32 ids.
+  void op_embed(Recorder& rec, const int32_t* tokens, int64_t n) {
+    ops::embed(rec, rec.temp(tokens, size_t(n) * 4), n, d_->embed, x_, 0);
+  }
 
   static constexpr int64_t kMlpChunk = 256;   // rows per dense-MLP pass, as the CPU path
   static constexpr int64_t kMoeChunk = 1024;  // rows per MoE routing: bounds the grouped buffers
@@ -366,8 +343,8 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
     attn_ = buf(t * qr, "decoder attention output");
     // MLPs run in chunks of rows; routed experts over a block's grouped rows (k per row).
     const int64_t mlp_rows = std::min(t, kMlpChunk), moe_rows = std::min(t, kMoeChunk) * c_->experts_per_token;
-    gate_ = buf(std::max(mlp_rows * max_inter_, moe_rows * moe_inter_), "MLP gate");
-    up_ = buf(std::max(mlp_rows * max_inter_, moe_rows * moe_inter_), "MLP up");
+    gate_ = buf(std::max(mlp_rows * row_inter_, moe_rows * expert_inter_), "MLP gate");
+    up_ = buf(std::max(mlp_rows * row_inter_, moe_rows * expert_inter_), "MLP up");
     if (c_->n_routed_experts > 0) {
       probs_ = buf(std::min(t, kMoeChunk) * c_->n_routed_experts, "MoE router logits");
       route_ = buf(ops::MoeRouteLayout{std::min(t, kMoeChunk), c_->n_routed_experts, c_->experts_per_token}.words(),
@@ -464,7 +441,6 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder> {
   Rope rope_;     // the CPU's RoPE angles (load_rope)
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
-  int64_t max_inter_ = 1, moe_inter_ = 0;  // widest MLP; widest routed expert
   int64_t rows_ = 0, logits_rows_ = 0, segment_rows_ = 0;
   Buffer x_, a_, f_, q_, attn_, gate_, up_, probs_, rows_in_, rows_out_, shared_, logits_buf_;
   Buffer route_;          // MoE: one block's routing (ops::MoeRouteLayout)

@@ -15,6 +15,7 @@
 #include "uocr/decoder/rope.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/version.hpp"
+#include "uocr/vision/token_layout.hpp"
 #include "uocr_vulkan_spirv.hpp"  // generated at build time (backends/vulkan/meson.build)
 
 UOCR_NAMESPACE_BEGIN
@@ -437,7 +438,7 @@ inline void span_attention(Recorder& r, const Buffer& q, int64_t q_off, const At
 // cols [ho*wo, c*k*k] = im2col of the channels-last map x [h, w, c] (x_off floats in).
 inline void im2col(Recorder& r, const Buffer& x, int64_t x_off, int h, int w, int c, int k, int stride, int pad,
                    const Buffer& cols) {
-  const int ho = (h + 2 * pad - k) / stride + 1, wo = (w + 2 * pad - k) / stride + 1;
+  const int ho = conv_output_size(h, k, stride, pad), wo = conv_output_size(w, k, stride, pad);
   struct {
     uint32_t h, w, c, k, stride, pad, ho, wo, x_off;
   } pc{u32(h), u32(w), u32(c), u32(k), u32(stride), u32(pad), u32(ho), u32(wo), u32(x_off)};

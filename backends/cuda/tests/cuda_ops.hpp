@@ -10,6 +10,7 @@
 #include "backends/cuda/vision.hpp"
 #include "support/gpu_test.hpp"
 #include "support/op_backend.hpp"
+#include "uocr/vision/token_layout.hpp"
 
 namespace uocr_test {
 
@@ -86,7 +87,7 @@ class CudaOps : public OpBackend {
   std::vector<float> conv2d(const uocr::vision::FeatureMap& x, const uocr::TensorView& w, const uocr::TensorView* b,
                             int stride, int pad) override {
     const int k = int(w.dim(2)), cout = int(w.dim(0));
-    const int ho = (x.h + 2 * pad - k) / stride + 1, wo = (x.w + 2 * pad - k) / stride + 1;
+    const int ho = uocr::conv_output_size(x.h, k, stride, pad), wo = uocr::conv_output_size(x.w, k, stride, pad);
     Vision v(c_);
     const cu::DeviceMatrix dw = cu::VisionOps::matrix(c_, w);
     cu::Buffer db;

@@ -11,6 +11,7 @@
 #include "backends/vulkan/ops.hpp"
 #include "support/op_backend.hpp"
 #include "support/vulkan_env.hpp"
+#include "uocr/vision/token_layout.hpp"
 
 namespace uocr_test {
 
@@ -100,7 +101,7 @@ class VulkanOps : public uocr_test::OpBackend {
   std::vector<float> conv2d(const uocr::vision::FeatureMap& x, const uocr::TensorView& w, const uocr::TensorView* b,
                             int stride, int pad) override {
     const int k = int(w.dim(2)), cout = int(w.dim(0));
-    const int ho = (x.h + 2 * pad - k) / stride + 1, wo = (x.w + 2 * pad - k) / stride + 1;
+    const int ho = uocr::conv_output_size(x.h, k, stride, pad), wo = uocr::conv_output_size(x.w, k, stride, pad);
     const vk::DeviceMatrix dw = vk::upload_matrix(c_, w);
     vk::Buffer db;
     if (b) db = vk::upload_f32(c_, *b);

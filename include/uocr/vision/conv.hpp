@@ -24,6 +24,7 @@
 #include "uocr/core/error.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/weights.hpp"
+#include "uocr/vision/token_layout.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
@@ -114,7 +115,7 @@ inline void conv2d(const FeatureMap& x, const TensorView& weight, const TensorVi
   const int cout = int(weight.dim(0)), k = int(weight.dim(2));
   require(weight.shape.size() == 4 && weight.dim(1) == x.c && weight.dim(3) == k, Status::internal,
           [&] { return "conv2d: weight " + weight.name + " does not fit a " + std::to_string(x.c) + "-channel input"; });
-  const int ho = (x.h + 2 * pad - k) / stride + 1, wo = (x.w + 2 * pad - k) / stride + 1;
+  const int ho = conv_output_size(x.h, k, stride, pad), wo = conv_output_size(x.w, k, stride, pad);
   y.reshape(ho, wo, cout);
   const TensorView wm = conv_as_matrix(weight);
   if (k == 1 && stride == 1 && pad == 0) {  // pointwise: the map already is the GEMM operand

@@ -1,11 +1,15 @@
-// How many visual embeddings the DeepEncoder produces for a page's views: the one formula the
-// prompt builder (number of <image> placeholders) and the encoders (size of their output) share.
+// The DeepEncoder's shape formulas, each written once: the side of a convolution's output (every
+// backend's conv), and how many visual embeddings a page's views produce (the prompt builder's
+// number of <image> placeholders and the encoders' output size).
 #pragma once
 #include <cstddef>
 
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
+
+// Output rows (or columns) of a convolution over `in` of them: square `kernel`, no dilation.
+constexpr int conv_output_size(int in, int kernel, int stride, int pad) { return (in + 2 * pad - kernel) / stride + 1; }
 
 // Tokens per side of a view of `view_size` pixels: 16-pixel patches, then two stride-2 convs
 // (upstream: ceil((view_size // patch) / downsample)).
