@@ -66,15 +66,29 @@ inline void scaled_softmax_inplace(float* s, int64_t n, float scale) {
 
 }  // namespace detail
 
-// Causal self-attention over a prompt of t tokens: q [t, heads·d], k/v [t, kv_heads·d],
-// out [t, heads·d]. Queries go in blocks of `block` rows, so scores take O(block·t) floats per
-// thread instead of O(heads·t²); block × head tasks run in parallel, longest first. `scratch`
-// holds the scores, one slice per thread (cpu::thread_slices; the caller keeps it for the next call).
-inline void causal_attention(const float* q, const float* k, const float* v, int64_t t, const AttentionShape& s,
-                             float* out, std::vector<float>& scratch) {
+// Rows of cached keys and values [rows, kv_heads·d].
+struct KvRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t rows = 0;
+};
+
+// Causal attention of t new tokens that also see earlier rows: q [t, heads·d], k/v [t, kv_heads·d]
+// (the new tokens), out [t, heads·d]. New token i attends to every row of `context` (no mask:
+// those rows precede it) and to new tokens 0..i; page groups prefill a page against the pages
+// they keep with it (Decoder::prefill_segment), and with no context it is a prompt's
+// causal_attention. Queries go in blocks of `block` rows, so scores take O(block·(context + t))
+// floats per thread instead of O(heads·t²); block × head tasks run in parallel, longest first.
+// `scratch` holds the scores, one slice per thread (cpu::thread_slices; the caller keeps it for
+// the next call).
+inline void segment_attention(const float* q, const float* k, const float* v, int64_t t,
+                              const std::vector<KvRows>& context, const AttentionShape& s, float* out,
+                              std::vector<float>& scratch) {
   constexpr int64_t block = 64;
+  int64_t n_ctx = 0;
+  for (const KvRows& c : context) n_ctx += c.rows;
   const int64_t blocks = (t + block - 1) / block;
-  const int64_t qr = s.q_row(), kr = s.kv_row(), per_thread = std::min(block, t) * t;
+  const int64_t qr = s.q_row(), kr = s.kv_row(), per_thread = std::min(block, t) * (n_ctx + t);
   const float scale = 1.0f / std::sqrt(float(s.head_dim));
   float* const slices = cpu::thread_slices(scratch, per_thread);
 #pragma omp parallel
@@ -84,22 +98,43 @@ inline void causal_attention(const float* q, const float* k, const float* v, int
     for (int64_t task = 0; task < blocks * s.heads; ++task) {
       const int64_t b = blocks - 1 - task / s.heads;  // later blocks see more keys: start them first
       const int h = int(task % s.heads), g = s.kv_head_of(h);
-      const int64_t i0 = b * block, rows = std::min(block, t - i0), keys = i0 + rows;
+      const int64_t i0 = b * block, rows = std::min(block, t - i0), keys = i0 + rows, width = n_ctx + keys;
+      const int64_t off = int64_t(g) * s.head_dim;
       detail::ConstHeadRows qm(q + i0 * qr + int64_t(h) * s.head_dim, rows, s.head_dim, Eigen::OuterStride<>(qr));
-      detail::ConstHeadRows km(k + int64_t(g) * s.head_dim, keys, s.head_dim, Eigen::OuterStride<>(kr));
-      detail::ConstHeadRows vm(v + int64_t(g) * s.head_dim, keys, s.head_dim, Eigen::OuterStride<>(kr));
-      cpu::MatrixMap sm(scores, rows, keys);
-      sm.noalias() = qm * km.transpose();
+      cpu::MatrixMap sm(scores, rows, width);
+      int64_t at = 0;
+      for (const KvRows& c : context) {
+        if (c.rows == 0) continue;
+        sm.middleCols(at, c.rows).noalias() =
+            qm * detail::ConstHeadRows(c.k + off, c.rows, s.head_dim, Eigen::OuterStride<>(kr)).transpose();
+        at += c.rows;
+      }
+      detail::ConstHeadRows km(k + off, keys, s.head_dim, Eigen::OuterStride<>(kr));
+      detail::ConstHeadRows vm(v + off, keys, s.head_dim, Eigen::OuterStride<>(kr));
+      sm.middleCols(n_ctx, keys).noalias() = qm * km.transpose();
       for (int64_t r = 0; r < rows; ++r) {
-        float* row = scores + r * keys;
-        const int64_t visible = i0 + r + 1;
+        float* row = scores + r * width;
+        const int64_t visible = n_ctx + i0 + r + 1;
         detail::scaled_softmax_inplace(row, visible, scale);
-        std::fill(row + visible, row + keys, 0.0f);
+        std::fill(row + visible, row + width, 0.0f);
       }
       detail::HeadRows om(out + i0 * qr + int64_t(h) * s.head_dim, rows, s.head_dim, Eigen::OuterStride<>(qr));
-      om.noalias() = sm * vm;
+      om.noalias() = sm.middleCols(n_ctx, keys) * vm;
+      at = 0;
+      for (const KvRows& c : context) {
+        if (c.rows == 0) continue;
+        om.noalias() += sm.middleCols(at, c.rows) * detail::ConstHeadRows(c.v + off, c.rows, s.head_dim, Eigen::OuterStride<>(kr));
+        at += c.rows;
+      }
     }
   }
+}
+
+// Causal self-attention over a prompt of t tokens: q [t, heads·d], k/v [t, kv_heads·d],
+// out [t, heads·d]; segment_attention with no context rows.
+inline void causal_attention(const float* q, const float* k, const float* v, int64_t t, const AttentionShape& s,
+                             float* out, std::vector<float>& scratch) {
+  segment_attention(q, k, v, t, {}, s, out, scratch);
 }
 
 // The same with its own scratch (one-off calls, tests).
@@ -108,13 +143,6 @@ inline void causal_attention(const float* q, const float* k, const float* v, int
   std::vector<float> scratch;
   causal_attention(q, k, v, t, s, out, scratch);
 }
-
-// Rows of cached keys and values [rows, kv_heads·d].
-struct KvRows {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  int64_t rows = 0;
-};
 
 // One query token q [heads·d] over the concatenation of two row sets (the prefill reference and
 // the generated window), all visible: decode needs no mask. `scores` holds heads·(a.rows+b.rows)
@@ -146,60 +174,6 @@ inline void decode_attention(const float* q, const KvRows& a, const KvRows& b, c
       oh.noalias() += detail::ConstHeadRows(p->v + off, p->rows, d, Eigen::OuterStride<>(kr)).transpose() *
                       sh.segment(at, p->rows);
       at += p->rows;
-    }
-  }
-}
-
-// Causal attention of t new tokens that also see earlier rows: q [t, heads·d], k/v [t, kv_heads·d]
-// (the new tokens), out [t, heads·d]. New token i attends to every row of `context` (no mask:
-// those rows precede it) and to new tokens 0..i. With no context this is causal_attention.
-// Page groups prefill a page against the pages they keep with it (Decoder::prefill_segment).
-// `scratch` holds the scores as in causal_attention.
-inline void segment_attention(const float* q, const float* k, const float* v, int64_t t,
-                              const std::vector<KvRows>& context, const AttentionShape& s, float* out,
-                              std::vector<float>& scratch) {
-  constexpr int64_t block = 64;
-  int64_t n_ctx = 0;
-  for (const KvRows& c : context) n_ctx += c.rows;
-  const int64_t blocks = (t + block - 1) / block;
-  const int64_t qr = s.q_row(), kr = s.kv_row(), per_thread = std::min(block, t) * (n_ctx + t);
-  const float scale = 1.0f / std::sqrt(float(s.head_dim));
-  float* const slices = cpu::thread_slices(scratch, per_thread);
-#pragma omp parallel
-  {
-    float* const scores = cpu::thread_slice(slices, per_thread);
-#pragma omp for schedule(dynamic)
-    for (int64_t task = 0; task < blocks * s.heads; ++task) {
-      const int64_t b = blocks - 1 - task / s.heads;
-      const int h = int(task % s.heads), g = s.kv_head_of(h);
-      const int64_t i0 = b * block, rows = std::min(block, t - i0), keys = i0 + rows, width = n_ctx + keys;
-      const int64_t off = int64_t(g) * s.head_dim;
-      detail::ConstHeadRows qm(q + i0 * qr + int64_t(h) * s.head_dim, rows, s.head_dim, Eigen::OuterStride<>(qr));
-      cpu::MatrixMap sm(scores, rows, width);
-      int64_t at = 0;
-      for (const KvRows& c : context) {
-        if (c.rows == 0) continue;
-        sm.middleCols(at, c.rows).noalias() =
-            qm * detail::ConstHeadRows(c.k + off, c.rows, s.head_dim, Eigen::OuterStride<>(kr)).transpose();
-        at += c.rows;
-      }
-      detail::ConstHeadRows km(k + off, keys, s.head_dim, Eigen::OuterStride<>(kr));
-      detail::ConstHeadRows vm(v + off, keys, s.head_dim, Eigen::OuterStride<>(kr));
-      sm.middleCols(n_ctx, keys).noalias() = qm * km.transpose();
-      for (int64_t r = 0; r < rows; ++r) {
-        float* row = scores + r * width;
-        const int64_t visible = n_ctx + i0 + r + 1;
-        detail::scaled_softmax_inplace(row, visible, scale);
-        std::fill(row + visible, row + width, 0.0f);
-      }
-      detail::HeadRows om(out + i0 * qr + int64_t(h) * s.head_dim, rows, s.head_dim, Eigen::OuterStride<>(qr));
-      om.noalias() = sm.middleCols(n_ctx, keys) * vm;
-      at = 0;
-      for (const KvRows& c : context) {
-        if (c.rows == 0) continue;
-        om.noalias() += sm.middleCols(at, c.rows) * detail::ConstHeadRows(c.v + off, c.rows, s.head_dim, Eigen::OuterStride<>(kr));
-        at += c.rows;
-      }
     }
   }
 }
