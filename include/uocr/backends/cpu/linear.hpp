@@ -102,8 +102,9 @@ inline void weight_to_f32(const TensorView& w, int64_t offset, int64_t n, float*
 #ifdef UOCR_CPU_AVX512
 // y[i*ldy + j] = x_i · w_j (· scale[j] when given: int8 rows) for weight rows j in [j0, j1) and
 // M input rows (M <= 4): four weight rows at a time, 16 columns per step, 4·M accumulators; the
-// tail of k goes masked.
-template <int M, class T>
+// tail of k goes masked. Streamed: w is read from memory (prefetched ahead); otherwise it is a
+// small buffer already in L1, with nothing after it worth fetching.
+template <int M, bool Streamed, class T>
 inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, int64_t j1, float* y, int64_t ldy,
                             const float* scale) {
   const int64_t kv = k / 16 * 16;
@@ -121,7 +122,7 @@ inline void rows_dot_avx512(const T* w, const float* x, int64_t k, int64_t j0, i
       for (int i = 0; i < M; ++i) acc[r][i] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 32 <= kv; c += 32) {  // 32 columns: one cache line of each bf16 row
-      if (sizeof(T) != 1 || c % 64 == 0)  // int8: a line holds 64 columns
+      if (Streamed && (sizeof(T) != 1 || c % 64 == 0))  // int8: a line holds 64 columns
         for (int r = 0; r < 4; ++r) {
           const char* p = reinterpret_cast<const char*>(w0 + r * k + c);
           _mm_prefetch(p + near_bytes, _MM_HINT_T0);
@@ -195,10 +196,10 @@ inline void rows_dot(const T* w, const float* x, int64_t m, int64_t k, int64_t j
                      const float* scale) {
 #ifdef UOCR_CPU_AVX512
   switch (m) {
-    case 1: return rows_dot_avx512<1>(w, x, k, j0, j1, y, ldy, scale);
-    case 2: return rows_dot_avx512<2>(w, x, k, j0, j1, y, ldy, scale);
-    case 3: return rows_dot_avx512<3>(w, x, k, j0, j1, y, ldy, scale);
-    case 4: return rows_dot_avx512<4>(w, x, k, j0, j1, y, ldy, scale);
+    case 1: return rows_dot_avx512<1, true>(w, x, k, j0, j1, y, ldy, scale);
+    case 2: return rows_dot_avx512<2, true>(w, x, k, j0, j1, y, ldy, scale);
+    case 3: return rows_dot_avx512<3, true>(w, x, k, j0, j1, y, ldy, scale);
+    case 4: return rows_dot_avx512<4, true>(w, x, k, j0, j1, y, ldy, scale);
     default: break;
   }
 #endif
@@ -241,11 +242,11 @@ inline void small_m_rows(const T* w, const float* x, int64_t m, int64_t n, int64
     float* yb = y + jr;
     const float* sb = scale ? scale + jr : nullptr;
     int64_t i = 0;
-    for (; i + 4 <= m; i += 4) rows_dot_avx512<4>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb);
+    for (; i + 4 <= m; i += 4) rows_dot_avx512<4, false>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb);
     switch (m - i) {
-      case 1: rows_dot_avx512<1>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
-      case 2: rows_dot_avx512<2>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
-      case 3: rows_dot_avx512<3>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
+      case 1: rows_dot_avx512<1, false>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
+      case 2: rows_dot_avx512<2, false>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
+      case 3: rows_dot_avx512<3, false>(wb, x + i * k, k, 0, rows, yb + i * n, n, sb); break;
       default: break;
     }
   }
