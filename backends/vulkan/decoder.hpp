@@ -109,7 +109,7 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder, VulkanKvCache> {
 
   VulkanDecoder(Context& ctx, const DecoderConfig& config, const DecoderWeights& weights,
                 std::shared_ptr<const DecoderDeviceWeights> device_weights = nullptr)
-      : DeviceDecoder(config, weights), ctx_(ctx), w_(weights), rope_(config.head_dim, config.rope_theta),
+      : DeviceDecoder(config, weights), ctx_(ctx), rope_(config.head_dim, config.rope_theta),
         d_(device_weights ? std::move(device_weights) : DecoderDeviceWeights::upload(ctx, weights)),
         dims_{config.heads, config.kv_heads, config.head_dim},
         device_sparse_(ctx) {
@@ -437,7 +437,6 @@ class VulkanDecoder : public DeviceDecoder<VulkanDecoder, VulkanKvCache> {
   }
 
   Context& ctx_;
-  const DecoderWeights& w_;
   Rope rope_;     // the CPU's RoPE angles (load_rope)
   std::shared_ptr<const DecoderDeviceWeights> d_;
   ops::AttentionDims dims_;
