@@ -388,7 +388,7 @@ struct LinearJob {
 
 inline void linear_batch(const LinearJob* jobs, size_t count, Precision precision = Precision::f32) {
   constexpr int64_t block = 64;
-  auto batched = [precision](const LinearJob& jb) {
+  auto batched = [&](const LinearJob& jb) {
 #ifdef UOCR_CPU_AVX512
     if (jb.m > 4 && jb.m <= kSmallGemmRows)
       return precision == Precision::f32 && (jb.w->dtype == DType::bf16 || jb.w->dtype == DType::i8);
