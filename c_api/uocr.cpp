@@ -175,6 +175,7 @@ struct uocr_engine {
 struct uocr_page {
   uint32_t magic = kPageMagic;
   const uocr::DecodeLimits* limits = nullptr;
+  const uocr::Deadline* deadline = nullptr;  // the run's
   uocr::ImageU8 image;
   bool set = false;
   uocr_status error = UOCR_OK;  // of the last uocr_page_set_* call, when it failed
@@ -592,13 +593,14 @@ uocr_run_summary to_c(const uocr::RunSummary& s, const uocr::SessionStats& st) {
 
 // A page callback's pages (uocr::CallbackPages) with the drafts the callback set, kept for the
 // pages around the current one only (a session asks for the current page's and the next one's).
+// The pages the callback sets are decoded until the run's deadline.
 class CallbackDrafts final : public uocr::PageSource {
  public:
-  using Pull = std::function<bool(int64_t index, uocr::ImageU8& page, std::string& draft)>;
+  using Pull = std::function<bool(int64_t index, const uocr::Deadline& deadline, uocr::ImageU8& page, std::string& draft)>;
   CallbackDrafts(int64_t count, Pull pull)
       : pages_(count, [this, pull = std::move(pull)](int64_t index, uocr::ImageU8& page) {
           std::string draft;
-          const bool ok = pull(index, page, draft);
+          const bool ok = pull(index, deadline_, page, draft);
           if (!draft.empty()) drafts_[index] = std::move(draft);
           return ok;
         }) {}
@@ -611,9 +613,11 @@ class CallbackDrafts final : public uocr::PageSource {
     const auto it = drafts_.find(page);
     return it == drafts_.end() ? std::string() : it->second;
   }
+  void set_deadline(const uocr::Deadline& deadline) override { deadline_ = deadline; }
 
  private:
   mutable std::map<int64_t, std::string> drafts_;
+  uocr::Deadline deadline_;
   uocr::CallbackPages pages_;
 };
 
@@ -624,15 +628,15 @@ void add_page(uocr_session* s, uocr::ImageU8 image) {
 
 // A page from an image file, from encoded bytes, or from raw RGB rows, checked as the header
 // promises (the same for pages added to a session and pages set in a page callback).
-uocr::ImageU8 file_image(const char* path, const uocr::DecodeLimits& limits) {
+uocr::ImageU8 file_image(const char* path, const uocr::DecodeLimits& limits, const uocr::Deadline& deadline = {}) {
   if (path == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image path is NULL");
-  return uocr::load_image(path, limits);
+  return uocr::load_image(path, limits, deadline);
 }
 
-uocr::ImageU8 encoded_image(const void* data, size_t size, const uocr::DecodeLimits& limits) {
+uocr::ImageU8 encoded_image(const void* data, size_t size, const uocr::DecodeLimits& limits, const uocr::Deadline& deadline = {}) {
   if (data == nullptr) fail(UOCR_E_INVALID_ARGUMENT, "image data is NULL");
   if (size == 0) fail(UOCR_E_INVALID_IMAGE, "cannot decode image: 0 bytes");
-  return uocr::decode_image(static_cast<const uint8_t*>(data), size, limits);
+  return uocr::decode_image(static_cast<const uint8_t*>(data), size, limits, deadline);
 }
 
 uocr::ImageU8 rgb_image(const uint8_t* rgb, int32_t width, int32_t height, size_t stride, const uocr::DecodeLimits& limits) {
@@ -1108,11 +1112,11 @@ UOCR_API uocr_status uocr_session_run(uocr_session* session, uocr_event_callback
 }
 
 UOCR_API uocr_status uocr_page_set_file(uocr_page* page, const char* path) {
-  return set_page(page, "loading a page image", [&] { return file_image(path, *page->limits); });
+  return set_page(page, "loading a page image", [&] { return file_image(path, *page->limits, *page->deadline); });
 }
 
 UOCR_API uocr_status uocr_page_set_encoded(uocr_page* page, const void* data, size_t size) {
-  return set_page(page, "decoding a page image", [&] { return encoded_image(data, size, *page->limits); });
+  return set_page(page, "decoding a page image", [&] { return encoded_image(data, size, *page->limits, *page->deadline); });
 }
 
 UOCR_API uocr_status uocr_page_set_rgb(uocr_page* page, const uint8_t* rgb, int32_t width, int32_t height, size_t stride) {
@@ -1138,9 +1142,10 @@ UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_
     if (page_count < 1 || page_count > INT32_MAX)
       fail(UOCR_E_INVALID_ARGUMENT, "page_count must be in [1, " + std::to_string(INT32_MAX) + "], got " + std::to_string(page_count));
     const uocr::DecodeLimits limits = session->limits;
-    CallbackDrafts source(page_count, [&](int64_t index, uocr::ImageU8& out, std::string& draft) {
+    CallbackDrafts source(page_count, [&](int64_t index, const uocr::Deadline& deadline, uocr::ImageU8& out, std::string& draft) {
       uocr_page page;
       page.limits = &limits;
+      page.deadline = &deadline;
       register_handle(&page, kPageMagic);
       int32_t rc;
       try {
@@ -1154,6 +1159,7 @@ UOCR_API uocr_status uocr_session_run_pages(uocr_session* session, int64_t page_
       if (rc != 0)
         fail(UOCR_E_CANCELLED, "the page callback returned " + std::to_string(rc) + " for page " + std::to_string(index));
       if (!page.set) {
+        if (page.error == UOCR_E_CANCELLED) deadline.check("decoding page " + std::to_string(index));  // the run's time is up
         if (page.error != UOCR_OK) fail(page.error, "page " + std::to_string(index) + ": " + page.message);
         fail(UOCR_E_INVALID_ARGUMENT, "the page callback set no page for page " + std::to_string(index) +
                                           " (call uocr_page_set_file, _encoded or _rgb)");

@@ -256,8 +256,9 @@ typedef struct uocr_session_params {
     uint64_t max_image_bytes;  /* width x height x channels x bytes per sample as the file stores them
                                 * (16-bit: 2, HDR: 4), also the largest image file read; 0: 2^30 (1 GiB) */
     int32_t max_jpeg_scans;    /* scans of one JPEG (a progressive scan is a pass over the image); 0: 100 */
-    /* API 10: the time a run may take per page of its document: encoding, prefill and generation.
-     * A run of N pages stops between two tokens once it has taken N times this, with stop_reason
+    /* API 10: the time a run may take per page of its document: decoding, encoding, prefill and
+     * generation. A run of N pages stops once it has taken N times this, between two tokens or
+     * while a page is prepared (a page callback's image decoded, a page encoded), with stop_reason
      * UOCR_STOP_TIME_BUDGET (status OK): the text so far and the last checkpoint are kept, and a
      * resumed run gets the budget afresh. 0 (default): none; negative or not finite: INVALID_ARGUMENT. */
     double page_time_budget_seconds;
@@ -552,7 +553,8 @@ typedef int32_t (*uocr_page_callback)(int64_t index, uocr_page * page, void * us
  * functions do (same formats, decode limit, errors). The data is decoded or copied before the call
  * returns. A second call replaces the page. Errors: INVALID_HANDLE (not a live page: outside its
  * callback), INVALID_ARGUMENT, IO, INVALID_IMAGE, OUT_OF_MEMORY; the run then fails with the same
- * status unless a later call sets the page. */
+ * status unless a later call sets the page. CANCELLED: the run's page_time_budget_seconds ran out
+ * before or while the file or bytes were decoded; the run then stops with UOCR_STOP_TIME_BUDGET. */
 UOCR_API uocr_status uocr_page_set_file(uocr_page * page, const char * path);
 UOCR_API uocr_status uocr_page_set_encoded(uocr_page * page, const void * data, size_t size);
 UOCR_API uocr_status uocr_page_set_rgb(uocr_page * page, const uint8_t * rgb, int32_t width, int32_t height,

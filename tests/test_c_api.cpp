@@ -1172,7 +1172,7 @@ TEST_CASE("c_api: a page image too large to allocate is UOCR_E_OUT_OF_MEMORY nam
   uocr_session_free(s);
 }
 
-TEST_CASE("c_api: the time budget per page (API 10) stops a run between two tokens, and older structs have none") {
+TEST_CASE("c_api: the time budget per page (API 10) stops a run between two tokens or while its pages are prepared, and older structs have none") {
   uocr_session_params sp;
   uocr_session_params_init(&sp);
   CHECK(sp.page_time_budget_seconds == 0);
@@ -1192,13 +1192,37 @@ TEST_CASE("c_api: the time budget per page (API 10) stops a run between two toke
     uocr_session_free(s);
     return text;
   };
-  // Spent before the first token is fed back: the run stops after one, its text kept.
+  // Spent before the first page is ready: the run stops before its first token (status OK).
   sp.page_time_budget_seconds = 1e-9;
   sp.max_new_tokens = 40;
   uocr_run_summary sum;
   const std::string cut = run(sp, sum);
   CHECK(sum.stop_reason == UOCR_STOP_TIME_BUDGET);
-  CHECK(sum.generated_tokens == 1);
+  CHECK(sum.generated_tokens == 0);
+  CHECK(cut.empty());
+
+  // A page callback whose image comes after the budget: the image is not decoded (the page's
+  // uocr_page_set_file says why) and the run stops as above instead of failing.
+  sp.page_time_budget_seconds = 0.1;
+  REQUIRE(uocr_session_create(shared_model(), &sp, &s) == UOCR_OK);
+  struct Late {
+    std::string path, said;
+    uocr_status status = UOCR_OK;
+  } late{page_path(), "", UOCR_OK};
+  auto late_page = [](int64_t, uocr_page* page, void* user) -> int32_t {
+    Late& l = *static_cast<Late*>(user);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    l.status = uocr_page_set_file(page, l.path.c_str());
+    l.said = uocr_last_error();
+    return 0;
+  };
+  uocr_run_summary_init(&sum);
+  CHECK(uocr_session_run_pages(s, 1, late_page, &late, nullptr, nullptr, &sum) == UOCR_OK);
+  CHECK(late.status == UOCR_E_CANCELLED);
+  CHECK(contains(late.said, "ran past the run's time budget"));
+  CHECK(sum.stop_reason == UOCR_STOP_TIME_BUDGET);
+  CHECK(sum.generated_tokens == 0);
+  uocr_session_free(s);
   // A budget the run stays within changes nothing.
   sp.page_time_budget_seconds = 3600;
   const std::string whole = run(sp, sum);

@@ -821,19 +821,25 @@ TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temp
   }
 }
 
-TEST_CASE("uocr run --page-time-budget stops the run between two tokens, keeps the checkpoint, and --resume finishes it") {
+// (The library's side, a stop between two tokens or at a late page resumed exactly: test_resume.cpp.)
+TEST_CASE("uocr run --page-time-budget: spent before the first page is ready, the run stops with no token and says there is no checkpoint") {
   const std::string page = uocr_test::golden("page.png");
   const std::string ck = tmp("budget.ckpt"), cut = tmp("budget_cut.md"), whole = tmp("budget_whole.md");
+  fs::remove(ck);
   const std::string run = "run --model '" + tiny() + "' --max-tokens 24 --format raw --checkpoint '" + ck + "' ";
   const Run r = run_cli(run + "--page-time-budget 0.000001 -o '" + cut + "' '" + page + "' '" + page + "'");
   INFO(r.output);
   CHECK(r.status == 124);
-  CHECK(r.output.find("stopped: time_budget after 1 tokens") != std::string::npos);
-  CHECK(fs::exists(ck));
-  const Run resumed = run_cli(run + "--resume -o '" + cut + "' '" + page + "' '" + page + "'");
-  INFO(resumed.output);
-  CHECK(resumed.status == 3);  // --max-tokens, as an uninterrupted run
+  CHECK(r.output.find("stopped: time_budget after 0 tokens") != std::string::npos);
+  CHECK(r.output.find("no checkpoint was written") != std::string::npos);
   CHECK_FALSE(fs::exists(ck));
+  CHECK(uocr_test::read_file(cut) == "\n");  // no text: the line end every transcript gets
+  const Run resumed = run_cli(run + "--resume -o '" + cut + "' '" + page + "' '" + page + "'");
+  CHECK(resumed.status == 2);
+  CHECK(resumed.output.find("there is no checkpoint") != std::string::npos);
+  // A budget the run stays within changes nothing.
+  const Run within = run_cli(run + "--page-time-budget 3600 -o '" + cut + "' '" + page + "' '" + page + "'");
+  CHECK(within.status == 3);  // --max-tokens
   const Run plain = run_cli("run --model '" + tiny() + "' --max-tokens 24 --format raw -o '" + whole + "' '" + page + "' '" + page + "'");
   CHECK(plain.status == 3);
   CHECK(uocr_test::read_file(cut) == uocr_test::read_file(whole));

@@ -797,7 +797,108 @@ TEST_CASE("JPEG scans are limited: a progressive file repeating a scan fails fas
   const std::vector<uint8_t> few = repeat_last_scan(prog, 3);
   CHECK(uocr::decode_image(few.data(), few.size()).width == want.width);
 }
+
+namespace {
+
+// A `side` x `side` progressive JPEG of a noisy gradient, encoded by libjpeg.
+std::vector<uint8_t> progressive_jpeg(int side) {
+  jpeg_compress_struct c{};
+  jpeg_error_mgr err{};
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&c, &buf, &size);
+  c.image_width = JDIMENSION(side);
+  c.image_height = JDIMENSION(side);
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_simple_progression(&c);
+  jpeg_start_compress(&c, TRUE);
+  std::vector<uint8_t> row(size_t(side) * 3);
+  uint32_t noise = 1;
+  for (int y = 0; y < side; ++y) {
+    for (int x = 0; x < side * 3; ++x) {
+      noise = noise * 1664525u + 1013904223u;
+      row[size_t(x)] = uint8_t((x / 3 + y) / 16 + (noise >> 27));
+    }
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&c, &r, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  std::vector<uint8_t> out(buf, buf + size);
+  std::free(buf);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a JPEG's decoding stops between two rows of a scan once its deadline passes") {
+  const std::vector<uint8_t> jpeg = repeat_last_scan(progressive_jpeg(1024), 40);
+  int scans = 0;
+  for (const auto& s : jpeg_segments(jpeg)) scans += jpeg[s.first + 1] == 0xDA;
+  const double whole = seconds_of([&] { CHECK(uocr::decode_image(jpeg.data(), jpeg.size()).width == 1024); });
+  INFO("a whole decode: " << whole << " s, " << scans << " scans");
+
+  // Given a tenth of that, the decode stops inside libjpeg, scans before its last.
+  uocr::Deadline deadline = uocr::Deadline::after(std::chrono::steady_clock::now(), whole / 10);
+  std::string msg;
+  const double cut = seconds_of([&] {
+    try {
+      uocr::decode_image(jpeg.data(), jpeg.size(), {}, deadline);
+    } catch (const uocr::DeadlinePassed& e) {
+      msg = e.what();
+    }
+  });
+  INFO(msg);
+  REQUIRE(msg.find("of a JPEG ran past the run's time budget") != std::string::npos);
+  const int stopped_at = std::atoi(msg.c_str() + msg.find("scan ") + 5);
+  CHECK(stopped_at >= 1);
+  CHECK(stopped_at < scans);
+  CHECK(cut < whole / 2);
+  // A deadline that has passed: nothing is decoded, and load_image passes the stop on as it is.
+  deadline = uocr::Deadline::after(std::chrono::steady_clock::now() - std::chrono::seconds(1), 0.5);
+  CHECK_THROWS_AS(uocr::decode_image(jpeg.data(), jpeg.size(), {}, deadline), uocr::DeadlinePassed);
+}
+
+TEST_CASE("JPEG scans counted without decoding (the budget of builds where stb decodes JPEG) agree with the file's segments") {
+  auto segment_scans = [](const std::vector<uint8_t>& j) {
+    int64_t n = 0;
+    for (const auto& s : jpeg_segments(j)) n += j[s.first + 1] == 0xDA;
+    return n;
+  };
+  const std::vector<uint8_t> prog = read_bytes(data_dir() + "jprog_35x27.jpg");
+  const std::vector<uint8_t> big = progressive_jpeg(64);
+  for (const std::vector<uint8_t>* j : {&prog, &big}) {
+    const int64_t n = segment_scans(*j);
+    REQUIRE(n > 2);
+    CHECK(uocr::detail::jpeg_scan_count(j->data(), j->size()) == n);
+    const std::vector<uint8_t> bomb = repeat_last_scan(*j, 5000);
+    CHECK(uocr::detail::jpeg_scan_count(bomb.data(), bomb.size()) == n + 5000);
+    // Data after the end of the image is not read; a cut-off file counts the scans it has begun.
+    std::vector<uint8_t> trailer = *j;
+    for (int i = 0; i < 3; ++i) trailer.insert(trailer.end(), {0xFF, 0xDA, 0x00, 0x02});
+    CHECK(uocr::detail::jpeg_scan_count(trailer.data(), trailer.size()) == n);
+    const auto seg = jpeg_segments(*j);
+    CHECK(uocr::detail::jpeg_scan_count(j->data(), seg[seg.size() - 2].first + 10) == n);
+  }
+  const std::vector<uint8_t> baseline = read_bytes(data_dir() + "j420_33x17.jpg");
+  CHECK(uocr::detail::jpeg_scan_count(baseline.data(), baseline.size()) == 1);
+}
 #endif
+
+TEST_CASE("other formats check the deadline before and after stb decodes them; none is no limit") {
+  const std::string png = uocr_test::golden("page.png");
+  uocr::Deadline deadline = uocr::Deadline::after(std::chrono::steady_clock::now() - std::chrono::seconds(1), 0.5);
+  CHECK(deadline.passed());
+  CHECK_THROWS_AS(uocr::load_image(png, {}, deadline), uocr::DeadlinePassed);
+  CHECK(uocr::Deadline::after(std::chrono::steady_clock::now(), 0).none());
+  CHECK(uocr::Deadline::after(std::chrono::steady_clock::now(), 1e300).none());
+  deadline = uocr::Deadline::after(std::chrono::steady_clock::now(), 3600);
+  CHECK(uocr::load_image(png, {}, deadline).width > 0);
+}
 
 TEST_CASE("image files: only a regular file of at most max_bytes is read; directories, FIFOs and devices fail at once") {
   namespace fs = std::filesystem;

@@ -198,6 +198,89 @@ TEST_CASE("a run cancelled mid-document resumes from its checkpoint exactly as i
   }
 }
 
+namespace {
+
+// Image files of which page `late` (from 0) arrives only once the run's deadline has passed (a
+// slow upload, a slow renderer); the deadline reaches the files' own decoding too.
+class LatePages final : public uocr::PageSource {
+ public:
+  LatePages(std::vector<std::string> files, int64_t late) : files_(std::move(files)), late_(late) {}
+  int64_t count() const override { return files_.count(); }
+  bool next(uocr::ImageU8& page) override {
+    if (pulled_++ == late_) {
+      REQUIRE_FALSE(deadline_.none());
+      std::this_thread::sleep_until(deadline_.at + std::chrono::milliseconds(1));
+    }
+    return files_.next(page);
+  }
+  void skip(int64_t n) override {
+    pulled_ += n;
+    files_.skip(n);
+  }
+  std::string identity() const override { return files_.identity(); }
+  void set_deadline(const uocr::Deadline& deadline) override {
+    deadline_ = deadline;
+    files_.set_deadline(deadline);
+  }
+
+ private:
+  uocr::FilePages files_;
+  int64_t late_, pulled_ = 0;
+  uocr::Deadline deadline_;
+};
+
+}  // namespace
+
+TEST_CASE("the time budget stops a page that comes late before the next token; the run resumes exactly") {
+  Recorded full;
+  uocr::Session ref(tiny_model(), resume_params(), resume_groups());
+  uocr::FilePages ref_pages(page_files());
+  REQUIRE(ref.run(ref_pages, recorder(full)).generated_tokens == 40);
+
+  // Page 3, pulled by the slide at the boundary after token 8, comes after the budget (3 s a page,
+  // 9 s for the run, which takes well under a second until then even on a loaded machine): the
+  // run stops there, without encoding it or generating the next token.
+  const std::string ck = tmp("late.ckpt");
+  fs::remove(ck);
+  uocr::CheckpointOptions opt;
+  opt.path = ck;
+  opt.every_tokens = 5;
+  uocr::SessionParams budget = resume_params();
+  budget.page_time_budget_seconds = 3;
+  Recorded cut;
+  uocr::Session first(tiny_model(), budget, resume_groups());
+  LatePages late(page_files(), 2);
+  const uocr::RunSummary b = first.run(late, recorder(cut), opt);
+  CHECK(b.stop == uocr::StopReason::time_budget);
+  CHECK(b.generated_tokens == 8);
+  CHECK(first.stats().pages_encoded == 2);
+  CHECK(cut.tokens == std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 8));
+  REQUIRE(fs::exists(ck));
+
+  // Resumed from the checkpoint of token 5: the tokens of the uninterrupted run.
+  opt.resume = true;
+  Recorded rest;
+  uocr::Session second(tiny_model(), resume_params(), resume_groups());
+  uocr::FilePages pages(page_files());
+  const uocr::RunSummary c = second.run(pages, recorder(rest), opt);
+  CHECK(second.stats().resumed_at_token == 5);
+  CHECK(uocr::stop_reason_name(c.stop) == std::string("max_tokens"));
+  CHECK(c.generated_tokens == 40);
+  CHECK(rest.tokens == std::vector<int32_t>(full.tokens.begin() + 5, full.tokens.end()));
+  fs::remove(ck);
+
+  // The first page late: the run stops before its first token and writes no checkpoint.
+  budget.page_time_budget_seconds = 0.2;
+  opt.resume = false;
+  uocr::Session third(tiny_model(), budget, resume_groups());
+  LatePages first_late(page_files(), 0);
+  const uocr::RunSummary d = third.run(first_late, {}, opt);
+  CHECK(d.stop == uocr::StopReason::time_budget);
+  CHECK(d.generated_tokens == 0);
+  CHECK(third.stats().pages_encoded == 0);
+  CHECK_FALSE(fs::exists(ck));
+}
+
 TEST_CASE("in bf16 precision a cancelled run resumes exactly, and its checkpoint is not resumed in f32") {
   uocr::SessionParams bf16 = resume_params();
   bf16.precision = uocr::Precision::bf16;

@@ -422,8 +422,9 @@ namespace Uocr
         public ulong MaxImagePixels = 0;     // width x height (0: 100000000)
         public ulong MaxImageBytes = 0;      // width x height x channels x bytes per sample as the file stores them, and the file (0: 2^30)
         public int MaxJpegScans = 0;         // scans of one JPEG (0: 100; negative is refused)
-        // Seconds a run may take per page of its document: it stops between two tokens with
-        // StopReason.TimeBudget, the text so far and the last checkpoint kept (0: none).
+        // Seconds a run may take per page of its document: it stops between two tokens or while a
+        // page is prepared, with StopReason.TimeBudget, the text so far and the last checkpoint
+        // kept (0: none).
         public double PageTimeBudgetSeconds = 0;
         public Precision? Precision;         // null: the library's (F32)
         // Verify the pages' draft texts (SetPageDraft, Page.WithDraft) where there are any: the

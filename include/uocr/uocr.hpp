@@ -19,6 +19,7 @@
 // uocr/backends/vulkan.hpp / cuda.hpp yourself.
 #pragma once
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/engine/open.hpp"
 #include "uocr/image/image.hpp"

@@ -55,12 +55,12 @@ with uocr.Model(model_dir) as model:
         check(s.run().generated_tokens > 0, "slide_kv recompute runs")
     # API 9: the decode budget reaches the library (a page over max_image_bytes is refused, naming it).
     expect_error(lambda: model.session(max_jpeg_scans=-1), uocr.E_INVALID_ARGUMENT, "bad max_jpeg_scans")
-    # API 10: the time budget per page stops the run between two tokens, with its stop reason.
+    # API 10: the time budget per page, spent before the page is ready, stops the run before its first token.
     expect_error(lambda: model.session(page_time_budget_seconds=-1.0), uocr.E_INVALID_ARGUMENT, "bad page_time_budget_seconds")
     with model.session(max_new_tokens=8, page_time_budget_seconds=1e-9) as s:
         s.add_image_file(image)
         summary = s.run()
-        check(summary.stop_reason == uocr.STOP_TIME_BUDGET and summary.generated_tokens == 1, "time budget stops the run")
+        check(summary.stop_reason == uocr.STOP_TIME_BUDGET and summary.generated_tokens == 0, "time budget stops the run")
         check(uocr.stop_reason_name(summary.stop_reason) == "time_budget", "time budget's stop reason name")
     # API 11/12: f32 by default, bf16 on request; the summary says which ran (f32 also where the
     # CPU has no bf16 dot products).

@@ -171,6 +171,7 @@ class NextPageOf final : public uocr::PageSource {
   bool next(uocr::ImageU8& page) override { return source_.next(page); }
   std::string identity() const override { return source_.identity() + "#" + std::to_string(index_); }
   std::string draft_text(int64_t page) const override { return page == 0 ? source_.draft_text(index_) : std::string(); }
+  void set_deadline(const uocr::Deadline& deadline) override { source_.set_deadline(deadline); }
 
  private:
   uocr::PageSource& source_;
@@ -360,6 +361,8 @@ inline int cmd_run(const Args& args) {
                  (long long)sum.generated_tokens);
   else if (sum.empty)
     std::fprintf(stderr, "uocr: the model produced no text\n");
+  if (resumable && !ck.path.empty() && !std::filesystem::exists(ck.path))
+    std::fprintf(stderr, "uocr: no checkpoint was written (the run stopped before its first page was ready): run it again without --resume\n");
   return exit_code_for(sum);
 }
 

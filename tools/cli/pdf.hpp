@@ -34,6 +34,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/image/image.hpp"
 #include "uocr/io/read_file.hpp"
@@ -104,9 +105,10 @@ struct ToolRun {
 
 // Runs poppler tool argv[0] from PATH, without a shell, under HoldSignals (which the caller
 // holds) and a time budget (seconds; 0: none). Its group is killed when it overruns the budget
-// (the run comes back timed_out) or a held signal arrives (throws Interrupted), and before it is
-// reaped in any case. A missing tool is Status::unsupported.
-inline ToolRun run_tool(const std::vector<std::string>& argv, int timeout_s, const std::string& pdf) {
+// (the run comes back timed_out), when the run's deadline passes (throws DeadlinePassed) or a
+// held signal arrives (throws Interrupted), and before it is reaped in any case. A missing tool
+// is Status::unsupported.
+inline ToolRun run_tool(const std::vector<std::string>& argv, int timeout_s, const std::string& pdf, const uocr::Deadline& run_deadline = {}) {
   using clock = std::chrono::steady_clock;
   constexpr size_t kOutMax = size_t(1) << 20, kErrMax = 4096;  // pdfinfo's answer fits; stderr: its end
   std::vector<char*> cargv;
@@ -198,6 +200,10 @@ inline ToolRun run_tool(const std::vector<std::string>& argv, int timeout_s, con
       r.timed_out = true;
       return r;
     }
+    if (run_deadline.passed()) {
+      stop();
+      throw uocr::DeadlinePassed(pdf + ": " + argv[0]);
+    }
     // Signals interrupt poll(); the slice bounds the wait for one that lands just before it.
     // With both pipes closed only the exit is awaited: a short slice, so a finished tool costs
     // no idle wait.
@@ -265,7 +271,7 @@ class PdfPages final : public uocr::PageSource {
     const int64_t number = ++next_;  // poppler counts pages from 1
     const std::string n = std::to_string(number), at = "page " + n;
     HoldSignals hold;
-    const ToolRun box = run_tool({"pdfinfo", "-box", "-f", n, "-l", n, path_}, timeout_s_, path_);
+    const ToolRun box = run_tool({"pdfinfo", "-box", "-f", n, "-l", n, path_}, timeout_s_, path_, deadline_);
     check(box, "pdfinfo", "reading the size of " + at);
     double x0, y0, x1, y1;
     const bool found = last_line(box.out, [&](const char* line) {
@@ -285,9 +291,9 @@ class PdfPages final : public uocr::PageSource {
     RenderFolder folder;
     const std::string prefix = folder.path + "/page";
     const ToolRun render = run_tool({"pdftoppm", "-f", n, "-l", n, "-singlefile", "-r", std::to_string(dpi_), "-png", path_, prefix},
-                                    timeout_s_, path_);
+                                    timeout_s_, path_, deadline_);
     check(render, "pdftoppm", "rendering " + at + " at " + std::to_string(dpi_) + " dpi");
-    page = uocr::load_image(prefix + ".png", limits_);
+    page = uocr::load_image(prefix + ".png", limits_, deadline_);
     // Rotation (/Rotate 90 or 270) swaps the sides; pdftoppm rounds each side up.
     auto near = [](double a, int b) { return std::abs(a - b) <= 2; };
     const bool fits = (near(w_px, page.width) && near(h_px, page.height)) || (near(h_px, page.width) && near(w_px, page.height));
@@ -299,6 +305,7 @@ class PdfPages final : public uocr::PageSource {
     return true;
   }
   void skip(int64_t n) override { next_ = std::min(count_, next_ + n); }
+  void set_deadline(const uocr::Deadline& deadline) override { deadline_ = deadline; }
   // The page's text layer (pdftotext): "" for a page without one, or when poppler cannot read
   // it (the draft only saves passes; the page's rendering reports what is wrong with it). Read
   // kTextPages pages per poppler run and kept until a page outside them is asked for.
@@ -366,6 +373,7 @@ class PdfPages final : public uocr::PageSource {
   std::string path_;
   int dpi_;
   uocr::DecodeLimits limits_;  // of each rendered page
+  uocr::Deadline deadline_;     // the run's
   int timeout_s_;
   int64_t count_ = 0, next_ = 0;
   static constexpr int64_t kTextPages = 16;

@@ -143,6 +143,7 @@ class StoppablePages final : public uocr::PageSource {
   }
   void skip(int64_t n) override { pages_->skip(n); }
   std::string identity() const override { return pages_->identity(); }
+  void set_deadline(const uocr::Deadline& deadline) override { pages_->set_deadline(deadline); }
 
  private:
   std::unique_ptr<uocr::PageSource> pages_;

@@ -767,7 +767,8 @@ pub struct SessionParams {
     /// Scans of one JPEG (API 9); 0: 100; a negative value is refused.
     pub max_jpeg_scans: i32,
     /// Seconds a run may take per page of its document (API 10): it stops between two tokens
-    /// with `stop::TIME_BUDGET`, the text so far and the last checkpoint kept; 0: none.
+    /// or while a page is prepared, with `stop::TIME_BUDGET`, the text so far and the last
+    /// checkpoint kept; 0: none.
     pub page_time_budget_seconds: f64,
     pub precision: Precision,
     /// true (default): verify the pages' draft texts (`Session::set_page_draft`,

@@ -30,9 +30,11 @@
 #include <string>
 #include <vector>
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/image/bmp_palette.hpp"
 #include "uocr/image/exif.hpp"
+#include "uocr/image/jpeg_markers.hpp"
 #include "uocr/image/png_palette.hpp"
 #include "uocr/io/read_file.hpp"
 #include "uocr/version.hpp"
@@ -63,8 +65,8 @@ struct DecodeLimits {
   uint64_t max_bytes = uint64_t(1) << 30;   // width x height x channels x bytes per sample, as the file
                                             // stores them (16-bit PNG: 2 bytes, HDR: 4); also the largest
                                             // image file load_image reads
-  // Scans of one JPEG (libjpeg builds): a progressive scan passes over the whole image, and a file
-  // can repeat one for a few bytes a copy. libjpeg's progressive script writes 10 scans; the
+  // Scans of one JPEG: a progressive scan passes over the whole image, and a file can repeat one
+  // for a few bytes a copy. libjpeg's progressive script writes 10 scans; the
   // limit leaves ten times that.
   int max_jpeg_scans = 100;
 };
@@ -248,25 +250,42 @@ inline ImageHeader stb_header(const uint8_t* data, int len) {
 
 // Decodes an encoded image held in memory. Throws Error(invalid_image) for empty, truncated,
 // corrupt or unsupported data and for images over `limits` (the size is checked from the header,
-// before any pixel memory is allocated; JPEG scans as they are read).
-inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits& limits = {}) {
+// before any pixel memory is allocated; JPEG scans as they are read). Past `deadline` (a session
+// hands its time budget's end to its page source) it throws DeadlinePassed: libjpeg stops between
+// two rows of a scan; other formats are checked before and after stb decodes them, which the byte
+// and pixel budgets bound to seconds (docs/RELIABILITY.md).
+inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits& limits = {}, const Deadline& deadline = {}) {
   require(data != nullptr && size > 0, Status::invalid_image, "cannot decode image: no data");
+  deadline.check("decoding an image");
 #ifdef UOCR_HAVE_LIBJPEG
   if (detail::is_jpeg(data, size)) {
     detail::JpegDecoder jpeg;
     jpeg.read_header(data, size);
     check_decode_budget({jpeg.width(), jpeg.height(), jpeg.components(), 1}, limits);
     ImageU8 im = make_image(jpeg.width(), jpeg.height());
-    jpeg.read_rgb(im.rgb.data(), limits.max_jpeg_scans);
+    jpeg.read_rgb(im.rgb.data(), limits.max_jpeg_scans, deadline);
     return apply_exif_orientation(im, exif_orientation(data, size));
   }
+#endif
   // stb_image skips 0xFF fill bytes before a JPEG's start marker, Pillow does not: such data is
   // no image Pillow opens, and stb's JPEG decoder (which reads past a Huffman table on some of
   // them) must not see it in a build that decodes JPEG with libjpeg.
   size_t fill = 0;
   while (fill < size && data[fill] == 0xFF) ++fill;
-  require(fill == 0 || fill == size || data[fill] != 0xD8, Status::invalid_image,
+  const bool jpeg_after_fill = fill > 0 && fill < size && data[fill] == 0xD8;
+#ifdef UOCR_HAVE_LIBJPEG
+  require(!jpeg_after_fill, Status::invalid_image,
           "cannot decode image: 0xFF bytes before a JPEG start marker (not a JPEG file Pillow reads)");
+#else
+  // stb_image has no scan limit of its own: the scans are counted before it decodes any.
+  if (jpeg_after_fill) {
+    const int64_t scans = detail::jpeg_scan_count(data + fill - 1, size - (fill - 1));
+    require(scans <= limits.max_jpeg_scans, Status::invalid_image, [&] {
+      return "cannot decode image: JPEG has " + std::to_string(scans) + " scans, more than the limit of " +
+             std::to_string(limits.max_jpeg_scans) +
+             " (raise it with DecodeLimits::max_jpeg_scans, the C ABI's max_jpeg_scans or uocr --max-jpeg-scans)";
+    });
+  }
 #endif
   std::vector<uint8_t> padded = detail::png_with_full_palettes(data, size);
   if (padded.empty()) padded = detail::bmp_with_pillow_palette(data, size);
@@ -302,13 +321,14 @@ inline ImageU8 decode_image(const uint8_t* data, size_t size, const DecodeLimits
     im = make_image(w, h);
     detail::to_rgb(px.get(), n, im);
   }
+  deadline.check("decoding an image");
   return apply_exif_orientation(im, exif_orientation(data, size));
 }
 
 // Reads and decodes an image file. Throws Error(io) when it cannot be read or is not a regular
 // file (io/read_file.hpp: a directory, FIFO or device fails at once), Error(invalid_image) when
-// it holds more than limits.max_bytes, otherwise as decode_image.
-inline ImageU8 load_image(const std::string& path, const DecodeLimits& limits = {}) {
+// it holds more than limits.max_bytes, otherwise as decode_image (DeadlinePassed as it is).
+inline ImageU8 load_image(const std::string& path, const DecodeLimits& limits = {}, const Deadline& deadline = {}) {
   std::vector<uint8_t> bytes;
   try {
     bytes = read_file_capped(path, limits.max_bytes, "image file", Status::invalid_image);
@@ -317,7 +337,9 @@ inline ImageU8 load_image(const std::string& path, const DecodeLimits& limits = 
     throw Error(e.status(), e.what() + std::string(detail::kRaiseMaxBytes));
   }
   try {
-    return decode_image(bytes.data(), bytes.size(), limits);
+    return decode_image(bytes.data(), bytes.size(), limits, deadline);
+  } catch (const DeadlinePassed&) {
+    throw;
   } catch (const Error& e) {
     throw Error(e.status(), path + ": " + e.what());
   }

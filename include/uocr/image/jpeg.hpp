@@ -22,15 +22,13 @@
 #include <jpeglib.h>
 #include <jerror.h>  // JWRN_JPEG_EOF
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
+#include "uocr/image/jpeg_markers.hpp"
 #include "uocr/version.hpp"
 
 UOCR_NAMESPACE_BEGIN
 namespace detail {
-
-inline bool is_jpeg(const uint8_t* data, size_t size) {
-  return size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;  // Pillow's _accept
-}
 
 // Everything the libjpeg calls touch, as plain C data: libjpeg's errors longjmp back into the
 // step functions below, which hold no C++ object with a destructor. `err` is first so that the
@@ -43,6 +41,8 @@ struct JpegJob {
   char message[JMSG_LENGTH_MAX];
   bool created;
   int max_scans;
+  Deadline deadline;
+  bool deadline_passed;
 };
 
 inline void jpeg_fail(j_common_ptr cinfo) {
@@ -57,10 +57,15 @@ inline void jpeg_message(j_common_ptr cinfo, int msg_level) {
   if (msg_level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_fail(cinfo);
 }
 
-// libjpeg calls this while it reads the data; a scan past the limit fails the decode (libjpeg has
-// no limit of its own: a progressive file can repeat a scan, each one a pass over the image).
+// libjpeg calls this while it reads the data (once a row of blocks in every scan); a scan past
+// the limit fails the decode (libjpeg has no limit of its own: a progressive file can repeat a
+// scan, each one a pass over the image), and so does the deadline passing.
 inline void jpeg_progress(j_common_ptr cinfo) {
   JpegJob* job = reinterpret_cast<JpegJob*>(cinfo->err);
+  if (job->deadline.passed()) {
+    job->deadline_passed = true;
+    std::longjmp(job->jump, 1);
+  }
   if (job->cinfo.input_scan_number <= job->max_scans) return;
   std::snprintf(job->message, sizeof job->message,
                 "JPEG has more than %d scans, the limit (raise it with DecodeLimits::max_jpeg_scans, the C ABI's "
@@ -81,10 +86,11 @@ inline bool jpeg_header_step(JpegJob* job, const uint8_t* data, size_t size) {
   return true;
 }
 
-inline bool jpeg_start_step(JpegJob* job, J_COLOR_SPACE out_space, int max_scans) {
+inline bool jpeg_start_step(JpegJob* job, J_COLOR_SPACE out_space, int max_scans, Deadline deadline) {
   if (setjmp(job->jump)) return false;
   job->cinfo.out_color_space = out_space;
   job->max_scans = max_scans;
+  job->deadline = deadline;
   job->progress.progress_monitor = jpeg_progress;
   job->cinfo.progress = &job->progress;
   jpeg_start_decompress(&job->cinfo);
@@ -142,10 +148,11 @@ class JpegDecoder {
   int height() const { return int(job_.cinfo.image_height); }
   int components() const { return job_.cinfo.num_components; }
 
-  // All pixels as RGB into `out` (width * height * 3 bytes); more than `max_scans` scans fail.
-  void read_rgb(uint8_t* out, int max_scans) {
+  // All pixels as RGB into `out` (width * height * 3 bytes); more than `max_scans` scans fail,
+  // and the deadline passing throws DeadlinePassed.
+  void read_rgb(uint8_t* out, int max_scans, Deadline deadline) {
     const int n = job_.cinfo.num_components;
-    check(jpeg_start_step(&job_, n == 1 ? JCS_GRAYSCALE : n == 3 ? JCS_RGB : JCS_CMYK, max_scans));
+    check(jpeg_start_step(&job_, n == 1 ? JCS_GRAYSCALE : n == 3 ? JCS_RGB : JCS_CMYK, max_scans, deadline));
     const size_t w = job_.cinfo.output_width;
     std::vector<uint8_t> line(w * size_t(job_.cinfo.output_components));
     for (size_t y = 0; y < job_.cinfo.output_height; ++y) {
@@ -156,6 +163,8 @@ class JpegDecoder {
 
  private:
   void check(bool ok) const {
+    if (!ok && job_.deadline_passed)
+      throw DeadlinePassed("decoding scan " + std::to_string(job_.cinfo.input_scan_number) + " of a JPEG");
     require(ok, Status::invalid_image, [&] { return std::string("cannot decode image: ") + job_.message; });
   }
 

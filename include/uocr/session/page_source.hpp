@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/decoder/page_groups.hpp"
 #include "uocr/engine/engine.hpp"
@@ -63,6 +64,10 @@ class PageSource {
     (void)page;
     return {};
   }
+  // When the run must stop (SessionParams::page_time_budget_seconds; none: no limit), set by the
+  // session for each run: a source that decodes or renders pages stops that work with
+  // DeadlinePassed once it passes (uocr/core/deadline.hpp). Sources of decoded pages ignore it.
+  virtual void set_deadline(const Deadline& deadline) { (void)deadline; }
 };
 
 // Another source's pages with a draft text for each (uocr/session/draft.hpp): the text of an
@@ -77,6 +82,7 @@ class DraftedPages final : public PageSource {
   std::string draft_text(int64_t page) const override {
     return page >= 0 && page < int64_t(drafts_.size()) ? drafts_[size_t(page)] : std::string();
   }
+  void set_deadline(const Deadline& deadline) override { pages_.set_deadline(deadline); }
 
  private:
   PageSource& pages_;
@@ -142,7 +148,7 @@ class FilePages final : public PageSource {
   int64_t count() const override { return int64_t(paths_.size()); }
   bool next(ImageU8& page) override {
     if (next_ >= paths_.size()) return false;
-    page = load_image(paths_[next_++], limits_);
+    page = load_image(paths_[next_++], limits_, deadline_);
     return true;
   }
   void skip(int64_t n) override { next_ = std::min(paths_.size(), next_ + size_t(n)); }
@@ -151,10 +157,12 @@ class FilePages final : public PageSource {
     for (const std::string& p : paths_) fingerprint_file(h, p);
     return "files:" + h.hex();
   }
+  void set_deadline(const Deadline& deadline) override { deadline_ = deadline; }
 
  private:
   std::vector<std::string> paths_;
   DecodeLimits limits_;
+  Deadline deadline_;
   size_t next_ = 0;
 };
 
@@ -216,6 +224,7 @@ class PageRange final : public PageSource {
   std::string draft_text(int64_t page) const override {
     return page >= 0 && page < count_ ? source_->draft_text(first_ + page) : std::string();
   }
+  void set_deadline(const Deadline& deadline) override { source_->set_deadline(deadline); }
 
  private:
   void reach_first() {
@@ -266,6 +275,9 @@ class ChainedPages final : public PageSource {
     }
     return {};
   }
+  void set_deadline(const Deadline& deadline) override {
+    for (const auto& p : parts_) p->set_deadline(deadline);
+  }
 
  private:
   std::vector<std::unique_ptr<PageSource>> parts_;
@@ -274,12 +286,19 @@ class ChainedPages final : public PageSource {
 };
 
 // Visual embeddings of the pages of a PageSource, encoded one page at a time when pulled. Keeps
-// each page's pixel size (8 bytes a page) for converting layout boxes to pixels.
+// each page's pixel size (8 bytes a page) for converting layout boxes to pixels. Past `deadline`
+// the pages stop (DeadlinePassed): before a page is pulled, inside the source's own decoding or
+// rendering, and after a page is encoded.
 class EncodedPages final : public PageEmbeddingSource {
  public:
   // views: the preprocessing of every page (multi-page documents use base views: {S, S, false}).
-  EncodedPages(PageSource& pages, VisionEngine& encoder, PreprocessConfig views)
-      : pages_(pages), enc_(encoder), views_(views) {}
+  EncodedPages(PageSource& pages, VisionEngine& encoder, PreprocessConfig views, Deadline deadline = {})
+      : pages_(pages), enc_(encoder), views_(views), deadline_(deadline) {
+    pages_.set_deadline(deadline_);
+  }
+  ~EncodedPages() override { pages_.set_deadline({}); }
+  EncodedPages(const EncodedPages&) = delete;
+  EncodedPages& operator=(const EncodedPages&) = delete;
 
   int64_t count() const override { return pages_.count(); }
 
@@ -323,8 +342,11 @@ class EncodedPages final : public PageEmbeddingSource {
 
  private:
   bool encode(std::vector<float>& out) {
+    const std::string which = "page " + std::to_string(sizes_.size() + 1);
+    deadline_.check("waiting for " + which);
     ImageU8 page;
     if (!pages_.next(page)) return false;
+    deadline_.check("reading " + which);
     const auto t0 = std::chrono::steady_clock::now();
     require(page.width > 0 && page.height > 0, Status::invalid_argument, "page image is empty");
     sizes_.emplace_back(page.width, page.height);
@@ -333,12 +355,14 @@ class EncodedPages final : public PageEmbeddingSource {
     out = enc_.visual_tokens(p.global_chw, p.tiles_chw, p.tiles_x, p.tiles_y);
     if (sizes_.size() == 1) first_tokens_ = int64_t(out.size()) / enc_.hidden();
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    deadline_.check("encoding " + which);
     return true;
   }
 
   PageSource& pages_;
   VisionEngine& enc_;
   PreprocessConfig views_;
+  Deadline deadline_;
   std::vector<float> first_;
   bool primed_ = false;
   int64_t first_tokens_ = 0;

@@ -234,8 +234,7 @@ class Session {
     const int64_t n_pages = check_run(pages, checkpoint);
     const ModelConfig& cfg = model_->config();
     const bool multi = n_pages > 1;
-    const auto t_run = std::chrono::steady_clock::now();
-    const double time_budget = params_.page_time_budget_seconds * double(n_pages);  // 0: none
+    const Deadline deadline = Deadline::after(std::chrono::steady_clock::now(), params_.page_time_budget_seconds * double(n_pages));
     stats_ = SessionStats{};
     memory_ = MemoryStats{};
     RunSummary sum;
@@ -247,7 +246,8 @@ class Session {
     // The engines: the vision encoder behind the page source, the decoder behind the page groups.
     const std::unique_ptr<VisionEngine> encoder = backend_->vision();
     const int s = cfg.sam.image_size;
-    EncodedPages visual(pages, *encoder, multi || params_.mode == ImageMode::base ? PreprocessConfig{s, s, false} : preset_gundam());
+    EncodedPages visual(pages, *encoder, multi || params_.mode == ImageMode::base ? PreprocessConfig{s, s, false} : preset_gundam(),
+                        deadline);
     const std::unique_ptr<DecoderEngine> decoder = backend_->decoder(effective_window(), inf_.groups);
     DecoderEngine& engine = *decoder;
 
@@ -256,10 +256,15 @@ class Session {
     GenerationState L(params_, ngram_window, inf_.page_fallback_tokens);
     const Tokenizer& tok = model_->tokenizer();
     const std::vector<int32_t> marker_ids = tok.encode(kPageMarker);
-    if (checkpoint.resume)
-      load(checkpoint, id, marker_ids, layout, visual, engine, L);
-    else
-      start(layout, visual, engine, L);
+    // The time budget also stops the pages' preparation (DeadlinePassed from `visual`): before
+    // the first token, with nothing to checkpoint (a checkpoint being resumed stays as it is).
+    const bool ready = within(deadline, [&] {
+      if (checkpoint.resume)
+        load(checkpoint, id, marker_ids, layout, visual, engine, L);
+      else
+        start(layout, visual, engine, L);
+    });
+    if (!ready) sum.stop = StopReason::time_budget;
     sum.visual_tokens = n_pages * layout.page_tokens;
     sum.prompt_tokens = layout.prompt_length();
 
@@ -276,14 +281,14 @@ class Session {
     EventSink sink{on_event};
     connect_parser(L.parser, sink, visual);
     track_memory(*encoder, engine);
-    if (!checkpoint.path.empty() && !checkpoint.resume) save(checkpoint, id, layout, visual, engine, L);
+    if (ready && !checkpoint.path.empty() && !checkpoint.resume) save(checkpoint, id, layout, visual, engine, L);
 
     const auto t_decode = std::chrono::steady_clock::now();
     const int32_t eos = int32_t(cfg.decoder.eos_id);
     const LogitChain chain(cfg.decoder.vocab, params_.min_new_tokens, eos, completion);
     int64_t boundaries = 0;  // passed since the last step: the group slides before the next one
     std::string text;
-    for (;;) {
+    while (ready) {
       token_in_progress_ = L.generated + 1;
       const Choice next = choose_token(L, chain, engine, marker_ids, n_pages, eos);
       if (next.token < 0) {
@@ -304,13 +309,20 @@ class Session {
       L.parser.feed(e.text);
       boundaries += L.clock.feed(e.text);
       if (sink.cancelled) { sum.stop = StopReason::cancelled; break; }
-      if (time_budget > 0 && seconds_since(t_run) >= time_budget) { sum.stop = StopReason::time_budget; break; }
+      if (deadline.passed()) { sum.stop = StopReason::time_budget; break; }
       if (params_.loop_guard && L.guard.push(e.text)) { sum.stop = StopReason::loop; break; }
       if (params_.max_new_tokens && L.generated >= params_.max_new_tokens) { sum.stop = StopReason::max_tokens; break; }
       if (steps.next_position() >= engine.position_limit()) { sum.stop = StopReason::context_limit; break; }
       const bool boundary = boundaries > 0;
       if (boundary) steps.settle();
-      for (; boundaries > 0; --boundaries) engine.next_page(L.clock.marker_lead());
+      // A slide that runs out of time (encoding the pages it brings in) leaves the state between
+      // two checkpoints: the run ends, the last checkpoint is what a resume continues from.
+      if (!within(deadline, [&] {
+            for (; boundaries > 0; --boundaries) engine.next_page(L.clock.marker_lead());
+          })) {
+        sum.stop = StopReason::time_budget;
+        break;
+      }
       if (stats_.drafting && L.clock.page() != draft_page) {
         draft_page = L.clock.page();
         steps.set_draft(drafts.tokens_from(draft_page));
@@ -536,6 +548,18 @@ class Session {
                                                        visual, engine, L, memory_);
     stats_.resumed_at_token = L.generated;
     if (ck.restore_caller_state) ck.restore_caller_state(caller);
+  }
+
+  // Runs `work`; false when it stopped because `deadline` passed (DeadlinePassed from the pages).
+  template <class Work>
+  static bool within(const Deadline& deadline, Work&& work) {
+    try {
+      work();
+      return true;
+    } catch (const DeadlinePassed&) {
+      if (!deadline.passed()) throw;  // not this run's deadline: a page source's own
+      return false;
+    }
   }
 
   static double seconds_since(std::chrono::steady_clock::time_point t0) {
