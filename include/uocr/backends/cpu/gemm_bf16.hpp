@@ -9,6 +9,7 @@
 // and falls back to float32. UOCR_CPU_AMX=0 in the environment keeps AMX off.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -128,8 +129,22 @@ UOCR_BF16_TARGET inline void round_rows(const float* x, int64_t k, int64_t kpad,
 
 // Weight rows of panel p (rows 16p .. 16p + 15) as pairs: out[kp * 16 + lane] holds row
 // 16p + lane's columns 2kp and 2kp + 1 (the operand layout of VDPBF16PS); rows past n are zero.
-inline void pack_panel(const TensorView& w, int64_t p, int64_t kpairs, uint32_t* out, std::vector<float>& row) {
+UOCR_BF16_TARGET inline void pack_panel(const TensorView& w, int64_t p, int64_t kpairs, uint32_t* out, std::vector<float>& row) {
   const int64_t n = w.dim(0), k = w.dim(1);
+  if (w.dtype == DType::bf16 && k % 2 == 0 && (k / 2) * (kPanel - 1) <= INT32_MAX) {
+    // bf16 rows of even length are rows of k / 2 pairs, and the panel is their transpose: one
+    // gather of the 16 rows' pair kp for each kp (the rows past n masked off, hence zero).
+    const int64_t lanes = std::clamp<int64_t>(n - p * kPanel, 0, kPanel);
+    const __mmask16 live = __mmask16((1u << lanes) - 1u);
+    const __m512i index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(int32_t(k / 2)));
+    const uint8_t* panel = w.data + p * kPanel * k * int64_t(sizeof(uint16_t));
+    for (int64_t kp = 0; kp < k / 2; ++kp)
+      _mm512_storeu_si512(out + kp * kPanel,
+                          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, index, panel + kp * int64_t(sizeof(uint32_t)), 4));
+    std::memset(out + (k / 2) * kPanel, 0, size_t((kpairs - k / 2) * kPanel) * sizeof(uint32_t));
+    return;
+  }
   std::memset(out, 0, size_t(kpairs * kPanel) * sizeof(uint32_t));
   for (int64_t lane = 0; lane < kPanel && p * kPanel + lane < n; ++lane) {
     const int64_t j = p * kPanel + lane;
