@@ -161,6 +161,23 @@ TEST_CASE("640 tile forward runs with interpolated position tables and is finite
   CHECK(all_finite(feats));
 }
 
+TEST_CASE("a passed deadline stops the encoder inside SAM; the workspace forgets it after the call") {
+  const TinyModel& m = model();
+  const std::vector<float>& image = uocr_test::golden_view();
+  uocr::vision::Workspace ws;
+  const uocr::Deadline passed = uocr::Deadline::after(std::chrono::steady_clock::now() - std::chrono::seconds(1), 0.5);
+  REQUIRE(passed.passed());
+  std::string message;
+  try {
+    m.enc.visual_tokens(image, {}, 0, 0, ws, passed);
+  } catch (const uocr::DeadlinePassed& e) {
+    message = e.what();
+  }
+  CHECK(message == "encoding a page (SAM) ran past the run's time budget");
+  // The same workspace without a deadline: the page as a fresh encoder gives it.
+  CHECK(m.enc.visual_tokens(image, {}, 0, 0, ws) == m.enc.visual_tokens(image, {}, 0, 0));
+}
+
 TEST_CASE("vision input errors are reported, not crashed on") {
   const TinyModel& m = model();
   const std::vector<float> view = constant_view(1024, 0.f);

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/model/config.hpp"
 #include "uocr/model/weights.hpp"
@@ -192,11 +193,12 @@ class DeviceEncoder {
     return result;
   }
 
-  // The embeddings of one image, laid out as VisionEncoder::visual_tokens.
+  // The embeddings of one image, laid out as VisionEncoder::visual_tokens (which see for the
+  // deadline: checked before each view).
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
-                                   int tiles_x, int tiles_y) {
-    return host_.visual_tokens_by(global_view, tiles, tiles_x, tiles_y,
-                                  [&](const std::vector<float>& view) { return encode(view); });
+                                   int tiles_x, int tiles_y, const Deadline& deadline = {}) {
+    return host_.visual_tokens_by(
+        global_view, tiles, tiles_x, tiles_y, [&](const std::vector<float>& view) { return encode(view); }, deadline);
   }
 
  private:

@@ -35,10 +35,11 @@ class DeviceVisionEngine final : public VisionEngine {
     std::lock_guard<std::mutex> lock(dev_->vision_mutex);
     auto& enc = dev_->vision_encoder(*model_);
     enc.reset_peak();
-    std::vector<float> out = enc.visual_tokens(global_view, tiles, tiles_x, tiles_y);
+    std::vector<float> out = enc.visual_tokens(global_view, tiles, tiles_x, tiles_y, deadline_);
     peak_ = std::max(peak_, enc.peak_activation_bytes());
     return out;
   }
+  void set_deadline(const Deadline& deadline) override { deadline_ = deadline; }
   size_t scratch_bytes() const override { return peak_; }
 
  private:
@@ -46,6 +47,7 @@ class DeviceVisionEngine final : public VisionEngine {
   std::shared_ptr<Device> dev_;
   int hidden_ = 0;
   size_t peak_ = 0;
+  Deadline deadline_;
 };
 
 UOCR_NAMESPACE_END

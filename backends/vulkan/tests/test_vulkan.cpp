@@ -8,6 +8,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -93,6 +94,8 @@ TEST_CASE("golden (tiny-b) vision and end to end on Vulkan: SAM, CLIP, projector
   CHECK(t.rel <= 1e-5);
   CHECK(status_of([&] { venc.encode_view(tile.data(), 630); }) == Status::invalid_argument);
   CHECK(status_of([&] { venc.visual_tokens(tile, {tile}, 2, 1); }) == Status::invalid_argument);
+  const uocr::Deadline passed = uocr::Deadline::after(std::chrono::steady_clock::now() - std::chrono::seconds(1), 0.5);
+  CHECK_THROWS_AS(venc.visual_tokens(tile, {tile}, 1, 1, passed), uocr::DeadlinePassed);
   check_no_validation_errors("640 tile");
 }
 

@@ -1,7 +1,8 @@
 // The time by which a run must stop (SessionParams::page_time_budget_seconds). A session checks
 // it between two tokens and hands it to its pages, so that the work before a page's first token
 // stops too: a page source waiting for or rendering a page, libjpeg between two rows of a scan,
-// the encoder between two pages (uocr/session/page_source.hpp, uocr/image/image.hpp).
+// the encoder between two views of a page and, on the CPU, between two blocks of a view
+// (uocr/session/page_source.hpp, uocr/image/image.hpp, uocr/vision/encoder.hpp).
 #pragma once
 #include <chrono>
 #include <string>

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/core/precision.hpp"
 #include "uocr/decoder/page_groups.hpp"
@@ -46,6 +47,9 @@ class VisionEngine {
   virtual int hidden() const = 0;
   virtual std::vector<float> visual_tokens(const std::vector<float>& global_view,
                                            const std::vector<std::vector<float>>& tiles, int tiles_x, int tiles_y) = 0;
+  // When encoding must stop (EncodedPages sets the run's deadline; none: never): past it,
+  // visual_tokens() throws DeadlinePassed before a view and, on the CPU, between two blocks.
+  virtual void set_deadline(const Deadline& deadline) = 0;
   // Bytes of working memory (activations) held for the pages encoded so far: a workspace kept
   // and reused page after page, or (buffers allocated per page) the most one page needed.
   virtual size_t scratch_bytes() const = 0;

@@ -295,8 +295,12 @@ class EncodedPages final : public PageEmbeddingSource {
   EncodedPages(PageSource& pages, VisionEngine& encoder, PreprocessConfig views, Deadline deadline = {})
       : pages_(pages), enc_(encoder), views_(views), deadline_(deadline) {
     pages_.set_deadline(deadline_);
+    enc_.set_deadline(deadline_);
   }
-  ~EncodedPages() override { pages_.set_deadline({}); }
+  ~EncodedPages() override {
+    pages_.set_deadline({});
+    enc_.set_deadline({});
+  }
   EncodedPages(const EncodedPages&) = delete;
   EncodedPages& operator=(const EncodedPages&) = delete;
 

@@ -103,7 +103,10 @@ inline const float* clip_forward(const ClipConfig& cfg, const ClipWeights& w, co
       ws.table("clip.pos." + std::to_string(sam.h), [&] { return detail::clip_positions(*w.position_embedding, sam.h); });
   detail::add_inplace(x, pos.data(), tokens * width);
   layer_norm(x, tokens, width, w.pre_norm, cfg.ln_eps, x);
-  for (const ClipLayerWeights& l : w.layers) detail::clip_layer(cfg, l, tokens, x, ws, precision);
+  for (const ClipLayerWeights& l : w.layers) {
+    ws.deadline.check("encoding a page (CLIP)");
+    detail::clip_layer(cfg, l, tokens, x, ws, precision);
+  }
   return x;
 }
 

@@ -21,6 +21,7 @@
 
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/cpu/scratch.hpp"
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/io/safetensors.hpp"
 #include "uocr/model/weights.hpp"
@@ -75,6 +76,9 @@ class Workspace {
   // Projected features of a page's views before their layout (VisionEncoder::visual_tokens).
   std::vector<float> global_features;
   std::vector<std::vector<float>> tile_features;
+  // When the page being encoded must stop (VisionEncoder::visual_tokens sets it for its call):
+  // SAM and CLIP check it between two blocks.
+  Deadline deadline;
 
   // Table `key` (weights resampled or widened for one grid size), made by make() the first time.
   template <class Make>

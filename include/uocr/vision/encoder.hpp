@@ -123,9 +123,15 @@ class VisionEncoder {
   // The embeddings of one image: [token_count, hidden]. Each view is a CHW float32 vector of
   // 3*S*S values. `tiles` is empty (global view only) or holds tiles_x * tiles_y tiles in
   // row-major order. Activations live in `ws` (a session's encoder keeps it for every page).
+  // Past `deadline` it throws DeadlinePassed, before a view and between two blocks of one.
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
-                                   int tiles_x, int tiles_y, vision::Workspace& ws) const {
+                                   int tiles_x, int tiles_y, vision::Workspace& ws, const Deadline& deadline = {}) const {
     check_tile_grid(tiles.size(), tiles_x, tiles_y);
+    struct Until {  // the workspace's deadline, for this call only
+      vision::Workspace& ws;
+      ~Until() { ws.deadline = {}; }
+    } until{ws};
+    ws.deadline = deadline;
     encode(global_view, ws, ws.global_features);
     ws.tile_features.resize(tiles.size());
     for (size_t i = 0; i < tiles.size(); ++i) encode(tiles[i], ws, ws.tile_features[i]);
@@ -139,14 +145,19 @@ class VisionEncoder {
   }
 
   // visual_tokens() with another encoder's `encode(view) -> [g*g, hidden] features` (the Vulkan and
-  // CUDA encoders), so the tile checks and the layout are this class's.
+  // CUDA encoders), so the tile checks and the layout are this class's. Past `deadline` it
+  // throws DeadlinePassed before a view.
   template <class Encode>
   std::vector<float> visual_tokens_by(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
-                                      int tiles_x, int tiles_y, Encode&& encode) const {
+                                      int tiles_x, int tiles_y, Encode&& encode, const Deadline& deadline = {}) const {
     check_tile_grid(tiles.size(), tiles_x, tiles_y);
+    deadline.check("encoding a page");
     const std::vector<float> global = encode(global_view);
     std::vector<std::vector<float>> local;
-    for (const auto& view : tiles) local.push_back(encode(view));
+    for (const auto& view : tiles) {
+      deadline.check("encoding a page's tiles");
+      local.push_back(encode(view));
+    }
     return layout_tokens(global, local, tiles_x, tiles_y);
   }
 

@@ -318,7 +318,10 @@ inline void sam_forward(const SamConfig& cfg, const SamWeights& w, const float* 
   patch_embed(chw, 3, size, *w.patch_weight, w.patch_bias, x, ws.buffer(Workspace::columns));
   const std::vector<float>& pos = ws.table("sam.pos." + std::to_string(x.h), [&] { return detail::sam_abs_pos(*w.pos_embed, x.h); });
   detail::add_inplace(x.data.data(), pos.data(), int64_t(x.data.size()));
-  for (int b = 0; b < int(w.blocks.size()); ++b) detail::sam_block(cfg, w.blocks[size_t(b)], b, cfg.is_global(b), x, ws, precision);
+  for (int b = 0; b < int(w.blocks.size()); ++b) {
+    ws.deadline.check("encoding a page (SAM)");
+    detail::sam_block(cfg, w.blocks[size_t(b)], b, cfg.is_global(b), x, ws, precision);
+  }
 
   conv2d(x, *w.neck_conv1, nullptr, 1, 0, ws.conv_tmp, ws.buffer(Workspace::columns));
   layer_norm(ws.conv_tmp, w.neck_norm1, cfg.ln_eps);

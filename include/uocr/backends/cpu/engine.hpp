@@ -21,14 +21,16 @@ class CpuVisionEngine final : public VisionEngine {
   int hidden() const override { return enc_.hidden(); }
   std::vector<float> visual_tokens(const std::vector<float>& global_view, const std::vector<std::vector<float>>& tiles,
                                    int tiles_x, int tiles_y) override {
-    return enc_.visual_tokens(global_view, tiles, tiles_x, tiles_y, ws_);
+    return enc_.visual_tokens(global_view, tiles, tiles_x, tiles_y, ws_, deadline_);
   }
+  void set_deadline(const Deadline& deadline) override { deadline_ = deadline; }
   size_t scratch_bytes() const override { return ws_.bytes(); }
 
  private:
   std::shared_ptr<const Model> model_;  // the encoder reads its weights
   VisionEncoder enc_;
   vision::Workspace ws_;  // activations, reused page after page
+  Deadline deadline_;
 };
 
 // The processor's model name as the OS reports it (Linux: /proc/cpuinfo), else "cpu".
