@@ -274,8 +274,9 @@ typedef struct uocr_session_params {
      * uocr_page_set_draft: an earlier OCR pass, a PDF's text layer, a previous revision) proposes
      * the next tokens and one decoder pass verifies several of them. The transcript is exactly
      * the one decoding without drafts writes, token for token; a draft only saves passes where
-     * it is right. Greedy decoding (temperature 0) on the CPU and Vulkan backends without
-     * batching; elsewhere it is off (uocr_run_summary's decode_passes says what ran). */
+     * it is right. Greedy decoding (temperature 0) on the CPU and Vulkan backends (batched
+     * sessions verify outside the batch); elsewhere it is off (uocr_run_summary's decode_passes
+     * says what ran). */
     int32_t draft;             /* UOCR_DRAFT_*; 0: ON (was reserved_api11, which had to be 0) */
     int32_t draft_max_tokens;  /* the most tokens one pass verifies; 0: 16; else 1..256 */
     int32_t reserved_api14;    /* must be 0 */

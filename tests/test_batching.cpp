@@ -306,6 +306,8 @@ struct Transcript {
   std::string text;
   Status status = Status::ok;
   uocr::StopReason stop = uocr::StopReason::eos;
+  bool drafting = false;
+  uocr::DraftStats draft;
   // Decode steps it ran: every token is fed back but the last one unless the run ended at EOS
   // (the first token comes from the prefill).
   int64_t steps() const { return int64_t(tokens.size()) - (stop == uocr::StopReason::eos ? 0 : 1); }
@@ -333,11 +335,14 @@ class StartGate {
 // Document d of the threaded test: one sample page each (the fourth sampled with a seed), and a
 // three-page document in groups of two (a slide: the document leaves the batch while its next
 // page is encoded and prefilled), on `engine` (null: an engine of its own, without batching).
-// `stop_after` > 0 cancels after that many tokens; `gate`, when given, is passed at the first token.
-Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_t stop_after = 0, StartGate* gate = nullptr) {
+// `stop_after` > 0 cancels after that many tokens; `gate`, when given, is passed at the first token;
+// `drafts`: the pages' draft texts, verified whatever they cost (no resting on measured cost).
+Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_t stop_after = 0, StartGate* gate = nullptr,
+                      std::vector<std::string> drafts = {}) {
   uocr::SessionParams sp;
   sp.max_new_tokens = 120;
   uocr::DocumentParams ip;
+  ip.draft.measure_cost = false;
   std::vector<std::string> files{uocr_test::demo_sample(1 + d % 3)};
   if (d == 3) sp.sampling = {1.5f, 1.0f, 42};  // hot enough to leave the greedy path of a confident model
   if (d == 4) {
@@ -349,7 +354,8 @@ Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_
   Transcript out;
   out.status = status_of([&] {
     uocr::Session s = engine ? uocr::Session(engine, sp, ip) : uocr::Session(demo_model(), sp, ip);
-    uocr::FilePages pages(files);
+    uocr::FilePages files_pages(files);
+    uocr::DraftedPages pages(files_pages, std::move(drafts));
     const uocr::RunSummary sum = s.run(pages, [&](const uocr::Event& e) {
       if (e.type == uocr::Event::Type::token && e.token >= 0) out.tokens.push_back(e.token);
       if (gate && out.tokens.size() == 1) gate->arrive_and_wait();
@@ -357,6 +363,8 @@ Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_
     });
     out.text = sum.text;
     out.stop = sum.stop;
+    out.drafting = s.stats().drafting;
+    out.draft = s.stats().draft;
   });
   return out;
 }
@@ -402,6 +410,52 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
 
   // Batching off is the engine without a batcher (today's path).
   CHECK(uocr::open_engine(demo_model(), uocr::Backend::cpu, {})->batch_stats().batches == 0);
+}
+
+TEST_CASE("batched sessions verify their drafts outside the batch: each document's tokens alone, drafts accepted") {
+  // Documents 0 and 1 (one page each) and 4 (three pages in sliding groups of two), greedy.
+  const std::vector<int> docs = {0, 1, 4};
+  std::vector<Transcript> alone;
+  for (const int d : docs) alone.push_back(transcribe(d, nullptr));
+  // Document 0's draft is its own text, document 1's every word of its text reversed (wrong
+  // everywhere), document 4's its whole text for each page (found by lookup page after page).
+  std::string reversed;
+  for (size_t i = 0; i < alone[1].text.size();) {
+    size_t j = alone[1].text.find_first_of(" \n", i);
+    if (j == std::string::npos) j = alone[1].text.size();
+    reversed.append(alone[1].text.rbegin() + std::ptrdiff_t(alone[1].text.size() - j), alone[1].text.rbegin() + std::ptrdiff_t(alone[1].text.size() - i));
+    if (j < alone[1].text.size()) reversed += alone[1].text[j];
+    i = j + 1;
+  }
+  const std::vector<std::vector<std::string>> drafts = {{alone[0].text}, {reversed}, {alone[2].text, alone[2].text, alone[2].text}};
+
+  const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {8, 5000000}});
+  const uocr::BatchStats before = engine->batch_stats();
+  std::vector<Transcript> together(docs.size());
+  std::vector<std::thread> threads;
+  StartGate gate(int(docs.size()));
+  for (size_t i = 0; i < docs.size(); ++i)
+    threads.emplace_back([&, i] { together[i] = transcribe(docs[i], engine, 0, &gate, drafts[i]); });
+  for (std::thread& th : threads) th.join();
+  const uocr::BatchStats after = engine->batch_stats();
+  for (size_t i = 0; i < docs.size(); ++i) {
+    CAPTURE(docs[i]);
+    CHECK(together[i].status == Status::ok);
+    CHECK(together[i].tokens == alone[i].tokens);
+    CHECK(together[i].text == alone[i].text);
+    CHECK(together[i].drafting);
+    MESSAGE("document ", docs[i], ": ", together[i].tokens.size(), " tokens, ", together[i].draft.passes, " passes, ",
+            together[i].draft.accepted, " of ", together[i].draft.drafted, " drafted tokens accepted");
+  }
+  for (const size_t right : {size_t(0), size_t(2)}) {  // right drafts: most tokens accepted, few passes
+    CHECK(together[right].draft.accepted > int64_t(together[right].tokens.size()) / 2);
+    CHECK(together[right].draft.passes < int64_t(together[right].tokens.size()) / 2);
+  }
+  // Every pass that verified nothing was a step of the batcher.
+  int64_t steps = 0;
+  for (const Transcript& t : together) steps += t.draft.passes - t.draft.verify_passes;
+  CHECK(steps > 0);
+  CHECK(after.steps - before.steps == steps);
 }
 
 TEST_CASE("batched sessions: one that is cancelled or fails early does not hold up the others") {

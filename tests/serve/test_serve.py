@@ -539,6 +539,23 @@ class Jobs(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_pdf_text_layer_drafts_the_job_and_changes_nothing(self):
+        text_pdf = os.path.join(SOURCE, "samples", "data", "demo-doc-text.pdf")
+        expected = uocr_run([text_pdf], "--draft", "off", markdown=True)
+        server = Server()
+        try:
+            job = self.submit_pdf(server, text_pdf)
+            self.assertEqual(wait_job(server.url, job["id"])["state"], "succeeded")
+            self.assertEqual(requests.get(f"{server.url}/v1/jobs/{job['id']}/result", timeout=60).text, expected)
+            # vLLM's speculative-decoding counters: passes that verified the text layer, its tokens.
+            drafted = metric(server.url, "uocr:spec_decode_num_draft_tokens_total")
+            accepted = metric(server.url, "uocr:spec_decode_num_accepted_tokens_total")
+            self.assertGreater(metric(server.url, "uocr:spec_decode_num_drafts_total"), 0)
+            self.assertGreater(accepted, 0)
+            self.assertLessEqual(accepted, drafted)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_killed_server_resumes_the_job_byte_identically(self):
         data = tempfile.mkdtemp(prefix="uocr-serve-data-")
         try:

@@ -34,6 +34,9 @@ class Metrics {
              {"uocr:generation_tokens_total", "Tokens generated."},
              {"uocr:prompt_tokens_total", "Prompt tokens (visual tokens included) prefilled."},
              {"uocr:pages_total", "Pages transcribed."},
+             {"uocr:spec_decode_num_drafts_total", "Decoder passes that verified tokens drafted from a page's text layer."},
+             {"uocr:spec_decode_num_draft_tokens_total", "Tokens drafted from pages' text layers."},
+             {"uocr:spec_decode_num_accepted_tokens_total", "Drafted tokens that were the tokens decoded."},
              {"uocr:request_success_total", "Requests that ended with a transcript, by finish reason."},
              {"uocr:errors_total", "Requests answered with an error, by HTTP status."}})
       counters_[c.first].help = c.second;

@@ -87,6 +87,7 @@ class Document {
   // After Wait::finished: the run's summary, or the error that ended it.
   const std::optional<ApiError>& error() const { return error_; }
   const uocr::RunSummary& summary() const { return summary_; }
+  const uocr::DraftStats& draft() const { return draft_; }  // the passes that verified a page's text layer
   double seconds_to_first_token() const { return first_token_seconds_; }
 
  private:
@@ -98,11 +99,12 @@ class Document {
     }
     cv_.notify_all();
   }
-  void end(uocr::RunSummary summary, std::optional<ApiError> error) {
+  void end(uocr::RunSummary summary, std::optional<ApiError> error, uocr::DraftStats draft = {}) {
     {
       std::lock_guard<std::mutex> lock(m_);
       summary_ = std::move(summary);
       error_ = std::move(error);
+      draft_ = draft;
     }
     if (work_.on_end) work_.on_end(*this);
     work_ = {};  // what the work holds (a request's images) is freed now
@@ -128,25 +130,21 @@ class Document {
   std::string pending_;
   bool done_ = false;
   uocr::RunSummary summary_;
+  uocr::DraftStats draft_;
   std::optional<ApiError> error_;
 };
 
 // A document's pages, pulled only while it may go on: a cancel or a timeout then also stops the
 // encoding of the pages a page group needs before its next token (Error(cancelled) from next()).
-class StoppablePages final : public uocr::PageSource {
+class StoppablePages final : public uocr::ForwardedPages {
  public:
-  StoppablePages(std::unique_ptr<uocr::PageSource> pages, std::function<void()> check) : pages_(std::move(pages)), check_(std::move(check)) {}
-  int64_t count() const override { return pages_->count(); }
+  StoppablePages(std::unique_ptr<uocr::PageSource> pages, std::function<void()> check) : ForwardedPages(std::move(pages)), check_(std::move(check)) {}
   bool next(uocr::ImageU8& page) override {
     check_();
-    return pages_->next(page);
+    return pages_.next(page);
   }
-  void skip(int64_t n) override { pages_->skip(n); }
-  std::string identity() const override { return pages_->identity(); }
-  void set_deadline(const uocr::Deadline& deadline) override { pages_->set_deadline(deadline); }
 
  private:
-  std::unique_ptr<uocr::PageSource> pages_;
   std::function<void()> check_;
 };
 
@@ -164,6 +162,9 @@ inline double count_document(Metrics& metrics, const Document& d, int status) {
   if (d.seconds_to_first_token() >= 0) metrics.observe("uocr:time_to_first_token_seconds", d.seconds_to_first_token());
   metrics.add("uocr:generation_tokens_total", double(s.generated_tokens));
   metrics.add("uocr:prompt_tokens_total", double(s.prompt_tokens));
+  metrics.add("uocr:spec_decode_num_drafts_total", double(d.draft().verify_passes));
+  metrics.add("uocr:spec_decode_num_draft_tokens_total", double(d.draft().drafted));
+  metrics.add("uocr:spec_decode_num_accepted_tokens_total", double(d.draft().accepted));
   if (status == 200) {
     metrics.add("uocr:pages_total", double(d.pages()));
     metrics.observe("uocr:page_latency_seconds", seconds / double(d.pages()));
@@ -374,7 +375,7 @@ class Scheduler {
         error = ApiError(504, "the request timed out after " + std::to_string(tokens) + " tokens (request_timeout_seconds per page)");
       else if (sum.stop == uocr::StopReason::cancelled)
         error = cancelled_error();
-      d.end(std::move(sum), std::move(error));
+      d.end(std::move(sum), std::move(error), session.stats().draft);
     } catch (const uocr::Error& e) {
       if (e.status() == uocr::Status::cancelled)  // from StoppablePages
         d.end({}, d.cancelled_ ? cancelled_error() : ApiError(504, "the request timed out while its pages were encoded (request_timeout_seconds per page)"));

@@ -445,7 +445,8 @@ class Server {
       count_error(status);
     }
     json line = {{"id", d.id()}, {"kind", kind}, {"status", status}, {"pages", d.pages()}, {"seconds", seconds},
-                 {"prompt_tokens", s.prompt_tokens}, {"generated_tokens", s.generated_tokens}, {"stop", uocr::stop_reason_name(s.stop)}};
+                 {"prompt_tokens", s.prompt_tokens}, {"generated_tokens", s.generated_tokens}, {"stop", uocr::stop_reason_name(s.stop)},
+                 {"decode_passes", d.draft().passes}, {"drafted_tokens", d.draft().drafted}, {"accepted_tokens", d.draft().accepted}};
     if (d.seconds_to_first_token() >= 0) line["time_to_first_token"] = d.seconds_to_first_token();
     if (d.error()) line["error"] = d.error()->what();
     log_.info("request", line);

@@ -71,10 +71,9 @@ class DecoderEngine {
   virtual int64_t next_page(int64_t marker_tokens = 0) = 0;
 
   // Draft verification (uocr/session/draft.hpp), as BasicPageGroupDecoder's: the most tokens
-  // verify() takes now (0: never on this engine: a backend without multi-token steps, or steps
-  // batched with other documents); verify() feeds them as that many step() calls would and
-  // returns their logits [n, vocab]; settle(kept) keeps the first `kept` and forgets the rest,
-  // and must follow before any other call.
+  // verify() takes now (0: never on this engine: a backend without multi-token steps); verify()
+  // feeds them as that many step() calls would and returns their logits [n, vocab]; settle(kept)
+  // keeps the first `kept` and forgets the rest, and must follow before any other call.
   virtual int64_t verify_limit() const = 0;
   virtual const std::vector<float>& verify(const int32_t* tokens, int64_t n) = 0;
   virtual void settle(int64_t kept) = 0;
@@ -102,7 +101,8 @@ class DecoderEngine {
 // refers to (the model's weights; a device and its uploaded weights). A backend with
 // batched_decode: with batch_steps(), decode steps go through a StepBatcher shared with other
 // documents (continuous batching); the document counts as decoding there from the end of
-// start()/resume() to its destruction, except while a next_page() prefills entering pages.
+// start()/resume() to its destruction, except while a next_page() prefills entering pages or a
+// verify() checks a draft.
 template <class PG>
 class PageGroupEngine final : public DecoderEngine {
  public:
@@ -140,10 +140,14 @@ class PageGroupEngine final : public DecoderEngine {
     return entered;
   }
 
-  int64_t verify_limit() const override { return batcher_ ? 0 : pg_.verify_limit(); }
+  // A verification runs on this document's own decoder, as a prefill does: the document leaves
+  // the batch for it, so the others step on meanwhile.
+  int64_t verify_limit() const override { return pg_.verify_limit(); }
   const std::vector<float>& verify(const int32_t* tokens, int64_t n) override {
-    require(!batcher_, Status::unsupported, "draft verification: this document's steps are batched with others");
-    return pg_.verify(tokens, n);
+    decoding(false);
+    const std::vector<float>& logits = pg_.verify(tokens, n);
+    decoding(true);
+    return logits;
   }
   void settle(int64_t kept) override { pg_.settle(kept); }
 

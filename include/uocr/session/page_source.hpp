@@ -70,22 +70,39 @@ class PageSource {
   virtual void set_deadline(const Deadline& deadline) { (void)deadline; }
 };
 
-// Another source's pages with a draft text for each (uocr/session/draft.hpp): the text of an
-// earlier OCR pass, a previous revision. Texts past the last one given are "".
-class DraftedPages final : public PageSource {
+// Another source's pages as they are, for a source that changes one thing about them: every call
+// is passed on, so whatever such a source does not override (a draft text, a deadline) still
+// reaches the pages underneath.
+class ForwardedPages : public PageSource {
  public:
-  DraftedPages(PageSource& pages, std::vector<std::string> drafts) : pages_(pages), drafts_(std::move(drafts)) {}
   int64_t count() const override { return pages_.count(); }
   bool next(ImageU8& page) override { return pages_.next(page); }
   void skip(int64_t n) override { pages_.skip(n); }
   std::string identity() const override { return pages_.identity(); }
+  std::string draft_text(int64_t page) const override { return pages_.draft_text(page); }
+  void set_deadline(const Deadline& deadline) override { pages_.set_deadline(deadline); }
+
+ protected:
+  explicit ForwardedPages(PageSource& pages) : pages_(pages) {}
+  explicit ForwardedPages(std::unique_ptr<PageSource> pages) : owned_(std::move(pages)), pages_(*owned_) {}
+
+ private:
+  std::unique_ptr<PageSource> owned_;  // before pages_, which may refer to it
+
+ protected:
+  PageSource& pages_;
+};
+
+// Another source's pages with a draft text for each (uocr/session/draft.hpp): the text of an
+// earlier OCR pass, a previous revision. Texts past the last one given are "".
+class DraftedPages final : public ForwardedPages {
+ public:
+  DraftedPages(PageSource& pages, std::vector<std::string> drafts) : ForwardedPages(pages), drafts_(std::move(drafts)) {}
   std::string draft_text(int64_t page) const override {
     return page >= 0 && page < int64_t(drafts_.size()) ? drafts_[size_t(page)] : std::string();
   }
-  void set_deadline(const Deadline& deadline) override { pages_.set_deadline(deadline); }
 
  private:
-  PageSource& pages_;
   std::vector<std::string> drafts_;
 };
 
