@@ -164,17 +164,14 @@ inline void parse_reference_budget(const std::string& budget, const std::string&
 
 // One page of a shared source as a document of its own (--separate-pages): pulls the source's
 // next page, so the pages are still read one at a time and in order.
-class NextPageOf final : public uocr::PageSource {
+class NextPageOf final : public uocr::ForwardedPages {
  public:
-  NextPageOf(uocr::PageSource& source, int64_t index) : source_(source), index_(index) {}
+  NextPageOf(uocr::PageSource& source, int64_t index) : ForwardedPages(source), index_(index) {}
   int64_t count() const override { return 1; }
-  bool next(uocr::ImageU8& page) override { return source_.next(page); }
-  std::string identity() const override { return source_.identity() + "#" + std::to_string(index_); }
-  std::string draft_text(int64_t page) const override { return page == 0 ? source_.draft_text(index_) : std::string(); }
-  void set_deadline(const uocr::Deadline& deadline) override { source_.set_deadline(deadline); }
+  std::string identity() const override { return pages_.identity() + "#" + std::to_string(index_); }
+  std::string draft_text(int64_t page) const override { return page == 0 ? pages_.draft_text(index_) : std::string(); }
 
  private:
-  uocr::PageSource& source_;
   int64_t index_;
 };
 
