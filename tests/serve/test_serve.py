@@ -548,8 +548,10 @@ class Jobs(unittest.TestCase):
             self.assertEqual(wait_job(server.url, job["id"])["state"], "succeeded")
             self.assertEqual(requests.get(f"{server.url}/v1/jobs/{job['id']}/result", timeout=60).text, expected)
             # vLLM's speculative-decoding counters: passes that verified the text layer, its tokens.
+            # The job reads as ended a moment before its counters are added (accepted last), so
+            # wait for them (bounded) before reading the others.
+            accepted = wait_until(lambda: metric(server.url, "uocr:spec_decode_num_accepted_tokens_total"), seconds=10)
             drafted = metric(server.url, "uocr:spec_decode_num_draft_tokens_total")
-            accepted = metric(server.url, "uocr:spec_decode_num_accepted_tokens_total")
             self.assertGreater(metric(server.url, "uocr:spec_decode_num_drafts_total"), 0)
             self.assertGreater(accepted, 0)
             self.assertLessEqual(accepted, drafted)
