@@ -1,5 +1,5 @@
 // A translation unit built as a program's other part might be, with JPEG left to stb_image
-// (UOCR_HAVE_LIBJPEG unset), linked into test_architecture next to units built with libjpeg.
+// (UOCR_HAVE_LIBJPEG unset), linked into the CPU tests' program next to units built with libjpeg.
 #undef UOCR_HAVE_LIBJPEG
 #include <string>
 

@@ -301,7 +301,7 @@ TEST_CASE("StepBatcher: batches when every sequence waits, bounded wait, errors 
 
 namespace {
 
-struct Transcript {
+struct DocumentRun {
   std::vector<int32_t> tokens;
   std::string text;
   Status status = Status::ok;
@@ -337,7 +337,7 @@ class StartGate {
 // page is encoded and prefilled), on `engine` (null: an engine of its own, without batching).
 // `stop_after` > 0 cancels after that many tokens; `gate`, when given, is passed at the first token;
 // `drafts`: the pages' draft texts, verified whatever they cost (no resting on measured cost).
-Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_t stop_after = 0, StartGate* gate = nullptr,
+DocumentRun run_document(int d, const std::shared_ptr<uocr::Engine>& engine, int64_t stop_after = 0, StartGate* gate = nullptr,
                       std::vector<std::string> drafts = {}) {
   uocr::SessionParams sp;
   sp.max_new_tokens = 120;
@@ -351,7 +351,7 @@ Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_
     ip.groups.overlap_pages = 1;
     ip.page_fallback_tokens = 40;
   }
-  Transcript out;
+  DocumentRun out;
   out.status = status_of([&] {
     uocr::Session s = engine ? uocr::Session(engine, sp, ip) : uocr::Session(demo_model(), sp, ip);
     uocr::FilePages files_pages(files);
@@ -373,9 +373,9 @@ Transcript transcribe(int d, const std::shared_ptr<uocr::Engine>& engine, int64_
 
 TEST_CASE("sessions in five threads with batching on give each document's tokens alone; batches formed") {
   constexpr int kDocs = 5;
-  std::vector<Transcript> alone;
-  for (int d = 0; d < kDocs; ++d) alone.push_back(transcribe(d, nullptr));
-  for (const Transcript& t : alone) {
+  std::vector<DocumentRun> alone;
+  for (int d = 0; d < kDocs; ++d) alone.push_back(run_document(d, nullptr));
+  for (const DocumentRun& t : alone) {
     REQUIRE(t.status == Status::ok);
     REQUIRE(t.tokens.size() > 10);
   }
@@ -386,11 +386,11 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
   // document busy between steps (sampling, its callback), which never takes seconds.
   const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {8, 5000000}});
   const uocr::BatchStats before = engine->batch_stats();
-  std::vector<Transcript> together(kDocs);
+  std::vector<DocumentRun> together(kDocs);
   std::vector<std::thread> threads;
   StartGate gate(kDocs);
   for (int d = 0; d < kDocs; ++d)
-    threads.emplace_back([&, d] { together[size_t(d)] = transcribe(d, engine, 0, &gate); });
+    threads.emplace_back([&, d] { together[size_t(d)] = run_document(d, engine, 0, &gate); });
   for (std::thread& th : threads) th.join();
   const uocr::BatchStats after = engine->batch_stats();
   for (int d = 0; d < kDocs; ++d) {
@@ -400,11 +400,11 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
     CHECK(together[size_t(d)].text == alone[size_t(d)].text);
   }
   int64_t steps = 0;
-  for (const Transcript& t : alone) steps += t.steps();
+  for (const DocumentRun& t : alone) steps += t.steps();
   CHECK(after.steps - before.steps == steps);
   CHECK(after.largest >= 2);
   CHECK(after.batches - before.batches < steps);  // steps shared batches
-  for (const Transcript& t : alone) MESSAGE("document: ", t.tokens.size(), " tokens");
+  for (const DocumentRun& t : alone) MESSAGE("document: ", t.tokens.size(), " tokens");
   MESSAGE("batches ", after.batches - before.batches, " for ", steps, " steps, largest ", after.largest, ", timeouts ",
           after.timeouts - before.timeouts);
 
@@ -415,8 +415,8 @@ TEST_CASE("sessions in five threads with batching on give each document's tokens
 TEST_CASE("batched sessions verify their drafts outside the batch: each document's tokens alone, drafts accepted") {
   // Documents 0 and 1 (one page each) and 4 (three pages in sliding groups of two), greedy.
   const std::vector<int> docs = {0, 1, 4};
-  std::vector<Transcript> alone;
-  for (const int d : docs) alone.push_back(transcribe(d, nullptr));
+  std::vector<DocumentRun> alone;
+  for (const int d : docs) alone.push_back(run_document(d, nullptr));
   // Document 0's draft is its own text, document 1's every word of its text reversed (wrong
   // everywhere), document 4's its whole text for each page (found by lookup page after page).
   std::string reversed;
@@ -431,11 +431,11 @@ TEST_CASE("batched sessions verify their drafts outside the batch: each document
 
   const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {8, 5000000}});
   const uocr::BatchStats before = engine->batch_stats();
-  std::vector<Transcript> together(docs.size());
+  std::vector<DocumentRun> together(docs.size());
   std::vector<std::thread> threads;
   StartGate gate(int(docs.size()));
   for (size_t i = 0; i < docs.size(); ++i)
-    threads.emplace_back([&, i] { together[i] = transcribe(docs[i], engine, 0, &gate, drafts[i]); });
+    threads.emplace_back([&, i] { together[i] = run_document(docs[i], engine, 0, &gate, drafts[i]); });
   for (std::thread& th : threads) th.join();
   const uocr::BatchStats after = engine->batch_stats();
   for (size_t i = 0; i < docs.size(); ++i) {
@@ -453,7 +453,7 @@ TEST_CASE("batched sessions verify their drafts outside the batch: each document
   }
   // Every pass that verified nothing was a step of the batcher.
   int64_t steps = 0;
-  for (const Transcript& t : together) steps += t.draft.passes - t.draft.verify_passes;
+  for (const DocumentRun& t : together) steps += t.draft.passes - t.draft.verify_passes;
   CHECK(steps > 0);
   CHECK(after.steps - before.steps == steps);
 }
@@ -461,12 +461,12 @@ TEST_CASE("batched sessions verify their drafts outside the batch: each document
 TEST_CASE("batched sessions: one that is cancelled or fails early does not hold up the others") {
   // 1 s per step: a document left registered would show.
   const std::shared_ptr<uocr::Engine> engine = uocr::open_engine(demo_model(), uocr::Backend::cpu, {0, {4, 1000000}});
-  const Transcript reference = transcribe(0, nullptr);
-  std::vector<Transcript> got(4);
+  const DocumentRun reference = run_document(0, nullptr);
+  std::vector<DocumentRun> got(4);
   std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
-  threads.emplace_back([&] { got[0] = transcribe(0, engine); });
-  threads.emplace_back([&] { got[1] = transcribe(0, engine, 5); });  // cancelled after 5 tokens
+  threads.emplace_back([&] { got[0] = run_document(0, engine); });
+  threads.emplace_back([&] { got[1] = run_document(0, engine, 5); });  // cancelled after 5 tokens
   threads.emplace_back([&] {
     // Four pages in groups of two: the fourth is read at the second slide (10 tokens after the
     // first at the latest), while the document decodes in the batch, and fails.
@@ -487,7 +487,7 @@ TEST_CASE("batched sessions: one that is cancelled or fails early does not hold 
       });
     });
   });
-  threads.emplace_back([&] { got[3] = transcribe(1, engine); });
+  threads.emplace_back([&] { got[3] = run_document(1, engine); });
   for (std::thread& th : threads) th.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(got[0].status == Status::ok);

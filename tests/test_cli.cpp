@@ -32,10 +32,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using uocr_test::golden_model_dir;
+
 using uocr_test::run_cli;
 using Run = uocr_test::CliRun;
 
-std::string tiny() { return uocr_test::golden_model_dir(); }
 std::string tmp(const std::string& name) { return (fs::temp_directory_path() / ("uocr_cli_" + name)).string(); }
 std::string file_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -55,7 +56,7 @@ double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("inspect vision writes exactly the golden visual tokens") {
   const std::string out = tmp("vision.npy");
-  const Run r = run_cli("inspect vision --model '" + tiny() + "' --image '" + uocr_test::golden("page.png") + "' -o '" + out + "'");
+  const Run r = run_cli("inspect vision --model '" + golden_model_dir() + "' --image '" + uocr_test::golden("page.png") + "' -o '" + out + "'");
   INFO(r.output);
   REQUIRE(r.status == 0);
   const auto ours = uocr::read_npy(out);
@@ -71,7 +72,7 @@ TEST_CASE("inspect logits: prefill row and R-SWA n=8 teacher-forced rows match t
   const std::vector<int64_t> first(gen.begin(), gen.begin() + 10);
   const std::string gen_path = tmp("gen10.npy"), out = tmp("logits.npy");
   uocr::write_npy(gen_path, "<i8", {10}, first.data(), 8);
-  const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + uocr_test::golden("page.png") + "' --input-ids '" +
+  const Run r = run_cli("inspect logits --model '" + golden_model_dir() + "' --image '" + uocr_test::golden("page.png") + "' --input-ids '" +
                         uocr_test::golden("input_ids.npy") + "' --generated '" + gen_path + "' --attention rswa --window 8 -o '" + out + "'");
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -99,13 +100,13 @@ TEST_CASE("inspect logits: prefill row and R-SWA n=8 teacher-forced rows match t
 }
 
 TEST_CASE("inspect model and tokenize describe the folder") {
-  const Run m = run_cli("inspect model --model '" + tiny() + "'");
+  const Run m = run_cli("inspect model --model '" + golden_model_dir() + "'");
   INFO(m.output);
   REQUIRE(m.status == 0);
   CHECK(m.output.find("tensors 154") != std::string::npos);
   CHECK(m.output.find("parameters 4576032") != std::string::npos);
   CHECK(m.output.find("decode_defaults pages_per_group=- overlap_pages=- positions=- slide_kv=-") != std::string::npos);
-  const Run t = run_cli("inspect tokenize --model '" + tiny() + "' --text 'document parsing.'");
+  const Run t = run_cli("inspect tokenize --model '" + golden_model_dir() + "' --text 'document parsing.'");
   CHECK(t.status == 0);
   CHECK(t.output.find("34030 76466 16") != std::string::npos);
 }
@@ -115,7 +116,7 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
   auto logits_with_ids = [](const std::string& name, const std::vector<int64_t>& ids) {
     const std::string path = tmp(name);
     uocr::write_npy(path, "<i8", {int64_t(ids.size())}, ids.data(), 8);
-    const Run r = run_cli("inspect logits --model '" + tiny() + "' --image '" + uocr_test::golden("page.png") + "' --input-ids '" + path +
+    const Run r = run_cli("inspect logits --model '" + golden_model_dir() + "' --image '" + uocr_test::golden("page.png") + "' --input-ids '" + path +
                           "' -o /tmp/x.npy");
     fs::remove(path);
     return r;
@@ -126,12 +127,12 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
     CHECK(r.output.find("/nonexistent") != std::string::npos);
   }
   SUBCASE("image that is not an image") {
-    const Run r = run_cli("inspect vision --model '" + tiny() + "' --image '" + tiny() + "/config.json' -o /tmp/x.npy");
+    const Run r = run_cli("inspect vision --model '" + golden_model_dir() + "' --image '" + golden_model_dir() + "/config.json' -o /tmp/x.npy");
     CHECK(r.status != 0);
     CHECK(r.output.find("invalid image") != std::string::npos);
   }
   SUBCASE("missing image file") {
-    const Run r = run_cli("inspect vision --model '" + tiny() + "' --image /nonexistent.png -o /tmp/x.npy");
+    const Run r = run_cli("inspect vision --model '" + golden_model_dir() + "' --image /nonexistent.png -o /tmp/x.npy");
     CHECK(r.status != 0);
     CHECK(r.output.find("/nonexistent.png") != std::string::npos);
   }
@@ -152,14 +153,14 @@ TEST_CASE("bad input gives a clear error and a non-zero exit") {
       CHECK(h.status == 0);
       CHECK(h.output.find("usage: uocr") != std::string::npos);
     }
-    const Run r = run_cli("inspect vision --model '" + tiny() + "' -o /tmp/x.npy");
+    const Run r = run_cli("inspect vision --model '" + golden_model_dir() + "' -o /tmp/x.npy");
     CHECK(r.status != 0);
     CHECK(r.output.find("--image") != std::string::npos);
   }
 }
 
 TEST_CASE("uocr run defaults OpenMP's wait to passive with a short spin and keeps the user's settings") {
-  const std::string args = "run --model '" + tiny() + "' --max-tokens 1 --stats json --quiet '" + uocr_test::golden("page.png") + "'";
+  const std::string args = "run --model '" + golden_model_dir() + "' --max-tokens 1 --stats json --quiet '" + uocr_test::golden("page.png") + "'";
   struct Case {
     std::string env, policy, spin;
   };
@@ -176,7 +177,7 @@ TEST_CASE("uocr run defaults OpenMP's wait to passive with a short spin and keep
 
 TEST_CASE("uocr run streams text, reports statistics and exits with a meaningful code") {
   const std::string out = tmp("run.md");
-  const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 12 --stats json --format raw -o '" + out + "' '" +
+  const Run r = run_cli("run --model '" + golden_model_dir() + "' --max-tokens 12 --stats json --format raw -o '" + out + "' '" +
                         uocr_test::golden("page.png") + "'");
   INFO(r.output);
   CHECK(r.status == 3);  // truncated by --max-tokens
@@ -196,7 +197,7 @@ TEST_CASE("uocr run streams text, reports statistics and exits with a meaningful
 
 TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
   const std::string pdf = uocr_test::source_dir() + "/tests/data/cli/two_pages.pdf";
-  const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 --stats json --dpi 72 '" + pdf + "'");
+  const Run r = run_cli("run --model '" + golden_model_dir() + "' --max-tokens 2 --stats json --dpi 72 '" + pdf + "'");
   INFO(r.output);
   CHECK(r.status == 3);
   CHECK(r.output.find("\"pages\": 2") != std::string::npos);
@@ -206,7 +207,7 @@ TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
 
   // An image and the PDF as one 3-page document, two pages held: the third page is rendered only
   // when the group slides (the fallback after 3 tokens without <PAGE>), with SR-SWA on.
-  const Run g = run_cli("run --model '" + tiny() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
+  const Run g = run_cli("run --model '" + golden_model_dir() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
                         "--page-fallback-tokens 3 --reference-budget 1,4,16 '" + uocr_test::golden("page.png") + "' '" + pdf + "'");
   INFO(g.output);
   CHECK(g.status == 3);
@@ -227,7 +228,7 @@ TEST_CASE("uocr run renders every page of a PDF, one page at a time") {
   CHECK(stat(g.output, "marker_boundaries") == 0);
   CHECK(stat(g.output, "markers_completed") == 0);
   // The same with a gate of fan-out 2 keeping 1 node per level: as many steps, rows within budget.
-  const Run gate = run_cli("run --model '" + tiny() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
+  const Run gate = run_cli("run --model '" + golden_model_dir() + "' --max-tokens 8 --stats json --dpi 72 --pages-per-group 2 "
                            "--page-fallback-tokens 3 --reference-budget 1,4,16 --reference-gate 2,1 '" +
                            uocr_test::golden("page.png") + "' '" + pdf + "'");
   INFO(gate.output);
@@ -243,7 +244,7 @@ TEST_CASE("uocr run takes unset page-group options from the model folder's uocr_
   const fs::path dir = tmp("decode_defaults_model");
   fs::remove_all(dir);
   fs::create_directories(dir);
-  for (const auto& e : fs::directory_iterator(tiny())) fs::create_symlink(e.path(), dir / e.path().filename());
+  for (const auto& e : fs::directory_iterator(golden_model_dir())) fs::create_symlink(e.path(), dir / e.path().filename());
   const auto write_settings = [&](const std::string& json) { std::ofstream(dir / "uocr_decode.json") << json; };
   write_settings(R"({"pages_per_group": 2, "overlap_pages": 1, "positions": "group", "slide_kv": "recompute", "comment": "test"})");
   const std::string pages = " '" + uocr_test::golden("page.png") + "' '" + uocr_test::golden("page.png") + "' '" + uocr_test::golden("page.png") + "'";
@@ -292,7 +293,7 @@ TEST_CASE("uocr run takes unset page-group options from the model folder's uocr_
 TEST_CASE("uocr run: page group, SR-SWA, checkpoint and --cuda-graphs options are checked") {
   const std::string page = " '" + uocr_test::golden("page.png") + "'";
   auto fails = [&](const std::string& options, const std::string& needle) {
-    const Run r = run_cli("run --model '" + tiny() + "' --max-tokens 2 " + options + page);
+    const Run r = run_cli("run --model '" + golden_model_dir() + "' --max-tokens 2 " + options + page);
     INFO(options << ": " << r.output);
     CHECK(r.status == 2);
     CHECK(r.output.find(needle) != std::string::npos);
@@ -333,10 +334,10 @@ TEST_CASE("uocr run --separate-pages: every page its own single-page run, each o
 }
 
 TEST_CASE("uocr run: bad input is an error with a message") {
-  CHECK(run_cli("run --model '" + tiny() + "'").status == 2);  // no input
-  const Run pdf = run_cli("run --model '" + tiny() + "' '" + tiny() + "/config.json.pdf'");
+  CHECK(run_cli("run --model '" + golden_model_dir() + "'").status == 2);  // no input
+  const Run pdf = run_cli("run --model '" + golden_model_dir() + "' '" + golden_model_dir() + "/config.json.pdf'");
   CHECK(pdf.status == 1);
-  const Run bad = run_cli("run --model '" + tiny() + "' --mode wide '" + uocr_test::golden("page.png") + "'");
+  const Run bad = run_cli("run --model '" + golden_model_dir() + "' --mode wide '" + uocr_test::golden("page.png") + "'");
   CHECK(bad.status == 2);
   CHECK(bad.output.find("--mode") != std::string::npos);
 }
@@ -344,19 +345,19 @@ TEST_CASE("uocr run: bad input is an error with a message") {
 TEST_CASE("uocr quantize writes a loadable int8 folder and refuses bad arguments with a message") {
   const std::string out = (std::filesystem::temp_directory_path() / ("uocr_cli_int8_" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(out);
-  const Run made = run_cli("quantize '" + tiny() + "' '" + out + "'");
+  const Run made = run_cli("quantize '" + golden_model_dir() + "' '" + out + "'");
   INFO(made.output);
   CHECK(made.status == 0);
   CHECK(made.output.find("matrices int8") != std::string::npos);
   const Run inspected = run_cli("inspect model --model '" + out + "'");
   CHECK(inspected.status == 0);
   CHECK(inspected.output.find("int8_matrices 58\n") != std::string::npos);
-  CHECK(run_cli("inspect model --model '" + tiny() + "'").output.find("int8_matrices 0\n") != std::string::npos);
-  CHECK(run_cli("quantize '" + tiny() + "'").status == 2);  // no OUT_DIR
+  CHECK(run_cli("inspect model --model '" + golden_model_dir() + "'").output.find("int8_matrices 0\n") != std::string::npos);
+  CHECK(run_cli("quantize '" + golden_model_dir() + "'").status == 2);  // no OUT_DIR
   const Run again = run_cli("quantize '" + out + "' '" + out + "2'");
   CHECK(again.status == 2);
   CHECK(again.output.find("is int8 already") != std::string::npos);
-  const Run taken = run_cli("quantize '" + tiny() + "' '" + out + "'");  // not empty
+  const Run taken = run_cli("quantize '" + golden_model_dir() + "' '" + out + "'");  // not empty
   CHECK(taken.status == 2);
   CHECK(taken.output.find("is not an empty folder") != std::string::npos);
   const Run missing = run_cli("quantize /nonexistent/model '" + out + "3'");
@@ -602,7 +603,7 @@ TEST_CASE("uocr run refuses an output or checkpoint that is an input page or a m
 }
 
 TEST_CASE("uocr: a bad number names the option and the value") {
-  const std::string run = "run --model '" + tiny() + "' --quiet ";
+  const std::string run = "run --model '" + golden_model_dir() + "' --quiet ";
   const std::string page = " '" + uocr_test::golden("page.png") + "'";
   const std::pair<std::string, std::string> cases[] = {
       {"--temperature abc", "option --temperature needs a number, got 'abc'"},
@@ -626,7 +627,7 @@ TEST_CASE("uocr: page paths that are no regular file fail at once, naming them; 
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string page = uocr_test::golden("page.png");
-  const Run on_dir = run_cli("run --model '" + tiny() + "' '" + dir.string() + "'");
+  const Run on_dir = run_cli("run --model '" + golden_model_dir() + "' '" + dir.string() + "'");
   INFO(on_dir.output);
   CHECK((on_dir.status == 1 || on_dir.status == 2));
   CHECK(on_dir.output.find("cannot read image file " + dir.string() + ": it is a directory") != std::string::npos);
@@ -634,20 +635,20 @@ TEST_CASE("uocr: page paths that are no regular file fail at once, naming them; 
   // A FIFO would block the read forever; `timeout` keeps the test from hanging if it does.
   const std::string fifo = (dir / "pipe.png").string();
   REQUIRE(std::system(("mkfifo '" + fifo + "'").c_str()) == 0);
-  for (const std::string& command : {"run --model '" + tiny() + "' '" + fifo + "'",
-                                     "inspect vision --model '" + tiny() + "' --image '" + fifo + "' -o '" + (dir / "v.npy").string() + "'"}) {
+  for (const std::string& command : {"run --model '" + golden_model_dir() + "' '" + fifo + "'",
+                                     "inspect vision --model '" + golden_model_dir() + "' --image '" + fifo + "' -o '" + (dir / "v.npy").string() + "'"}) {
     const Run r = run_cli(command, "timeout 60 ");
     INFO(command << ": " << r.output);
     CHECK(r.status == 1);
     CHECK(r.output.find(fifo + ": it is a FIFO") != std::string::npos);
   }
 
-  const Run pixels = run_cli("run --model '" + tiny() + "' --max-image-pixels 100 '" + page + "'");
+  const Run pixels = run_cli("run --model '" + golden_model_dir() + "' --max-image-pixels 100 '" + page + "'");
   INFO(pixels.output);
   CHECK(pixels.status == 1);
   CHECK(pixels.output.find("pixels, above the limit of 100 pixels") != std::string::npos);
   const Run bytes =
-      run_cli("inspect vision --model '" + tiny() + "' --max-image-bytes 1000 --image '" + page + "' -o '" + (dir / "v.npy").string() + "'");
+      run_cli("inspect vision --model '" + golden_model_dir() + "' --max-image-bytes 1000 --image '" + page + "' -o '" + (dir / "v.npy").string() + "'");
   INFO(bytes.output);
   CHECK(bytes.status == 1);
   CHECK(bytes.output.find("more than the limit of 1000 bytes") != std::string::npos);
@@ -705,7 +706,7 @@ bool appears_while(pid_t pid, const std::vector<std::string>& needles) {
 }  // namespace
 
 TEST_CASE("uocr run: a PDF that cannot be read as pages says why (hostile input, issue 34 item 9)") {
-  const std::string run = "run --model '" + tiny() + "' --max-tokens 1 ";
+  const std::string run = "run --model '" + golden_model_dir() + "' --max-tokens 1 ";
   const auto refused = [&](const std::string& options, const std::string& pdf, const std::string& message) {
     const Run r = run_cli(run + options + " '" + hostile_pdf(pdf) + "'", "timeout 60 ");
     INFO(pdf << " " << options << ": " << r.output);
@@ -723,7 +724,7 @@ TEST_CASE("uocr run: a PDF that cannot be read as pages says why (hostile input,
   refused("", "zero_pages", hostile_pdf("zero_pages") + " has no pages");
   // Not a PDF: poppler's own words.
   const std::string json = tmp("config.json.pdf");
-  fs::copy_file(tiny() + "/config.json", json, fs::copy_options::overwrite_existing);
+  fs::copy_file(golden_model_dir() + "/config.json", json, fs::copy_options::overwrite_existing);
   const Run bad = run_cli(run + "'" + json + "'");
   fs::remove(json);
   INFO(bad.output);
@@ -740,7 +741,7 @@ TEST_CASE("uocr run: a PDF that cannot be read as pages says why (hostile input,
 
 TEST_CASE("uocr run --page-timeout stops a page that renders too long, naming the page and the limit") {
   const auto t0 = std::chrono::steady_clock::now();
-  const Run r = run_cli("run --model '" + tiny() + "' --page-timeout 1 '" + hostile_pdf("slow_page") + "'", "timeout 60 ");
+  const Run r = run_cli("run --model '" + golden_model_dir() + "' --page-timeout 1 '" + hostile_pdf("slow_page") + "'", "timeout 60 ");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.output);
   CHECK(r.status == 1);
@@ -748,7 +749,7 @@ TEST_CASE("uocr run --page-timeout stops a page that renders too long, naming th
                                                  "stopped; raise --page-timeout (0: no limit) or lower --dpi") != std::string::npos);
   CHECK(seconds < 10);
   for (const std::string bad : {"-1", "86401", "1.5"}) {
-    const Run b = run_cli("run --model '" + tiny() + "' --page-timeout " + bad + " '" + hostile_pdf("slow_page") + "'");
+    const Run b = run_cli("run --model '" + golden_model_dir() + "' --page-timeout " + bad + " '" + hostile_pdf("slow_page") + "'");
     INFO(bad << ": " << b.output);
     CHECK(b.status == 2);
     CHECK(b.output.find("--page-timeout") != std::string::npos);
@@ -775,7 +776,7 @@ TEST_CASE("uocr run: a signal during a PDF render leaves no renderer and no temp
     for (pid_t p : processes_with(renderer())) kill(p, SIGKILL);
     fs::remove_all(dir);
   }};
-  const std::vector<std::string> base{"run", "--model", tiny()};  // the default --page-timeout, far longer than the test
+  const std::vector<std::string> base{"run", "--model", golden_model_dir()};  // the default --page-timeout, far longer than the test
 
   SUBCASE("SIGTERM: 143") {
     std::vector<std::string> args = base;
@@ -826,7 +827,7 @@ TEST_CASE("uocr run --page-time-budget: spent before the first page is ready, th
   const std::string page = uocr_test::golden("page.png");
   const std::string ck = tmp("budget.ckpt"), cut = tmp("budget_cut.md"), whole = tmp("budget_whole.md");
   fs::remove(ck);
-  const std::string run = "run --model '" + tiny() + "' --max-tokens 24 --format raw --checkpoint '" + ck + "' ";
+  const std::string run = "run --model '" + golden_model_dir() + "' --max-tokens 24 --format raw --checkpoint '" + ck + "' ";
   const Run r = run_cli(run + "--page-time-budget 0.000001 -o '" + cut + "' '" + page + "' '" + page + "'");
   INFO(r.output);
   CHECK(r.status == 124);
@@ -840,11 +841,11 @@ TEST_CASE("uocr run --page-time-budget: spent before the first page is ready, th
   // A budget the run stays within changes nothing.
   const Run within = run_cli(run + "--page-time-budget 3600 -o '" + cut + "' '" + page + "' '" + page + "'");
   CHECK(within.status == 3);  // --max-tokens
-  const Run plain = run_cli("run --model '" + tiny() + "' --max-tokens 24 --format raw -o '" + whole + "' '" + page + "' '" + page + "'");
+  const Run plain = run_cli("run --model '" + golden_model_dir() + "' --max-tokens 24 --format raw -o '" + whole + "' '" + page + "' '" + page + "'");
   CHECK(plain.status == 3);
   CHECK(uocr_test::read_file(cut) == uocr_test::read_file(whole));
   for (const std::string bad : {"-1", "nan", "inf", "x"}) {
-    const Run b = run_cli("run --model '" + tiny() + "' --page-time-budget " + bad + " '" + page + "'");
+    const Run b = run_cli("run --model '" + golden_model_dir() + "' --page-time-budget " + bad + " '" + page + "'");
     INFO(bad << ": " << b.output);
     CHECK(b.status == 2);
     CHECK(b.output.find("--page-time-budget") != std::string::npos);

@@ -71,12 +71,12 @@ double cer(const std::string& hypothesis, const std::string& reference) {
 
 std::string sample(const std::string& name) { return uocr_test::source_dir() + "/samples/data/" + name; }
 
-std::string demo_model() { return uocr_test::source_dir() + "/models/uocr-demo"; }
+std::string demo_model_dir() { return uocr_test::source_dir() + "/models/uocr-demo"; }
 
 // stdout of `uocr run --format raw [options]` on `pages` with the bundled model, or `model`
 // (stderr to a log file).
 std::string transcribe(const std::vector<std::string>& pages, const std::string& log_name,
-                       const std::vector<std::string>& options = {}, const std::string& model = demo_model()) {
+                       const std::vector<std::string>& options = {}, const std::string& model = demo_model_dir()) {
   const std::string log = log_name + "." + std::to_string(::getpid());  // runs of the suite may overlap
   const std::string out = log + ".out";
   std::vector<std::string> args{"run", "--model", model, "--format", "raw", "-o", out, "--quiet"};
@@ -121,7 +121,7 @@ TEST_CASE("the demo model reads two short sample pages, each its own run") {
 TEST_CASE("an int8 copy of the demo model (uocr quantize) reads the two sample pages within 0.005 CER of the shipped one") {
   const std::string dir = "/tmp/uocr_demo_int8." + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
-  REQUIRE(uocr_test::wait_exit(uocr_test::spawn_cli({"quantize", demo_model(), dir, "--quiet"}, dir + ".log")) == 0);
+  REQUIRE(uocr_test::wait_exit(uocr_test::spawn_cli({"quantize", demo_model_dir(), dir, "--quiet"}, dir + ".log")) == 0);
   std::filesystem::remove(dir + ".log");
   std::vector<std::string> pages;
   for (const char* page : kPages) pages.push_back(sample(std::string(page) + ".png"));
@@ -198,7 +198,7 @@ TEST_CASE("the demo model reads a six-page session of page groups better with gr
 TEST_CASE("the demo model's six-page session keeps its page markers that the n-gram rule would break") {
   std::string reference;
   const std::vector<std::string> files = six_pages(&reference);
-  const auto model = uocr::Model::load(demo_model());
+  const auto model = uocr::Model::load(demo_model_dir());
   auto run = [&](bool complete) {
     uocr::DocumentParams ip;
     ip.groups.group_pages = 2;

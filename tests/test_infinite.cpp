@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/event_recorder.hpp"
+#include "support/golden_model.hpp"
 #include "support/logit_agreement.hpp"
 #include "support/multi3_case.hpp"
 #include "support/test_support.hpp"
@@ -42,6 +43,9 @@ using uocr_test::rel_err;
 using uocr_test::status_of;
 
 namespace {
+
+using uocr_test::golden_model;
+using uocr_test::golden_pages;
 
 // A decoder-only model: config + mapped weights.
 struct DecoderModel {
@@ -689,28 +693,12 @@ TEST_CASE("page clock: <PAGE> markers split across tokens, the no-marker fallbac
   CHECK_THROWS_AS(uocr::PageClock(-1), uocr::Error);
 }
 
-namespace {
-
-std::shared_ptr<const uocr::Model> tiny_model() {
-  static auto model = uocr::Model::load(uocr_test::golden_model_dir());
-  return model;
-}
-
-std::vector<std::string> page_files(int n) {
-  const std::string imgs = uocr_test::reference_dir() + "/images/";
-  const std::vector<std::string> all = {uocr_test::golden("page.png"), imgs + "page_a_800x1000.png",
-                                        imgs + "page_b_1100x700.png"};
-  return std::vector<std::string>(all.begin(), all.begin() + n);
-}
-
-}  // namespace
-
 TEST_CASE("Session with G >= pages transcribes exactly as Session; with G < pages it slides at the fallback") {
   uocr::SessionParams sp;
   sp.max_new_tokens = 20;
-  const std::vector<std::string> files = page_files(2);
+  const std::vector<std::string> files = golden_pages(2);
 
-  uocr::OneShotSession one(tiny_model(), sp);
+  uocr::OneShotSession one(golden_model(), sp);
   for (const std::string& f : files) one.add_page(uocr::load_image(f));
   Recorded r1;
   const uocr::RunSummary a = one.run(recorder(r1));
@@ -718,7 +706,7 @@ TEST_CASE("Session with G >= pages transcribes exactly as Session; with G < page
   uocr::DocumentParams ip;
   ip.groups.group_pages = 2;
   ip.groups.overlap_pages = 1;
-  uocr::Session inf(tiny_model(), sp, ip);
+  uocr::Session inf(golden_model(), sp, ip);
   uocr::FilePages pages(files);
   Recorded r2;
   const uocr::RunSummary b = inf.run(pages, recorder(r2));
@@ -740,7 +728,7 @@ TEST_CASE("Session with G >= pages transcribes exactly as Session; with G < page
   ips.groups.sparse = true;
   ips.groups.sparse_params.page_budget = 2;
   ips.groups.sparse_params.block_budget = 0;
-  uocr::Session infs(tiny_model(), sp, ips);
+  uocr::Session infs(golden_model(), sp, ips);
   uocr::FilePages pages_s(files);
   Recorded rs;
   infs.run(pages_s, recorder(rs));
@@ -753,8 +741,8 @@ TEST_CASE("Session with G >= pages transcribes exactly as Session; with G < page
   uocr::SessionParams sp3 = sp;
   sp3.max_new_tokens = 16;
   ip.page_fallback_tokens = 6;
-  uocr::Session inf3(tiny_model(), sp3, ip);
-  uocr::FilePages pages3(page_files(3));
+  uocr::Session inf3(golden_model(), sp3, ip);
+  uocr::FilePages pages3(golden_pages(3));
   Recorded r3;
   const uocr::RunSummary c = inf3.run(pages3, recorder(r3));
   CHECK(c.stop == uocr::StopReason::max_tokens);
@@ -778,7 +766,7 @@ TEST_CASE("Session with G >= pages transcribes exactly as Session; with G < page
   // Misuse.
   uocr::DocumentParams bad;
   bad.groups.group_pages = 1;
-  CHECK_THROWS_AS(uocr::Session(tiny_model(), sp, bad), uocr::Error);
+  CHECK_THROWS_AS(uocr::Session(golden_model(), sp, bad), uocr::Error);
   uocr::FilePages none(std::vector<std::string>{});
   CHECK_THROWS_AS(inf.run(none), uocr::Error);
 }

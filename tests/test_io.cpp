@@ -8,6 +8,8 @@
 #include <random>
 #include <tuple>
 
+#include "support/checks.hpp"
+#include "support/golden_model.hpp"
 #include "support/test_support.hpp"
 #include "uocr/backends/cpu/gemm_bf16.hpp"
 #include "uocr/backends/cpu/linear.hpp"
@@ -22,7 +24,9 @@ using uocr::Status;
 
 namespace {
 
-std::string tiny() { return uocr_test::golden_model_dir(); }
+using uocr_test::error_of;
+using uocr_test::golden_model_dir;
+
 
 // A scratch copy of the golden model (weights symlinked unless `copy_weights`) that a test may damage.
 struct ModelCopy {
@@ -31,7 +35,7 @@ struct ModelCopy {
     dir = fs::temp_directory_path() / ("uocr_test_" + tag + "_" + std::to_string(std::random_device{}()));
     fs::create_directories(dir);
     for (const char* f : {"config.json", "model.safetensors.index.json", "model-00001-of-000001.safetensors"})
-      fs::copy_file(fs::path(tiny()) / f, dir / f);
+      fs::copy_file(fs::path(golden_model_dir()) / f, dir / f);
   }
   ~ModelCopy() { fs::remove_all(dir); }
   std::string path(const char* f) const { return (dir / f).string(); }
@@ -52,28 +56,10 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   REQUIRE(n > 0);
 }
 
-template <class Fn>
-std::string error_of(Fn fn, Status expected) {
-  try {
-    fn();
-  } catch (const uocr::Error& e) {
-    CHECK(e.status() == expected);
-    return e.what();
-  }
-  FAIL("no error was raised");
-  return "";
-}
-
-void load_all(const std::string& dir) {
-  auto cfg = uocr::ModelConfig::load(dir + "/config.json");
-  auto ck = uocr::Checkpoint::open(dir);
-  uocr::ModelWeights::bind(ck, cfg);
-}
-
 }  // namespace
 
 TEST_CASE("the golden model folder (tiny-b) loads and every tensor is bound") {
-  auto cfg = uocr::ModelConfig::load(tiny() + "/config.json");
+  auto cfg = uocr::ModelConfig::load(golden_model_dir() + "/config.json");
   CHECK(cfg.model_type == "unlimited-ocr");
   CHECK(cfg.decoder.hidden == 16);
   CHECK(cfg.decoder.layers == 3);
@@ -87,7 +73,7 @@ TEST_CASE("the golden model folder (tiny-b) loads and every tensor is bound") {
   CHECK(cfg.sam.out_chans == 24);
   CHECK(cfg.clip.ffn == 80);
   CHECK(cfg.clip.positions() == 257);
-  auto ck = uocr::Checkpoint::open(tiny());
+  auto ck = uocr::Checkpoint::open(golden_model_dir());
   CHECK(ck.size() == 154);
   CHECK(ck.parameter_count() == 4576032);
   auto w = uocr::ModelWeights::bind(ck, cfg);
@@ -153,7 +139,7 @@ TEST_CASE("damaged model folders give errors that name the file and tensor") {
     std::string cfg = m.read("config.json");
     replace_all(cfg, "\"intermediate_size\": 40", "\"intermediate_size\": 41");
     m.write("config.json", cfg);
-    auto msg = error_of([&] { load_all(m.dir.string()); }, Status::invalid_model);
+    auto msg = error_of([&] { uocr_test::bind_model_folder(m.dir.string()); }, Status::invalid_model);
     CHECK(msg.find("model.layers.0.mlp.gate_proj.weight") != std::string::npos);
     CHECK(msg.find("[40, 16]") != std::string::npos);
   }
@@ -162,7 +148,7 @@ TEST_CASE("damaged model folders give errors that name the file and tensor") {
     std::string cfg = m.read("config.json");
     replace_all(cfg, "\"num_hidden_layers\": 3", "\"num_hidden_layers\": 2");
     m.write("config.json", cfg);
-    auto msg = error_of([&] { load_all(m.dir.string()); }, Status::invalid_model);
+    auto msg = error_of([&] { uocr_test::bind_model_folder(m.dir.string()); }, Status::invalid_model);
     CHECK(msg.find("model.layers.2") != std::string::npos);
   }
   SUBCASE("index names a tensor the shard lacks") {
@@ -291,14 +277,14 @@ TEST_CASE("a safetensors file whose header leaves its data misaligned loads with
   for (int i = 0; i < 8; ++i) file[size_t(i)] = char((padded >> (8 * i)) & 0xff);
   m.write(shard, file);
 
-  const uocr::SafetensorsFile original(tiny() + "/" + shard), moved(m.path(shard));
+  const uocr::SafetensorsFile original(golden_model_dir() + "/" + shard), moved(m.path(shard));
   REQUIRE(moved.tensors().size() == original.tensors().size());
   for (const auto& [name, t] : moved.tensors()) {
     CAPTURE(name);
     CHECK(reinterpret_cast<uintptr_t>(t.data) % uocr::dtype_size(t.dtype) == 0);
     CHECK(t.to_vector() == original.tensors().at(name).to_vector());
   }
-  load_all(m.dir.string());
+  uocr_test::bind_model_folder(m.dir.string());
 }
 
 TEST_CASE("npy round trip and golden arrays") {
@@ -318,12 +304,12 @@ TEST_CASE("npy round trip and golden arrays") {
   auto neck = uocr::read_npy(uocr_test::golden("sam_neck.npy"));
   CHECK(neck.descr == "<f4");
   CHECK(neck.shape == std::vector<int64_t>{1, 24, 64, 64});
-  error_of([] { uocr::read_npy(tiny() + "/config.json"); }, Status::invalid_argument);
+  error_of([] { uocr::read_npy(golden_model_dir() + "/config.json"); }, Status::invalid_argument);
 }
 
 TEST_CASE("linear kernel matches a naive product for bf16 weights, decode and GEMM paths") {
-  auto cfg = uocr::ModelConfig::load(tiny() + "/config.json");
-  auto ck = uocr::Checkpoint::open(tiny());
+  auto cfg = uocr::ModelConfig::load(golden_model_dir() + "/config.json");
+  auto ck = uocr::Checkpoint::open(golden_model_dir());
   auto w = uocr::ModelWeights::bind(ck, cfg);
   const auto& l = w.sam.blocks[0].lin1;  // [192, 48] with bias
   const std::vector<float> wf = l.weight->to_vector(), bf = l.bias->to_vector();

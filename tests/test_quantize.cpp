@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/checks.hpp"
+#include "support/golden_model.hpp"
 #include "support/test_support.hpp"
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/decoder/decoder.hpp"
@@ -29,13 +31,7 @@ using uocr::Status;
 
 namespace {
 
-// The message of the error `fn` must fail with, of status `expected`.
-template <class Fn>
-std::string error_of(Fn fn, Status expected) {
-  std::string message;
-  CHECK(uocr_test::status_of(fn, &message) == expected);
-  return message;
-}
+using uocr_test::error_of;
 
 struct TempDir {
   fs::path dir = fs::temp_directory_path() / ("uocr_quantize_" + std::to_string(std::random_device{}()));
@@ -43,12 +39,6 @@ struct TempDir {
   ~TempDir() { fs::remove_all(dir); }
   std::string operator/(const std::string& name) const { return (dir / name).string(); }
 };
-
-void load_all(const std::string& dir) {
-  auto cfg = uocr::ModelConfig::load(dir + "/config.json");
-  auto ck = uocr::Checkpoint::open(dir);
-  uocr::ModelWeights::bind(ck, cfg);
-}
 
 // An int8 copy of the golden model (tiny-b) in `dir`.
 std::string int8_golden(const TempDir& t) {
@@ -237,14 +227,14 @@ TEST_CASE("quantize_model_folder: the decoder's linear layers and lm_head int8, 
 TEST_CASE("damaged int8 folders are refused with an error that names the tensor or the key") {
   TempDir t;
   const std::string dir = int8_golden(t), file = dir + "/model.safetensors";
-  load_all(dir);
+  uocr_test::bind_model_folder(dir);
   const std::string q = "model.layers.1.self_attn.q_proj.weight";
 
   SUBCASE("an int8 tensor without its scale") {
     rewrite(file, [&](std::vector<Tensor>& ts) {
       ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Tensor& x) { return x.name == q + "_scale"; }), ts.end());
     });
-    const std::string msg = error_of([&] { load_all(dir); }, Status::invalid_model);
+    const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::invalid_model);
     CHECK_MESSAGE(msg.find("int8 tensor " + q + " has no " + q + "_scale") != std::string::npos, msg);
   }
   SUBCASE("a scale of the wrong shape") {
@@ -252,7 +242,7 @@ TEST_CASE("damaged int8 folders are refused with an error that names the tensor 
       Tensor& s = find(ts, q + "_scale");
       s.shape = {s.shape[0] / 2, 2};
     });
-    const std::string msg = error_of([&] { load_all(dir); }, Status::invalid_model);
+    const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::invalid_model);
     CHECK_MESSAGE(msg.find(q + "_scale is F32 [") != std::string::npos, msg);
     CHECK_MESSAGE(msg.find("expected one float scale per row") != std::string::npos, msg);
   }
@@ -261,7 +251,7 @@ TEST_CASE("damaged int8 folders are refused with an error that names the tensor 
       const float nan = std::nanf("");
       std::memcpy(find(ts, q + "_scale").bytes.data() + 4 * 5, &nan, 4);
     });
-    const std::string msg = error_of([&] { load_all(dir); }, Status::invalid_model);
+    const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::invalid_model);
     CHECK_MESSAGE(msg.find(q + "_scale row 5 is nan") != std::string::npos, msg);
   }
   SUBCASE("an int8 tensor outside the decoder's linear layers") {
@@ -274,13 +264,13 @@ TEST_CASE("damaged int8 folders are refused with an error that names the tensor 
       x.bytes.assign(f.size(), '\0');
       ts.push_back({v + "_scale", DType::f32, {x.shape[0], 1}, std::string(size_t(x.shape[0]) * 4, '\0')});
     });
-    const std::string msg = error_of([&] { load_all(dir); }, Status::unsupported);
+    const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::unsupported);
     CHECK_MESSAGE(msg.find("tensor " + v + " is int8; int8 is read for the decoder's linear layers and lm_head only") !=
                       std::string::npos, msg);
   }
   SUBCASE("int8 tensors with no quantization_config") {
     edit_config(dir, [](nlohmann::json& j) { j.erase("quantization_config"); });
-    const std::string msg = error_of([&] { load_all(dir); }, Status::invalid_model);
+    const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::invalid_model);
     CHECK_MESSAGE(msg.find("has int8 tensors but its config.json declares no quantization_config") != std::string::npos, msg);
   }
   SUBCASE("a quantization_config over weights that are not int8") {
@@ -288,7 +278,7 @@ TEST_CASE("damaged int8 folders are refused with an error that names the tensor 
       if (e.path().extension() == ".safetensors") fs::copy_file(e.path(), t / "plain.safetensors");
     fs::remove(file);
     fs::rename(t / "plain.safetensors", file);
-    const std::string msg = error_of([&] { load_all(dir); }, Status::invalid_model);
+    const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::invalid_model);
     CHECK_MESSAGE(msg.find("declares int8 weights but no tensor is int8") != std::string::npos, msg);
   }
   SUBCASE("quantization schemes uocr does not read") {
@@ -306,7 +296,7 @@ TEST_CASE("damaged int8 folders are refused with an error that names the tensor 
     for (const auto& [edit, expected] : cases) {
       std::ofstream(dir + "/config.json") << config;
       edit_config(dir, [&](nlohmann::json& j) { edit(j["quantization_config"]); });
-      const std::string msg = error_of([&] { load_all(dir); }, Status::unsupported);
+      const std::string msg = error_of([&] { uocr_test::bind_model_folder(dir); }, Status::unsupported);
       CHECK_MESSAGE(msg.find(expected) != std::string::npos, msg);
     }
   }

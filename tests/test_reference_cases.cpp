@@ -41,7 +41,7 @@ namespace {
 
 // Float32 against float32 (observed ~1e-6); the bounds leave room for summation order only.
 constexpr double kVisionRelTol = 1e-3;  // ‖ours − ref‖ / ‖ref‖ over all visual tokens of a case
-constexpr double kRowRelTol = 1e-3;     // same over a full logits row
+constexpr double kCaseRowRelTol = 1e-3;     // same over a full logits row
 constexpr uocr_test::AgreementLimits kLimits{1e-3, 1e-3};  // top-16 logits and logsumexp, relative to max(1, |ref|)
 
 std::string ref_dir() { return uocr_test::source_dir() + "/tests/data/reference"; }
@@ -98,13 +98,11 @@ using uocr_test::row_error;
 using uocr_test::RowError;
 
 // Agreement of our logits rows with the reference top-16 / logsumexp summaries.
-struct Agreement : uocr_test::Agreement {
-  Agreement() : uocr_test::Agreement(kLimits) {}
+struct CaseAgreement : uocr_test::Agreement {
+  CaseAgreement() : uocr_test::Agreement(kLimits) {}
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using uocr_test::seconds_since;
 
 void run_case(const std::string& name) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -210,7 +208,7 @@ void run_case(const std::string& name) {
     // Diagnostic: the decoder alone, fed the reference visual tokens.
     uocr::KvCache cache(cfg.decoder, cfg.decoder.sliding_window);
     const std::vector<float> logits = dec.prefill(dec.embed_prompt(ref_ids, ref_visual), 0, cache);
-    Agreement a;
+    CaseAgreement a;
     a.add(logits.data(), vocab, npy_i32("prefill_top16_ids.npy").data(), npy("prefill_top16_vals.npy").to_f32().data(),
           npy("prefill_lse.npy").to_f32()[0]);
     a.check(name + " prefill, reference visual tokens");
@@ -219,7 +217,7 @@ void run_case(const std::string& name) {
   const std::vector<float> prefill = dec.prefill(dec.embed_prompt(prompt.ids, visual), 0, cache);
   REQUIRE(prefill.size() == size_t(vocab));
   {
-    Agreement a;
+    CaseAgreement a;
     a.add(prefill.data(), vocab, npy_i32("prefill_top16_ids.npy").data(), npy("prefill_top16_vals.npy").to_f32().data(),
           npy("prefill_lse.npy").to_f32()[0]);
     a.check(name + " prefill, end to end");
@@ -227,7 +225,7 @@ void run_case(const std::string& name) {
   if (fs::exists(dir + "prefill_logits.npy")) {
     const RowError e = row_error(prefill.data(), npy("prefill_logits.npy").to_f32().data(), vocab);
     MESSAGE(name << ": full prefill logits row rel err " << e.rel << ", max abs " << e.max_abs);
-    CHECK(e.rel <= kRowRelTol);
+    CHECK(e.rel <= kCaseRowRelTol);
   }
 
   // 5. Teacher-forced decode through the R-SWA ring (window from the config).
@@ -245,7 +243,7 @@ void run_case(const std::string& name) {
       row_index = npy_i32("gen_rows_index.npy");
       rows = npy("gen_logits_rows.npy").to_f32();
     }
-    Agreement a;
+    CaseAgreement a;
     size_t rows_seen = 0;
     const int64_t p = int64_t(prompt.ids.size());
     for (int g = 0; g < gen; ++g) {
@@ -256,7 +254,7 @@ void run_case(const std::string& name) {
         const RowError e = row_error(logits.data(), &rows[r * size_t(vocab)], vocab);
         MESSAGE(name << ": full logits row at generated index " << g << " rel err " << e.rel << ", max abs "
                      << e.max_abs);
-        CHECK(e.rel <= kRowRelTol);
+        CHECK(e.rel <= kCaseRowRelTol);
         ++rows_seen;
       }
       CHECK(cache.generated_rows() == std::min<int64_t>(g + 1, cfg.decoder.sliding_window));

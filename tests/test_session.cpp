@@ -12,6 +12,7 @@
 
 #include "support/damaged_model.hpp"
 #include "support/event_recorder.hpp"
+#include "support/golden_model.hpp"
 #include "support/test_support.hpp"
 #include "uocr/session/markdown.hpp"
 #include "uocr/session/marker_completion.hpp"
@@ -23,6 +24,8 @@
 #include "uocr/vision/encoder.hpp"
 
 namespace {
+
+using uocr_test::golden_model;
 
 struct Parsed {
   std::vector<int> pages;
@@ -42,11 +45,6 @@ Parsed parse_chunked(const std::string& text, unsigned seed) {
     i += n;
   }
   return out;
-}
-
-std::shared_ptr<const uocr::Model> tiny_model() {
-  static auto model = uocr::Model::load(uocr_test::golden_model_dir());
-  return model;
 }
 
 }  // namespace
@@ -115,7 +113,7 @@ TEST_CASE("a begun page marker: the parser reports its prefix, only its continua
 TEST_CASE("a session streams tokens whose text adds up to the transcript, deterministically") {
   uocr::SessionParams params;
   params.max_new_tokens = 24;
-  uocr::OneShotSession s(tiny_model(), params);
+  uocr::OneShotSession s(golden_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   uocr_test::Recorded streamed;
   const uocr::RunSummary a = s.run(uocr_test::recorder(streamed));
@@ -141,7 +139,7 @@ namespace {
 // The one-shot decode written out by hand (vision, prompt, one prefill, greedy steps): what
 // Session must still be now that it runs the page-group loop with every page held.
 std::vector<int32_t> decode_by_hand(const uocr::ImageU8& page, const uocr::PreprocessConfig& views, int window, int steps) {
-  const uocr::Model& m = *tiny_model();
+  const uocr::Model& m = *golden_model();
   uocr::VisionEncoder enc(m.config(), m.weights());
   const uocr::PreparedImage p = uocr::prepare_image(page, views);
   const std::vector<float> visual = enc.visual_tokens(p.global_chw, p.tiles_chw, p.tiles_x, p.tiles_y);
@@ -168,7 +166,7 @@ TEST_CASE("OneShotSession is exactly the one-shot decode: full attention, and a 
     params.ngram_size = 0;           // the by-hand decode has no n-gram rule ...
     params.loop_guard = false;       // ... nor a loop guard
     params.mode = gundam ? uocr::ImageMode::gundam : uocr::ImageMode::base;
-    uocr::OneShotSession s(tiny_model(), params);
+    uocr::OneShotSession s(golden_model(), params);
     s.add_page(page);
     std::vector<int32_t> ids;
     const uocr::RunSummary r = s.run([&](const uocr::Event& e) {
@@ -188,8 +186,8 @@ TEST_CASE("a window past the model's context is clamped to it: the ring is not a
   uocr::SessionParams params;
   params.max_new_tokens = 4;
   params.window = 1000000;
-  uocr::OneShotSession s(tiny_model(), params);
-  const int context = tiny_model()->config().decoder.max_positions;
+  uocr::OneShotSession s(golden_model(), params);
+  const int context = golden_model()->config().decoder.max_positions;
   CHECK(s.effective_window() == context);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   const uocr::RunSummary r = s.run();
@@ -201,7 +199,7 @@ TEST_CASE("a window past the model's context is clamped to it: the ring is not a
 TEST_CASE("cancellation from the callback stops the run and says so") {
   uocr::SessionParams params;
   params.max_new_tokens = 50;
-  uocr::OneShotSession s(tiny_model(), params);
+  uocr::OneShotSession s(golden_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   int seen = 0;
   const uocr::RunSummary r = s.run([&](const uocr::Event& e) { return e.type != uocr::Event::Type::token || ++seen < 5; });
@@ -224,7 +222,7 @@ TEST_CASE("an allocation failure during a run is Status::out_of_memory saying ho
   // A std::bad_alloc thrown by the callbacks stands in for one from the engines at the same point.
   uocr::SessionParams params;
   params.max_new_tokens = 8;
-  uocr::OneShotSession s(tiny_model(), params);
+  uocr::OneShotSession s(golden_model(), params);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   int seen = 0;
   std::string message;
@@ -236,28 +234,28 @@ TEST_CASE("an allocation failure during a run is Status::out_of_memory saying ho
         }, &message) == uocr::Status::out_of_memory);
   CHECK(message == "out of memory while generating token 3");
 
-  uocr::Session runner(tiny_model(), params, {});
+  uocr::Session runner(golden_model(), params, {});
   uocr::CallbackPages pages(2, [](int64_t, uocr::ImageU8&) -> bool { throw std::bad_alloc(); });
   CHECK(uocr_test::status_of([&] { runner.run(pages); }, &message) == uocr::Status::out_of_memory);
   CHECK(message == "out of memory while starting the run (encoding and prefilling the first pages)");
 }
 
 TEST_CASE("session misuse is an error, not a crash") {
-  uocr::OneShotSession empty(tiny_model(), {});
+  uocr::OneShotSession empty(golden_model(), {});
   CHECK_THROWS_AS(empty.run(), uocr::Error);
   CHECK_THROWS_AS(empty.add_page(uocr::ImageU8{}), uocr::Error);
   uocr::SessionParams bad;
   bad.sampling.top_p = 2.f;
-  CHECK_THROWS_AS(uocr::OneShotSession(tiny_model(), bad), uocr::Error);
+  CHECK_THROWS_AS(uocr::OneShotSession(golden_model(), bad), uocr::Error);
   for (double budget : {-0.5, std::nan("")}) {
     uocr::SessionParams bad_budget;
     bad_budget.page_time_budget_seconds = budget;
-    CHECK(uocr_test::message_of([&] { uocr::OneShotSession(tiny_model(), bad_budget); }).find("page_time_budget_seconds") !=
+    CHECK(uocr_test::message_of([&] { uocr::OneShotSession(golden_model(), bad_budget); }).find("page_time_budget_seconds") !=
           std::string::npos);
   }
   uocr::SessionParams no_image;
   no_image.prompt = "Free OCR.";
-  uocr::OneShotSession s(tiny_model(), no_image);
+  uocr::OneShotSession s(golden_model(), no_image);
   s.add_page(uocr::load_image(uocr_test::golden("page.png")));
   CHECK_THROWS_AS(s.run(), uocr::Error);
 }

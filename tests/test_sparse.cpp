@@ -418,7 +418,7 @@ TEST_CASE("page groups + SR-SWA: full budgets equal one-shot dense; summaries fo
 // Standalone timing of the reference attention of one decode step (one layer): dense R-SWA
 // (decode_attention over every reference row + the window) against SR-SWA (gate + selector +
 // gathered attention), random K/V, pages of 273 tokens, window 128. Skipped by default:
-//   test_sparse --no-skip -tc='*timing*'      (UOCR_TIMING_PAGES=10,100,1000 to choose)
+//   build/tests/test_cpu --no-skip -tc='*timing*'      (UOCR_TIMING_PAGES=10,100,1000 to choose)
 TEST_CASE("SR-SWA vs dense attention step time (standalone timing)" * doctest::skip()) {
   struct Dims {
     const char* name;

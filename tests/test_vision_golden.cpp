@@ -19,11 +19,12 @@ using uocr_test::to_chw;
 
 namespace {
 
-std::string tiny() { return uocr_test::golden_model_dir(); }
+using uocr_test::golden_model_dir;
+
 
 struct TinyModel {
-  uocr::ModelConfig cfg = uocr::ModelConfig::load(tiny() + "/config.json");
-  uocr::Checkpoint ck = uocr::Checkpoint::open(tiny());
+  uocr::ModelConfig cfg = uocr::ModelConfig::load(golden_model_dir() + "/config.json");
+  uocr::Checkpoint ck = uocr::Checkpoint::open(golden_model_dir());
   uocr::ModelWeights w = uocr::ModelWeights::bind(ck, cfg);
   uocr::VisionEncoder enc{cfg, w};
 };
@@ -63,9 +64,7 @@ bool all_finite(const std::vector<float>& v) {
   return true;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using uocr_test::seconds_since;
 
 }  // namespace
 

@@ -3,8 +3,9 @@
 #
 #   tests/fuzz/run.sh [SECONDS-PER-TARGET] [TARGET...]    (default: 60 s, every target)
 #
-# Builds each target with clang (libFuzzer, ASan, UBSan) into build-fuzz/, again only when a file
-# it includes changed, then runs it for SECONDS (UOCR_FUZZ_JOBS targets at a time, default 2) on a copy of tests/fuzz/corpus/TARGET/ and
+# Builds the fuzz program with clang (libFuzzer, ASan, UBSan) into build-fuzz/, again only when a
+# file it includes changed, then runs each target (build-fuzz/fuzz_TARGET, a link to the program)
+# for SECONDS (UOCR_FUZZ_JOBS targets at a time, default 2) on a copy of tests/fuzz/corpus/TARGET/ and
 # tests/fuzz/regressions/TARGET/ (the committed files never change). Prints per target the inputs
 # run, the new corpus units and the seconds taken. Exits 1 when a run finds a crash, leak, UB,
 # timeout, out-of-memory or an exception that is not a refusal, naming the target and the input
@@ -66,32 +67,15 @@ ignored=$(printf '%s\n' 'src:*/eigen3/*' 'src:*include/uocr/vision/*' 'src:*incl
   'fun:*Fnv64*')
 [[ -e $ignore && $(<"$ignore") == "$ignored" ]] || echo "$ignored" >"$ignore"
 
-# Two at a time: each compile is one process, and CI's machine has two cores.
-jobs=${UOCR_FUZZ_JOBS:-2}
-rm -f "$out/build-failed"
+# One program for every target (fuzzer.cpp), run as fuzz_<target>: the parsers compile once.
+program=$out/uocr_fuzz
 build_start=$SECONDS
-for t in "${targets[@]}"; do
-  bin=$out/fuzz_$t
-  if stale "$bin" "$bin.d" "$stb"; then
-    (
-      start=$SECONDS
-      if nice "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer "${sanitize[@]}" -fsanitize-coverage-ignorelist="$ignore" \
-        -Iinclude "${deps_flags[@]}" -DUOCR_HAVE_LIBJPEG -MMD -MF "$bin.d" "tests/fuzz/fuzz_$t.cpp" "$stb" -ljpeg -lpthread \
-        -o "$bin"; then
-        echo "built $bin in $((SECONDS - start)) s"
-      else
-        rm -f "$bin"
-        echo "$t" >>"$out/build-failed"
-      fi
-    ) &
-    while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-  fi
-done
-wait
-if [[ -e $out/build-failed ]]; then
-  echo "building fuzz targets failed: $(tr '\n' ' ' <"$out/build-failed")" >&2
-  exit 1
+if stale "$program" "$program.d" "$stb"; then
+  nice "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer "${sanitize[@]}" -fsanitize-coverage-ignorelist="$ignore" \
+    -Iinclude "${deps_flags[@]}" -DUOCR_HAVE_LIBJPEG -MMD -MF "$program.d" tests/fuzz/fuzzer.cpp "$stb" -ljpeg -lpthread \
+    -o "$program" || { rm -f "$program"; echo "building the fuzz program failed" >&2; exit 1; }
 fi
+for t in "${targets[@]}"; do ln -sf uocr_fuzz "$out/fuzz_$t"; done
 echo "build: $((SECONDS - build_start)) s"
 
 # run_target TARGET: one libFuzzer run; its exit status and seconds go to its work folder.
@@ -110,7 +94,9 @@ run_target() {
   echo "$rc $((SECONDS - start))" >"$work/result"
 }
 
-# As many targets at a time as builds: libFuzzer runs one process, and the limits hold per target.
+# Two at a time (CI's machine has two cores): libFuzzer runs one process, and the limits hold per
+# target.
+jobs=${UOCR_FUZZ_JOBS:-2}
 run_start=$SECONDS
 for t in "${targets[@]}"; do
   run_target "$t" &

@@ -1,4 +1,4 @@
-// The bodies of the libFuzzer targets (tests/fuzz/fuzz_<name>.cpp, run by tests/fuzz/run.sh) and
+// The bodies of the libFuzzer targets (tests/fuzz/fuzzer.cpp, run by tests/fuzz/run.sh) and
 // of their regression replay in the normal suite (tests/test_fuzz_corpus.cpp): each feeds its
 // bytes to a real parser of untrusted input. A uocr::Error is the parser refusing the input, which
 // is fine, except Status::internal (a broken invariant). Any other exception, a crash, a leak or

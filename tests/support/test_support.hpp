@@ -1,6 +1,7 @@
 // Shared helpers for the test executables: where the fixtures live, reading them, what an API call threw.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -98,6 +99,11 @@ std::string message_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+// Seconds from t0 to now.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace uocr_test
