@@ -258,8 +258,8 @@ typedef struct uocr_session_params {
     int32_t max_jpeg_scans;    /* scans of one JPEG (a progressive scan is a pass over the image); 0: 100 */
     /* API 10: the time a run may take per page of its document: decoding, encoding, prefill and
      * generation. A run of N pages stops once it has taken N times this, between two tokens or
-     * while a page is prepared (a page callback's image decoded, a page encoded), with stop_reason
-     * UOCR_STOP_TIME_BUDGET (status OK): the text so far and the last checkpoint are kept, and a
+     * while a page is prepared (a page callback's image decoded, a page encoded or prefilled),
+     * with stop_reason UOCR_STOP_TIME_BUDGET (status OK): the text so far and the last checkpoint are kept, and a
      * resumed run gets the budget afresh. 0 (default): none; negative or not finite: INVALID_ARGUMENT. */
     double page_time_budget_seconds;
     /* API 11: the arithmetic of the vision encoder's and the prefill's large matrix products.

@@ -3,12 +3,14 @@
 // include, the version, the ABI namespace that keeps differently built units apart).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "support/demo_model.hpp"
 #include "support/test_support.hpp"
 #include "uocr.h"
 #include "uocr/decoder/backend_contract.hpp"
@@ -30,6 +32,7 @@ struct ClaimsTooMuch {
   void set_position_limit(int64_t);
   void set_decode_attention(uocr::SparseReference*);
   size_t scratch_bytes() const;
+  void set_deadline(const uocr::Deadline&);
 };
 struct NoArrays {};
 
@@ -46,12 +49,14 @@ TEST_CASE("the contract's checks see a missing call") {
   using namespace uocr::contract;
   // Every required call is there...
   static_assert(has_prefill<ClaimsTooMuch, uocr::KvCache>::value && has_decode_step<ClaimsTooMuch, uocr::KvCache>::value &&
-                has_prefill_segment<ClaimsTooMuch, uocr::KvCache>::value && has_position_limit<ClaimsTooMuch>::value);
+                has_prefill_segment<ClaimsTooMuch, uocr::KvCache>::value && has_position_limit<ClaimsTooMuch>::value &&
+                has_set_deadline<ClaimsTooMuch>::value);
   // ...but not those of the capabilities it claims: check_backend_contract would stop the build.
   static_assert(!has_decode_batch<ClaimsTooMuch, uocr::KvCache>::value);
   static_assert(!has_decode_tokens<ClaimsTooMuch, uocr::KvCache>::value);
   static_assert(!has_kv_arrays<NoArrays>::value && !has_visit_rows<NoArrays>::value && !has_summarize_page<NoArrays>::value);
-  static_assert(!has_capabilities<NoArrays>::value && !has_decode_step<NoArrays, uocr::KvCache>::value);
+  static_assert(!has_capabilities<NoArrays>::value && !has_decode_step<NoArrays, uocr::KvCache>::value &&
+                !has_set_deadline<NoArrays>::value);
   CHECK(has_decode_tokens<uocr::Decoder, uocr::KvCache>::value);
 }
 
@@ -100,6 +105,18 @@ TEST_CASE("the engine registry opens what the program registered, and says what 
   const std::string msg = uocr_test::message_of([&] { uocr::open_engine(model, uocr::Backend::vulkan); });
   CHECK(msg.find("the vulkan backend is not built into this library (built: cpu)") != std::string::npos);
   CHECK(uocr_test::status_of([&] { uocr::open_engine(model, uocr::Backend::cuda); }) == uocr::Status::unsupported);
+}
+
+TEST_CASE("an engine's decoder takes a run's deadline to its backend: one that has passed stops the first prefill") {
+  const auto model = uocr_test::demo_model();
+  const std::unique_ptr<uocr::DecoderEngine> decoder = uocr::open_engine(model, uocr::Backend::cpu)->decoder(0, {});
+  decoder->set_deadline(uocr::Deadline::after(std::chrono::steady_clock::now() - std::chrono::seconds(1), 1e-3));
+  const uocr_test::RandomDocument document(1, 8, model->config().decoder.hidden);
+  uocr::FunctionPageEmbeddings pages = document.pages();
+  std::string msg;
+  CHECK(uocr_test::status_of([&] { decoder->start(document.layout, pages); }, &msg) == uocr::Status::cancelled);
+  CHECK(msg == "a prefill (before decoder layer 0 of " + std::to_string(model->config().decoder.layers) +
+                   ") ran past the run's time budget");
 }
 
 TEST_CASE("the installed headers stand alone: none reaches into a compiled backend's own code") {

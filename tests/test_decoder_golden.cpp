@@ -1,11 +1,13 @@
 // Decoder against the golden upstream PyTorch references (tiny-b): prefill logits, every prefix
 // position's top-16/logsumexp, and 300 teacher-forced decode steps through the KV cache with full
 // attention and R-SWA (n = 128, n = 8). The vision tokens come from vision_tokens.npy, so this
-// test does not depend on the vision encoder. Also: KV memory accounting and input errors.
+// test does not depend on the vision encoder. Also: KV memory accounting, input errors and a
+// prefill's deadline.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "support/golden_decoder.hpp"
 #include "support/logit_agreement.hpp"
 #include "support/test_support.hpp"
+#include "uocr/core/deadline.hpp"
 #include "uocr/decoder/decoder.hpp"
 #include "uocr/io/npy.hpp"
 #include "uocr/model/checkpoint.hpp"
@@ -128,6 +131,37 @@ TEST_CASE("prefill matches the reference logits at every prefix position") {
 TEST_CASE("teacher-forced decode through the KV cache: full attention") { check_variant("full_attention", 0); }
 TEST_CASE("teacher-forced decode through the KV cache: R-SWA n=128") { check_variant("rswa_n128", 128); }
 TEST_CASE("teacher-forced decode through the KV cache: R-SWA n=8") { check_variant("rswa_n8", 8); }
+
+TEST_CASE("a prefill stops between two layers once its deadline passes; without one the decoder prefills as a fresh one") {
+  Fixture& g = Fixture::get();
+  uocr::Decoder fresh(g.cfg.decoder, g.w.decoder);
+  uocr::KvCache fresh_cache(g.cfg.decoder, 128);
+  const std::vector<float> expected = prefill_prompt(fresh, fresh_cache);
+  const auto t0 = std::chrono::steady_clock::now();
+  prefill_prompt(fresh, fresh_cache);  // timed warm, as the decoder under test runs
+  const double prefill_seconds = uocr_test::seconds_since(t0);
+  const std::string layers = std::to_string(g.cfg.decoder.layers);
+
+  uocr::Decoder dec(g.cfg.decoder, g.w.decoder);
+  uocr::KvCache cache(g.cfg.decoder, 128);
+  dec.set_deadline(uocr::Deadline::after(std::chrono::steady_clock::now() - std::chrono::seconds(1), 1e-3));
+  std::string message;
+  CHECK(status_of([&] { prefill_prompt(dec, cache); }, &message) == Status::cancelled);
+  CHECK(message == "a prefill (before decoder layer 0 of " + layers + ") ran past the run's time budget");
+
+  // A deadline halfway through stops it at a later layer (a few tries: a loaded machine may stall
+  // the first layer past it).
+  int stopped_inside = 0;
+  for (int attempt = 0; attempt < 5 && !stopped_inside; ++attempt) {
+    dec.set_deadline(uocr::Deadline::after(std::chrono::steady_clock::now(), prefill_seconds / 2));
+    REQUIRE(status_of([&] { prefill_prompt(dec, cache); }, &message) == Status::cancelled);
+    stopped_inside = message.find("before decoder layer 0 ") == std::string::npos;
+  }
+  CHECK_MESSAGE(stopped_inside, message);
+
+  dec.set_deadline(uocr::Deadline{});
+  CHECK(uocr_test::bit_identical(prefill_prompt(dec, cache), expected));
+}
 
 TEST_CASE("the decode checks see the attention window (a wrong window fails them)") {
   Fixture& g = Fixture::get();

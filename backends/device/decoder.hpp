@@ -78,8 +78,9 @@ class DeviceDecoder {
     return prefill_rows(embeddings, t, positions, cache, dst, context, context_rows, want_logits ? t - 1 : t);
   }
 
-  // As uocr::Decoder::set_position_limit.
+  // As uocr::Decoder::set_position_limit and set_deadline (a layer is checked before it is queued).
   void set_position_limit(int64_t limit) { host_.set_position_limit(limit); }
+  void set_deadline(const Deadline& deadline) { host_.set_deadline(deadline); }
   int64_t position_limit() const { return host_.position_limit(); }
 
   // Host-side, identical to uocr::Decoder's (the prefill input is built on the host).
@@ -109,9 +110,11 @@ class DeviceDecoder {
     Backend& b = backend();
     b.begin_rows(embeddings, t, positions, cache, dst, context_rows);
     auto&& queue = b.queue();
-    for (int l = 0; l < c_->layers; ++l)
+    for (int l = 0; l < c_->layers; ++l) {
+      host_.check_deadline(l);
       layer(queue, l, t, b.kv_rows(cache.reference_k(l), dst), b.kv_rows(cache.reference_v(l), dst),
             [&] { b.attend_segment(queue, l, cache, dst, t, context, context_rows); });
+    }
     return b.logits_of_rows(queue, first_logit, t);
   }
 

@@ -1,8 +1,9 @@
 // The time by which a run must stop (SessionParams::page_time_budget_seconds). A session checks
-// it between two tokens and hands it to its pages, so that the work before a page's first token
-// stops too: a page source waiting for or rendering a page, libjpeg between two rows of a scan,
-// the encoder between two views of a page and, on the CPU, between two blocks of a view
-// (uocr/session/page_source.hpp, uocr/image/image.hpp, uocr/vision/encoder.hpp).
+// it between two tokens and hands it to its pages and its decoder, so that the work before a
+// page's first token stops too: a page source waiting for or rendering a page, libjpeg between
+// two rows of a scan, the encoder between two views of a page and, on the CPU, between two blocks
+// of a view, a prefill before each decoder layer (uocr/session/page_source.hpp,
+// uocr/image/image.hpp, uocr/vision/encoder.hpp, uocr/decoder/decoder.hpp).
 #pragma once
 #include <chrono>
 #include <string>

@@ -8,7 +8,8 @@
 //          prefill(embeddings, first_position, cache) -> logits of the last row,
 //          prefill_segment(rows, t, positions, cache, dst, context, want_logits) -> logits or {},
 //          decode_step(token, position, cache) -> logits, position_limit(), set_position_limit(n),
-//          set_decode_attention(SparseReference*), scratch_bytes(),
+//          set_decode_attention(SparseReference*), scratch_bytes(), set_deadline(Deadline) (a
+//          prefill past it throws DeadlinePassed between two layers),
 //          static constexpr BackendCapabilities capabilities;
 //   Cache: the KV ring of uocr/decoder/kv_cache.hpp (KvRing: claim_slot, generated rows and
 //          slots, keep_last_generated, byte counts) plus reset, resize_reference,
@@ -24,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "uocr/core/deadline.hpp"
 #include "uocr/decoder/kv_cache.hpp"
 #include "uocr/version.hpp"
 
@@ -111,6 +113,11 @@ template <class D>
 struct has_decode_attention<D, std::void_t<decltype(std::declval<D&>().set_decode_attention(std::declval<SparseReference*>()))>>
     : std::true_type {};
 
+template <class D, class = void>
+struct has_set_deadline : std::false_type {};
+template <class D>
+struct has_set_deadline<D, std::void_t<decltype(std::declval<D&>().set_deadline(std::declval<const Deadline&>()))>> : std::true_type {};
+
 template <class T, class = void>
 struct has_scratch_bytes : std::false_type {};
 template <class T>
@@ -178,6 +185,7 @@ constexpr BackendCapabilities check_backend_contract() {
   static_assert(has_position_limit<Dec>::value, "backend decoder: needs position_limit() and set_position_limit(int64_t)");
   static_assert(has_decode_attention<Dec>::value, "backend decoder: needs set_decode_attention(SparseReference*)");
   static_assert(has_scratch_bytes<Dec>::value, "backend decoder: needs scratch_bytes() -> size_t");
+  static_assert(has_set_deadline<Dec>::value, "backend decoder: needs set_deadline(const Deadline&)");
   static_assert(std::is_base_of_v<KvRing<Cache>, Cache>, "backend KV cache: must be a KvRing<Cache> (uocr/decoder/kv_cache.hpp)");
   static_assert(has_kv_arrays<Cache>::value,
                 "backend KV cache: needs reset, resize_reference, reference_k/v(layer), generated_k/v(layer), layers(), "

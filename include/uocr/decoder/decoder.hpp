@@ -29,6 +29,7 @@
 
 #include "uocr/backends/cpu/linear.hpp"
 #include "uocr/backends/cpu/scratch.hpp"
+#include "uocr/core/deadline.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/core/precision.hpp"
 #include "uocr/decoder/attention.hpp"
@@ -106,6 +107,16 @@ class Decoder {
   int64_t position_limit() const { return position_limit_; }
 
   Precision prefill_precision() const { return prefill_precision_; }
+
+  // When a prefill must stop (a session sets its run's deadline; none: never). Past it, prefill()
+  // and prefill_segment() throw DeadlinePassed before their next layer, the cache rows they were
+  // writing left unfinished: the session ends the run there and drops this decoder with its cache.
+  void set_deadline(const Deadline& deadline) { deadline_ = deadline; }
+  // What every backend's prefill calls before decoder layer `layer`.
+  void check_deadline(int layer) const {
+    if (deadline_.passed())
+      throw DeadlinePassed("a prefill (before decoder layer " + std::to_string(layer) + " of " + std::to_string(c_.layers) + ")");
+  }
 
   // The argument checks of prefill, prefill_segment and decode_step, public so that every backend's
   // decoder (Vulkan, CUDA) refuses a bad call with the same error before touching its cache.
@@ -195,11 +206,13 @@ class Decoder {
     float* const x = begin_rows(embeddings.data(), t);
     token_positions_.resize(size_t(t));
     for (int64_t i = 0; i < t; ++i) token_positions_[size_t(i)] = first_position + i;
-    for (int l = 0; l < c_.layers; ++l)
+    for (int l = 0; l < c_.layers; ++l) {
+      check_deadline(l);
       layer(l, t, cache.reference_k(l), cache.reference_v(l), token_positions_.data(), prefill_precision_,
             [&](const float* q, const float* k, const float* v, float* attn) {
               causal_attention(q, k, v, t, shape_, attn, block_scores_);
             });
+    }
     const int64_t rows = which == PrefillLogits::all ? t : 1;
     std::vector<float> logits(size_t(rows * c_.vocab));
     final_logits(x + (t - rows) * c_.hidden, rows, logits.data());
@@ -218,7 +231,8 @@ class Decoder {
     check_segment(t, positions, cache, dst, context);
     float* const x = begin_rows(embeddings, t);
     context_.resize(context.size());
-    for (int l = 0; l < c_.layers; ++l)
+    for (int l = 0; l < c_.layers; ++l) {
+      check_deadline(l);
       layer(l, t, cache.reference_k(l) + dst * kr, cache.reference_v(l) + dst * kr, positions, prefill_precision_,
             [&](const float* q, const float* k, const float* v, float* attn) {
               for (size_t i = 0; i < context.size(); ++i)
@@ -226,6 +240,7 @@ class Decoder {
                                      cache.reference_v(l) + context[i].begin * kr, context[i].rows};
               segment_attention(q, k, v, t, context_, shape_, attn, block_scores_);
             });
+    }
     if (!want_logits) return {};
     std::vector<float> logits(size_t(c_.vocab));
     final_logits(x + (t - 1) * c_.hidden, 1, logits.data());
@@ -448,6 +463,7 @@ class Decoder {
   const DecoderConfig& c_;
   const DecoderWeights& w_;
   int64_t position_limit_ = c_.max_positions;
+  Deadline deadline_;
   Precision prefill_precision_;
   int64_t batch_rows_ = cpu::kSmallGemmRows;  // lowered by the constructor to what every weight allows
   DecodeAttention* attention_ = nullptr;

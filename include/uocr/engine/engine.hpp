@@ -78,6 +78,10 @@ class DecoderEngine {
   virtual const std::vector<float>& verify(const int32_t* tokens, int64_t n) = 0;
   virtual void settle(int64_t kept) = 0;
 
+  // When a prefill (start(), the pages a next_page() brings in) must stop: past it, it throws
+  // DeadlinePassed between two decoder layers and this engine is not to be used again.
+  virtual void set_deadline(const Deadline& deadline) = 0;
+
   // Checkpoints (uocr/session/session.hpp): the state besides the KV rows, every KV array in a
   // fixed order (one layout on every backend), and continuing from them instead of start().
   using KvVisitor = std::function<void(float* data, size_t floats)>;
@@ -150,6 +154,7 @@ class PageGroupEngine final : public DecoderEngine {
     return logits;
   }
   void settle(int64_t kept) override { pg_.settle(kept); }
+  void set_deadline(const Deadline& deadline) override { pg_.decoder().set_deadline(deadline); }
 
   PageGroupState state() const override { return pg_.state(); }
   void visit_kv(const KvVisitor& f) override { pg_.visit_kv(f); }

@@ -60,8 +60,8 @@ struct SessionParams {
   Precision precision = Precision::f32;
   // Seconds a run may take per page of its document (decoding, encoding, prefill and generation;
   // a run of N pages stops after N times this with StopReason::time_budget, between two tokens
-  // or while pages are prepared: uocr/core/deadline.hpp; the text so far and the last checkpoint
-  // are kept, a resumed run gets the budget afresh). 0: none.
+  // or while pages are prepared, encoded or prefilled: uocr/core/deadline.hpp; the text so far
+  // and the last checkpoint are kept, a resumed run gets the budget afresh). 0: none.
   double page_time_budget_seconds = 0;
 };
 

@@ -250,6 +250,7 @@ class Session {
                         deadline);
     const std::unique_ptr<DecoderEngine> decoder = backend_->decoder(effective_window(), inf_.groups);
     DecoderEngine& engine = *decoder;
+    engine.set_deadline(deadline);  // a prefill that runs out of time ends the run with this engine
 
     DocumentLayout layout = document_layout(n_pages);
     const int ngram_window = params_.ngram_window >= 0 ? params_.ngram_window : multi ? 1024 : 128;
