@@ -421,6 +421,37 @@ class Limits(unittest.TestCase):
         self.assertEqual(events[-2:], ["shutting_down", "stopped"])
         self.assertIn("request", events)
 
+    def test_decode_limits_from_the_config_file_refuse_a_larger_page_and_bad_ones_are_refused_at_start(self):
+        folder = tempfile.mkdtemp(prefix="uocr-serve-limits-")
+        try:
+            config = os.path.join(folder, "serve.json")
+            with open(config, "w") as f:
+                json.dump({"max_image_pixels": 10000}, f)  # a sample page has 1.4 Mpixel
+            server = Server("--config", config)
+            try:
+                r = requests.post(f"{server.url}/v1/chat/completions", json=infer_py_payload(PAGES[:1], stream=False), timeout=60)
+                self.assertEqual(r.status_code, 400, r.text)
+                self.assertIn("page 1 is not a usable image", r.json()["error"]["message"])
+                self.assertIn("max-image-pixels", r.json()["error"]["message"])
+                with open(PAGES[0], "rb") as f:
+                    r = requests.post(f"{server.url}/v1/jobs", files={"file": ("page.png", f, "image/png")}, timeout=60)
+                self.assertEqual(r.status_code, 400, r.text)
+                self.assertIn("max-image-pixels", r.json()["error"]["message"])
+                small = "data:image/png;base64," + base64.b64encode(png_bytes(64, 48)).decode()
+                r = requests.post(f"{server.url}/v1/chat/completions", timeout=60, json={
+                    "model": "Unlimited-OCR", "max_tokens": 4,
+                    "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": small}}]}]})
+                self.assertEqual(r.status_code, 200, r.text)
+            finally:
+                self.assertEqual(server.stop(), 0)
+            for bad, said in ((["--max-image-bytes", "0"], b"must be positive"), (["--max-jpeg-scans", "many"], b"--max-jpeg-scans")):
+                run = subprocess.run([CLI, "serve", "--model", MODEL, "--port", "0", "--data-dir", folder, *bad],
+                                     capture_output=True, timeout=60)
+                self.assertNotEqual(run.returncode, 0)
+                self.assertIn(said, run.stderr)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def test_precision_from_the_config_file_and_a_bad_one_refused_at_start(self):
         folder = tempfile.mkdtemp(prefix="uocr-serve-config-")
         try:

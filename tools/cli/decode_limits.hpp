@@ -1,5 +1,5 @@
 // --max-image-pixels N, --max-image-bytes N, --max-jpeg-scans N: the decode budget of every page
-// image (uocr::DecodeLimits, whose defaults they replace), for the commands that read images.
+// image (uocr::DecodeLimits, whose values they replace), for the commands that read images.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,8 +13,8 @@ namespace uocr_cli {
 
 inline std::vector<std::string> decode_limit_options() { return {"--max-image-pixels", "--max-image-bytes", "--max-jpeg-scans"}; }
 
-inline uocr::DecodeLimits decode_limits(const Args& args) {
-  uocr::DecodeLimits limits;
+// `limits` with the options given replacing its values.
+inline uocr::DecodeLimits decode_limits(const Args& args, uocr::DecodeLimits limits = {}) {
   limits.max_pixels = args.number<uint64_t>("--max-image-pixels", limits.max_pixels);
   limits.max_bytes = args.number<uint64_t>("--max-image-bytes", limits.max_bytes);
   limits.max_jpeg_scans = args.integer("--max-jpeg-scans", limits.max_jpeg_scans);

@@ -206,7 +206,7 @@ class Jobs {
       inputs.clear();
       for (const std::string& name : job.inputs) inputs.push_back((fetched.path / name).string());
     }
-    uocr::PageRange page_only(uocr_cli::open_inputs(inputs, preview_dpi, limits(), config_.page_render_timeout_seconds),
+    uocr::PageRange page_only(uocr_cli::open_inputs(inputs, preview_dpi, config_.decode_limits, config_.page_render_timeout_seconds),
                               job.options.first_page - 1 + n, 1);
     uocr::ImageU8 page;
     if (!page_only.next(page)) throw ApiError(500, "page " + std::to_string(n) + " could not be read");
@@ -231,10 +231,9 @@ class Jobs {
   }
 
  private:
-  uocr::DecodeLimits limits() const { return {}; }
-
   std::unique_ptr<uocr::PageSource> open_pages(const Job& job) const {
-    std::unique_ptr<uocr::PageSource> all = uocr_cli::open_inputs(job.input_paths(), job.options.dpi, limits(), config_.page_render_timeout_seconds);
+    std::unique_ptr<uocr::PageSource> all =
+        uocr_cli::open_inputs(job.input_paths(), job.options.dpi, config_.decode_limits, config_.page_render_timeout_seconds);
     const int64_t first = job.options.first_page - 1;
     const int64_t last = job.options.last_page > 0 ? job.options.last_page : all->count();
     if (first == 0 && last == all->count()) return all;
@@ -250,11 +249,11 @@ class Jobs {
     for (size_t i = 0; i < paths.size(); ++i) {
       const std::string& path = paths[i];
       if (uocr_cli::is_pdf(path)) {
-        total += uocr_cli::PdfPages(path, job.options.dpi, limits(), config_.page_render_timeout_seconds).count();
+        total += uocr_cli::PdfPages(path, job.options.dpi, config_.decode_limits, config_.page_render_timeout_seconds).count();
         continue;
       }
       try {
-        const uocr::ImageU8 page = uocr::load_image(path, limits());
+        const uocr::ImageU8 page = uocr::load_image(path, config_.decode_limits);
         sizes.push_back({page.width, page.height, {}});
         ++total;
       } catch (const uocr::Error& e) {

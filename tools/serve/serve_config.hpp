@@ -16,10 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "../cli/args.hpp"
+#include "../cli/decode_limits.hpp"
 #include "../cli/model_dir.hpp"
 #include "uocr/core/error.hpp"
 #include "uocr/core/precision.hpp"
 #include "uocr/engine/backend.hpp"
+#include "uocr/image/image.hpp"
 #include "uocr/io/read_file.hpp"
 
 namespace uocr_serve {
@@ -52,6 +54,9 @@ struct ServeConfig {
   double result_ttl_seconds = 86400;       // ended jobs are deleted this long after they ended
   int checkpoint_every_tokens = 256;       // jobs: a checkpoint every N tokens, besides every page boundary
   int page_render_timeout_seconds = 120;   // PDF pages: what rendering one may take (0: no limit)
+  // Every page image, uploaded or rendered: pixels, decoded bytes, JPEG scans (uocr run's
+  // --max-image-pixels, --max-image-bytes, --max-jpeg-scans; the library's defaults).
+  uocr::DecodeLimits decode_limits;
   std::string callback_secret_file;        // the key that signs job callbacks (its first line)
   std::string callback_secret;             // read from callback_secret_file
   LogLevel log_level = LogLevel::info;
@@ -67,27 +72,33 @@ struct ServeConfig {
 };
 
 inline uocr_cli::CommandOptions serve_options() {
-  return {"serve",
-          {"--config", "--model", "--backend", "--device", "--precision", "--host", "--port", "--served-model-name", "--max-concurrency",
-           "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes", "--queue-max-size",
-           "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams", "--api-keys-file", "--log-level",
-           "--rate-limit-per-minute", "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file",
-           "--queue", "--storage"},
-          {},
-          false,
-          {}};
+  uocr_cli::CommandOptions o{"serve",
+                             {"--config", "--model", "--backend", "--device", "--precision", "--host", "--port", "--served-model-name",
+                              "--max-concurrency", "--max-pages-per-request", "--request-timeout-seconds", "--visual-cache-bytes",
+                              "--queue-max-size", "--long-document-pages", "--max-long-running", "--max-body-bytes", "--max-streams",
+                              "--api-keys-file", "--log-level", "--rate-limit-per-minute", "--data-dir", "--result-ttl-seconds",
+                              "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file", "--queue",
+                              "--storage"},
+                             {},
+                             false,
+                             {}};
+  for (const std::string& limit : uocr_cli::decode_limit_options()) o.values.push_back(limit);
+  return o;
 }
 
 // `uocr worker`: the settings of `uocr serve` that apply to decoding, and the fleet's.
 inline uocr_cli::CommandOptions worker_options() {
-  return {"worker",
-          {"--config", "--model", "--backend", "--device", "--precision", "--host", "--port", "--max-concurrency", "--request-timeout-seconds",
-           "--visual-cache-bytes", "--long-document-pages", "--max-long-running", "--log-level", "--data-dir", "--result-ttl-seconds",
-           "--checkpoint-every-tokens", "--page-render-timeout-seconds", "--callback-secret-file", "--queue", "--storage",
-           "--lease-seconds", "--max-deliveries", "--pools", "--worker-name"},
-          {},
-          false,
-          {}};
+  uocr_cli::CommandOptions o{"worker",
+                             {"--config", "--model", "--backend", "--device", "--precision", "--host", "--port", "--max-concurrency",
+                              "--request-timeout-seconds", "--visual-cache-bytes", "--long-document-pages", "--max-long-running",
+                              "--log-level", "--data-dir", "--result-ttl-seconds", "--checkpoint-every-tokens",
+                              "--page-render-timeout-seconds", "--callback-secret-file", "--queue", "--storage", "--lease-seconds",
+                              "--max-deliveries", "--pools", "--worker-name"},
+                             {},
+                             false,
+                             {}};
+  for (const std::string& limit : uocr_cli::decode_limit_options()) o.values.push_back(limit);
+  return o;
 }
 
 inline LogLevel parse_log_level(const std::string& s) {
@@ -184,6 +195,9 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
         c.result_ttl_seconds = v.get<double>();
       } else if (k == "checkpoint_every_tokens") c.checkpoint_every_tokens = int(integer(0, 1 << 30));
       else if (k == "page_render_timeout_seconds") c.page_render_timeout_seconds = int(integer(0, 86400));
+      else if (k == "max_image_pixels") c.decode_limits.max_pixels = uint64_t(integer(1, INT64_MAX));
+      else if (k == "max_image_bytes") c.decode_limits.max_bytes = uint64_t(integer(1, INT64_MAX));
+      else if (k == "max_jpeg_scans") c.decode_limits.max_jpeg_scans = int(integer(1, 1 << 30));
       else if (k == "callback_secret_file") c.callback_secret_file = text();
       else if (k == "queue") c.queue = text();
       else if (k == "storage") c.storage = text();
@@ -223,6 +237,7 @@ inline ServeConfig load_serve_config(const uocr_cli::Args& args) {
   if (args.accepts("--result-ttl-seconds")) c.result_ttl_seconds = args.number<double>("--result-ttl-seconds", c.result_ttl_seconds);
   if (args.accepts("--checkpoint-every-tokens")) c.checkpoint_every_tokens = args.integer("--checkpoint-every-tokens", c.checkpoint_every_tokens);
   if (args.accepts("--page-render-timeout-seconds")) c.page_render_timeout_seconds = args.integer("--page-render-timeout-seconds", c.page_render_timeout_seconds);
+  c.decode_limits = uocr_cli::decode_limits(args, c.decode_limits);
   if (args.accepts("--callback-secret-file")) c.callback_secret_file = args.get("--callback-secret-file", c.callback_secret_file);
   if (args.accepts("--queue")) c.queue = args.get("--queue", c.queue);
   if (args.accepts("--storage")) c.storage = args.get("--storage", c.storage);

@@ -476,7 +476,8 @@ class Server {
       std::vector<uocr::ImageU8> sizes;
       for (size_t i = 0; i < r.images.size(); ++i) {
         try {
-          const uocr::ImageU8 page = uocr::decode_image(reinterpret_cast<const uint8_t*>(r.images[i].data()), r.images[i].size());
+          const uocr::ImageU8 page =
+              uocr::decode_image(reinterpret_cast<const uint8_t*>(r.images[i].data()), r.images[i].size(), config_.decode_limits);
           sizes.push_back({page.width, page.height, {}});
         } catch (const uocr::Error& e) {
           throw ApiError(e.status() == uocr::Status::out_of_memory ? 503 : 400, "page " + std::to_string(i + 1) + " is not a usable image: " + e.what(),
@@ -488,10 +489,10 @@ class Server {
       const uint64_t kv = scheduler_.kv_bytes(sizes, r.params);
       const int64_t pages = int64_t(r.images.size());
       DocumentWork work;
-      work.open_pages = [images = std::make_shared<std::vector<std::string>>(std::move(r.images))] {
-        return std::make_unique<uocr::CallbackPages>(int64_t(images->size()), [images](int64_t i, uocr::ImageU8& page) {
+      work.open_pages = [images = std::make_shared<std::vector<std::string>>(std::move(r.images)), limits = config_.decode_limits] {
+        return std::make_unique<uocr::CallbackPages>(int64_t(images->size()), [images, limits](int64_t i, uocr::ImageU8& page) {
           const std::string& bytes = (*images)[size_t(i)];
-          page = uocr::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+          page = uocr::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), limits);
           return true;
         });
       };
