@@ -448,6 +448,51 @@ def service_request_seeds():
                                  "page_seconds": {}}))
 
 
+def http(head, body=b"", headers=()):
+    """A raw HTTP/1.1 request: request line, headers (Content-Length added for a body), body."""
+    lines = [head.encode()] + [h.encode() for h in headers]
+    if body:
+        lines.append(b"Content-Length: %d" % len(body))
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def multipart(parts, boundary=b"uocr-seed"):
+    """A multipart/form-data body: parts = [(name, filename or None, bytes)]."""
+    out = b""
+    for name, filename, data in parts:
+        disposition = b'form-data; name="%s"' % name.encode() + (b'; filename="%s"' % filename.encode() if filename else b"")
+        out += b"--" + boundary + b"\r\nContent-Disposition: " + disposition + b"\r\n\r\n" + data + b"\r\n"
+    return out + b"--" + boundary + b"--\r\n"
+
+
+def http_request_seeds():
+    t = Target("http_request")
+    png = read(os.path.join(PREPROCESS, "grad_64x48.png"))
+    uri = "data:image/png;base64," + base64.b64encode(png).decode()
+    chat = dumps({"model": "Unlimited-OCR", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "document parsing."}, {"type": "image_url", "image_url": {"url": uri}}]}], "stream": True})
+    json_type = "Content-Type: application/json"
+    t.add("chat", http("POST /v1/chat/completions HTTP/1.1", chat, ["Host: 127.0.0.1:8000", "Authorization: Bearer key", json_type]))
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(chat[i:i + 500]), chat[i:i + 500]) for i in range(0, len(chat), 500)) + b"0\r\n\r\n"
+    t.add("chat_chunked", http("POST /v1/chat/completions HTTP/1.1", headers=[json_type, "Transfer-Encoding: chunked"]) + chunks)
+    form = "Content-Type: multipart/form-data; boundary=uocr-seed"
+    t.add("job_multipart", http("POST /v1/jobs HTTP/1.1", multipart([("file", "page1.png", png), ("file", "page2.png", png),
+                                                                        ("mode", None, b"base"), ("pages", None, b"1-2"),
+                                                                        ("max_tokens", None, b"64")]), [form]))
+    pdf = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+    t.add("job_multipart_pdf", http("POST /v1/jobs HTTP/1.1", multipart([("file", "book.pdf", pdf),
+                                                                            ("options", None, dumps({"dpi": 150, "pages": "3-7"}))]),
+                                    [form, "Expect: 100-continue"]))
+    t.add("job_multipart_bad", http("POST /v1/jobs HTTP/1.1", multipart([("files", "x", b""), ("pages", None, b"9-2")]), [form]))
+    t.add("job_json", http("POST /v1/jobs HTTP/1.1", dumps({"files": [uri], "options": {"mode": "gundam", "seed": 7}}), [json_type]))
+    job = "job-0123456789abcdef01234567"
+    t.add("job_status", http(f"GET /v1/jobs/{job}?wait=2.5 HTTP/1.1"))
+    t.add("job_result", http(f"GET /v1/jobs/{job}/result?format=json HTTP/1.1"))
+    t.add("job_page_image", http(f"GET /v1/jobs/{job}/pages/3/image HTTP/1.1"))
+    t.add("job_cancel", http(f"DELETE /v1/jobs/{job} HTTP/1.1"))
+    t.add("job_id_climbs", http("GET /v1/jobs/%2e%2e%2f%2e%2e%2fetc/result HTTP/1.1"))
+
+
 def main():
     with open(os.path.join(PUBLISHED, "tokenizer.json"), encoding="utf-8") as f:
         full = json.load(f)
@@ -460,6 +505,7 @@ def main():
     checkpoint_seeds()
     cli_args_seeds()
     service_request_seeds()
+    http_request_seeds()
 
 
 if __name__ == "__main__":

@@ -18,16 +18,7 @@ cd "$root"
 seconds=${1:-60}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "usage: $0 [SECONDS-PER-TARGET] [TARGET...]" >&2; exit 2; }
 shift $(($# > 0 ? 1 : 0))
-all=(safetensors config tokenizer_json tokenizer_codec npy image checkpoint cli_args service_request)
-targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
-
-# Inputs a little larger than the largest seed of each format.
-declare -A max_len=([safetensors]=4096 [config]=8192 [tokenizer_json]=32768 [tokenizer_codec]=2048 [npy]=1024
-                    [image]=16384 [checkpoint]=512 [cli_args]=1024 [service_request]=4096)
-for t in "${targets[@]}"; do
-  [[ -n ${max_len[$t]:-} ]] || { echo "unknown target '$t' (targets: ${all[*]})" >&2; exit 2; }
-done
+requested=("$@")
 
 out=build-fuzz
 mkdir -p "$out"
@@ -35,6 +26,11 @@ CXX=${CXX:-clang++}
 CC=${CC:-clang}
 sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 read -r -a deps_flags <<<"$(pkg-config --cflags eigen3 nlohmann_json stb)"
+# The service's HTTP request target, where cpp-httplib is installed (as uocr serve is built).
+serve_flags=()
+if pkg-config --exists cpp-httplib; then
+  read -r -a serve_flags <<<"-DUOCR_CLI_SERVE $(pkg-config --cflags --libs cpp-httplib)"
+fi
 
 # True when $1 is missing or older than this script, than a file its depfile $2 lists or than
 # any further argument.
@@ -72,11 +68,17 @@ program=$out/uocr_fuzz
 build_start=$SECONDS
 if stale "$program" "$program.d" "$stb"; then
   nice "$CXX" -std=c++17 -O1 -g -fsanitize=fuzzer "${sanitize[@]}" -fsanitize-coverage-ignorelist="$ignore" \
-    -Iinclude "${deps_flags[@]}" -DUOCR_HAVE_LIBJPEG -MMD -MF "$program.d" tests/fuzz/fuzzer.cpp "$stb" -ljpeg -lpthread \
+    -Iinclude "${deps_flags[@]}" -DUOCR_HAVE_LIBJPEG -MMD -MF "$program.d" tests/fuzz/fuzzer.cpp "$stb" "${serve_flags[@]}" -ljpeg -lpthread \
     -o "$program" || { rm -f "$program"; echo "building the fuzz program failed" >&2; exit 1; }
 fi
-for t in "${targets[@]}"; do ln -sf uocr_fuzz "$out/fuzz_$t"; done
 echo "build: $((SECONDS - build_start)) s"
+mapfile -t all < <("$program" --targets)
+targets=("${requested[@]}")
+[[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "unknown target '$t' (targets: ${all[*]})" >&2; exit 2; }
+  ln -sf uocr_fuzz "$out/fuzz_$t"
+done
 
 # run_target TARGET: one libFuzzer run; its exit status and seconds go to its work folder.
 run_target() {
@@ -89,7 +91,7 @@ run_target() {
   # The scratch files of the targets (TMPDIR) stay inside build-fuzz; the outer timeout only
   # catches a hung process (start-up, final statistics), libFuzzer's own limits come first.
   UOCR_SOURCE_DIR=$root TMPDIR=$root/$work/tmp timeout -k 10 $((seconds + 300)) "$out/fuzz_$t" \
-    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="${max_len[$t]}" -print_final_stats=1 \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$findings/" "$work/corpus" >"$work/log" 2>&1 || rc=$?
   echo "$rc $((SECONDS - start))" >"$work/result"
 }

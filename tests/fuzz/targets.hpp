@@ -9,6 +9,8 @@
 // fuzz_checkpoint). Not thread-safe: one input at a time.
 #pragma once
 #include <algorithm>
+#include <cstring>
+#include <exception>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -37,6 +39,11 @@
 #include "../../tools/cli/cmd_tokenize.hpp"
 #include "../../tools/cli/decode_limits.hpp"
 #include "../../tools/serve/chat_request.hpp"
+#ifdef UOCR_CLI_SERVE
+#include <httplib.h>
+
+#include "../../tools/serve/job_request.hpp"
+#endif
 #include "../../tools/serve/job_options.hpp"
 #include "../../tools/serve/job_store.hpp"
 #include "../../tools/serve/redis.hpp"
@@ -73,6 +80,34 @@ void refusal_allowed(Fn&& parse) {
 // A property every input must have; a std::logic_error (a finding) when it does not.
 inline void expect(bool property, const std::string& what) {
   if (!property) throw std::logic_error("fuzz property violated: " + what);
+}
+
+// Runs `parse`; returns normally when it succeeds or refuses its request as the service does, with
+// an ApiError of a 4xx status (a 5xx would blame the server for the client's bytes).
+template <class Fn>
+void client_error_allowed(Fn&& parse) {
+  try {
+    parse();
+  } catch (const uocr_serve::ApiError& e) {
+    expect(e.status() >= 400 && e.status() < 500, std::string("a request was refused with ") + std::to_string(e.status()));
+  }
+}
+
+// A chat completions body, parsed as uocr serve does; what every accepted one must have.
+inline void check_chat_request(const std::string& body) {
+  const uocr_serve::ChatRequest r = uocr_serve::parse_chat_request(body, 300);
+  const std::string& prompt = r.params.prompt;
+  const size_t tag = prompt.find("<image>");
+  expect(tag != std::string::npos && prompt.find("<image>", tag + 1) == std::string::npos, "the prompt has one <image>");
+  expect(!r.images.empty() && r.images.size() <= 300, "a request has 1..300 images");
+}
+
+// Job options as set from a request; what job.json must give back.
+inline void check_job_options(const uocr_serve::JobOptions& o) {
+  expect(o.first_page >= 1 && (o.last_page == 0 || o.last_page >= o.first_page), "a page range is ordered");
+  expect(o.mode == "base" || o.mode == "gundam", "the mode is base or gundam");
+  expect(o.dpi >= 36 && o.dpi <= 1200, "the dpi is in 36..1200");
+  expect(uocr_serve::JobOptions::from_json(o.to_json()).to_json() == o.to_json(), "job options survive job.json");
 }
 
 // Files for the parsers that take a path: memory files (memfd), each linked to by name from a
@@ -388,26 +423,13 @@ inline int fuzz_cli_args(const uint8_t* data, size_t size) {
 // would be a finding) and a job's progress as a job hash holds it (job_store.hpp).
 inline int fuzz_service_request(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
-  auto refused = [](auto&& parse) {
-    try {
-      parse();
-    } catch (const uocr_serve::ApiError& e) {
-      detail::expect(e.status() >= 400 && e.status() < 500, std::string("a request was refused with ") + std::to_string(e.status()));
-    }
-  };
-  refused([&] {
-    const uocr_serve::ChatRequest r = uocr_serve::parse_chat_request(body, 300);
-    const std::string& prompt = r.params.prompt;
-    const size_t tag = prompt.find("<image>");
-    detail::expect(tag != std::string::npos && prompt.find("<image>", tag + 1) == std::string::npos, "the prompt has one <image>");
-    detail::expect(!r.images.empty() && r.images.size() <= 300, "a request has 1..300 images");
-  });
-  refused([&] {
+  detail::client_error_allowed([&] { detail::check_chat_request(body); });
+  detail::client_error_allowed([&] {
     const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded()) return;
     uocr_serve::JobOptions o;
     uocr_serve::set_job_options(o, j);
-    detail::expect(o.first_page >= 1 && (o.last_page == 0 || o.last_page >= o.first_page), "a page range is ordered");
+    detail::check_job_options(o);
   });
   try {
     const uocr_serve::RedisAddress a = uocr_serve::RedisAddress::parse(body);
@@ -430,5 +452,129 @@ inline int fuzz_service_request(const uint8_t* data, size_t size) {
   }
   return 0;
 }
+
+#ifdef UOCR_CLI_SERVE
+namespace detail {
+
+// An HTTP connection whose client sent `data` and then closed; what the server writes is dropped.
+class ClientBytes final : public httplib::Stream {
+ public:
+  ClientBytes(const uint8_t* data, size_t size) : data_(reinterpret_cast<const char*>(data)), left_(size) {}
+  bool is_readable() const override { return true; }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* out, size_t size) override {
+    const size_t n = std::min(size, left_);
+    if (n > 0) std::memcpy(out, data_, n);
+    data_ += n;
+    left_ -= n;
+    return ssize_t(n);
+  }
+  ssize_t write(const char*, size_t size) override { return ssize_t(size); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { ip = "127.0.0.1", port = 40000; }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { ip = "127.0.0.1", port = 8000; }
+  socket_t socket() const override { return INVALID_SOCKET; }
+
+ private:
+  const char* data_;
+  size_t left_;
+};
+
+// cpp-httplib's server reading one request from a connection (its request line, headers, chunked
+// and multipart bodies, percent-decoding), handing what it parsed to uocr serve's parsers of the
+// routes that take a client's data: a chat completions body, a job's upload (multipart or JSON)
+// and a job id in a path. Anything thrown past those parsers' refusals is kept as the finding.
+class RequestParsers final : public httplib::Server {
+ public:
+  RequestParsers() {
+    Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response&) {
+      route_ = "chat";
+      client_error_allowed([&] { check_chat_request(req.body); });
+    });
+    Post("/v1/jobs", [this](const httplib::Request& req, httplib::Response&) {
+      route_ = "jobs";
+      client_error_allowed([&] {
+        const uocr_serve::JobRequest job = uocr_serve::parse_job_request(req);
+        uploads_ = job.uploads.size();
+        expect(!job.uploads.empty(), "a job has a file");
+        for (const auto& [name, bytes] : job.uploads) expect(!bytes.empty() && uocr_serve::is_storage_key(name), "an upload is stored under a plain name");
+        check_job_options(job.options);
+      });
+    });
+    // As uocr serve's routes match a job (server.hpp): a job id is looked up only once it is one.
+    Get("/v1/jobs/([^/]+)(/.*)?", [this](const httplib::Request& req, httplib::Response&) {
+      const std::string id = req.matches[1];
+      route_ = uocr_serve::JobStore::is_job_id(id) ? "job" : "not a job";
+      if (uocr_serve::JobStore::is_job_id(id)) expect(uocr_serve::is_storage_key("jobs/" + id + "/job.json"), "a job id names one folder");
+    });
+    set_exception_handler([this](const httplib::Request&, httplib::Response&, std::exception_ptr e) { thrown_ = e; });
+  }
+
+  // Which route took the request ("" for none: a request httplib refused) and, for a job, how
+  // many files it uploaded.
+  struct Reached {
+    std::string route;
+    size_t uploads = 0;
+  };
+
+  Reached read_request(const uint8_t* data, size_t size) {
+    thrown_ = nullptr;
+    route_.clear();
+    uploads_ = 0;
+    ClientBytes client(data, size);
+    bool closed = false;
+    process_request(client, true, closed, nullptr);
+    if (thrown_) std::rethrow_exception(thrown_);
+    return {route_, uploads_};
+  }
+
+ private:
+  std::exception_ptr thrown_;
+  std::string route_;
+  size_t uploads_ = 0;
+};
+
+}  // namespace detail
+
+// Raw bytes from an HTTP client, read by the server uocr serve runs on, to the service's request
+// parsers (detail::RequestParsers). cpp-httplib is the system's library, not instrumented: the
+// fuzzer is guided by what reaches our parsers, not by httplib's own branches.
+inline detail::RequestParsers::Reached read_http_request(const uint8_t* data, size_t size) {
+  static detail::RequestParsers server;
+  return server.read_request(data, size);
+}
+
+inline int fuzz_http_request(const uint8_t* data, size_t size) {
+  read_http_request(data, size);
+  return 0;
+}
+#endif
+
+// Every target: its name (run as fuzz_<name>; seeds in tests/fuzz/corpus/<name>/), its body, the
+// longest input worth trying (a little longer than its longest seed), and whether a first call on
+// no input sets it up (the checkpoint to edit), before libFuzzer's per-input timeout applies. A
+// target whose parsers this build lacks (http_request without cpp-httplib) has no body.
+struct Target {
+  const char* name;
+  int (*run)(const uint8_t*, size_t);
+  size_t max_len;
+  bool set_up_first = false;
+};
+
+inline const Target kTargets[] = {
+    {"safetensors", fuzz_safetensors, 4096},
+    {"config", fuzz_config, 8192},
+    {"tokenizer_json", fuzz_tokenizer_json, 32768},
+    {"tokenizer_codec", fuzz_tokenizer_codec, 2048},
+    {"npy", fuzz_npy, 1024},
+    {"image", fuzz_image, 16384},
+    {"checkpoint", fuzz_checkpoint, 512, true},
+    {"cli_args", fuzz_cli_args, 1024},
+    {"service_request", fuzz_service_request, 4096},
+#ifdef UOCR_CLI_SERVE
+    {"http_request", fuzz_http_request, 8192},
+#else
+    {"http_request", nullptr, 8192},
+#endif
+};
 
 }  // namespace uocr_fuzz
