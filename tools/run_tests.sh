@@ -4,8 +4,9 @@
 #   2. every CPU test (suite cpu: the CPU tests' program with the CLI it drives, the C ABI's tests
 #      and the ops' conformance) again under AddressSanitizer + UBSan (<build>-sanitize), closing
 #      with "sanitized tests: ..."; left out: the GPU backends (the sanitizers do not see into
-#      their drivers), memory_accounting (it replaces malloc, as ASan does) and the tests of other
-#      languages and programs (bindings, install, serve; docs/RELIABILITY.md says why);
+#      their drivers) and the service (no CPU test drives it; its parsers are fuzzed),
+#      memory_accounting (it replaces malloc, as ASan does) and the tests of other languages and
+#      programs (bindings, install, serve; docs/RELIABILITY.md says why);
 #   3. every libFuzzer target for UOCR_FUZZ_SECONDS (default 30) each (tests/fuzz/run.sh).
 # Usage: tools/run_tests.sh [--quick] [build-dir]     --quick: stage 1 only
 # The suite needs nothing outside the repository; UOCR_SHARED_DIR=DIR (a folder with golden/tiny-a)
@@ -55,7 +56,7 @@ sanitized="$build-sanitize"
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 if setup_build "$sanitized" -Db_sanitize=address,undefined -Doptimization=2 -Ddebug=false -Db_ndebug=false \
-  -Dvulkan=disabled -Dcuda=disabled && ninja -C "$sanitized" tools/uocr tests/test_cpu tests/bindings/test_c_api tests/test_conformance; then
+  -Dvulkan=disabled -Dcuda=disabled -Dserve=disabled && ninja -C "$sanitized" tools/uocr tests/test_cpu tests/bindings/test_c_api tests/test_conformance; then
   meson test -C "$sanitized" --no-rebuild --print-errorlogs --num-processes 1 --timeout-multiplier 3 --suite cpu ||
     status=1
 else
