@@ -9,10 +9,10 @@
 // fuzz_checkpoint). Not thread-safe: one input at a time.
 #pragma once
 #include <algorithm>
-#include <cstring>
-#include <exception>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -500,11 +500,12 @@ class RequestParsers final : public httplib::Server {
         check_job_options(job.options);
       });
     });
-    // As uocr serve's routes match a job (server.hpp): a job id is looked up only once it is one.
-    Get("/v1/jobs/([^/]+)(/.*)?", [this](const httplib::Request& req, httplib::Response&) {
+    // A job's routes (server.hpp) look a job up only once its id is one.
+    Get(uocr_serve::kJobPath + "(/.*)?", [this](const httplib::Request& req, httplib::Response&) {
       const std::string id = req.matches[1];
-      route_ = uocr_serve::JobStore::is_job_id(id) ? "job" : "not a job";
-      if (uocr_serve::JobStore::is_job_id(id)) expect(uocr_serve::is_storage_key("jobs/" + id + "/job.json"), "a job id names one folder");
+      const bool is_job = uocr_serve::JobStore::is_job_id(id);
+      route_ = is_job ? "job" : "not a job";
+      if (is_job) expect(uocr_serve::is_storage_key("jobs/" + id + "/job.json"), "a job id names one folder");
     });
     set_exception_handler([this](const httplib::Request&, httplib::Response&, std::exception_ptr e) { thrown_ = e; });
   }

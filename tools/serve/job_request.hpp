@@ -22,6 +22,9 @@
 
 namespace uocr_serve {
 
+// The path of one job, its id the first match; the job's other routes extend it.
+inline const std::string kJobPath = "/v1/jobs/([^/]+)";
+
 struct JobRequest {
   JobOptions options;
   std::vector<std::pair<std::string, std::string>> uploads;  // stored name (0001.pdf, 0002.image), bytes

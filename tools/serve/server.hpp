@@ -253,8 +253,7 @@ class Server {
         count_error(e.status());
       }
     });
-    const std::string job_path = "/v1/jobs/([^/]+)";
-    http_.Get(job_path, [this](const httplib::Request& req, httplib::Response& res) {
+    http_.Get(kJobPath, [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](std::shared_ptr<Job> job) {
         const double wait = req.has_param("wait") ? parse_wait(req.get_param_value("wait")) : 0;
         const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(wait));
@@ -263,7 +262,7 @@ class Server {
         res.set_content(job->status_json().dump(), "application/json");
       });
     });
-    http_.Delete(job_path, [this](const httplib::Request& req, httplib::Response& res) {
+    http_.Delete(kJobPath, [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](std::shared_ptr<Job> job) {
         jobs_.cancel(job);
         // The work stops at its next token; answer once it has (or after 10 s, still cancelling).
@@ -275,14 +274,14 @@ class Server {
         res.set_content(job->status_json().dump(), "application/json");
       });
     });
-    http_.Get(job_path + "/result", [this](const httplib::Request& req, httplib::Response& res) {
+    http_.Get(kJobPath + "/result", [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](const std::shared_ptr<Job>& job) { job_result(req, res, *job); });
     });
-    http_.Get(job_path + "/pages/([0-9]{1,9})/image", [this](const httplib::Request& req, httplib::Response& res) {
+    http_.Get(kJobPath + "/pages/([0-9]{1,9})/image", [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](const std::shared_ptr<Job>& job) { res.set_content(jobs_.page_png(*job, std::stoll(req.matches[2])), "image/png"); });
     });
     http_.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kWebPage, "text/html; charset=utf-8"); });
-    http_.Get(job_path + "/events", [this](const httplib::Request& req, httplib::Response& res) {
+    http_.Get(kJobPath + "/events", [this](const httplib::Request& req, httplib::Response& res) {
       with_job(req, res, [&](const std::shared_ptr<Job>& job) {
         if (streams_.load() >= config_.max_streams)
           throw ApiError(503, "too many open streams (max_streams " + std::to_string(config_.max_streams) + "); retry later");
