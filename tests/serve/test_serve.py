@@ -749,6 +749,34 @@ class Jobs(unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_page_limit_refuses_a_job_before_storing_or_counting_all_of_it(self):
+        server = Server("--max-pages-per-request", "4")
+        try:
+            post = lambda files, **options: requests.post(f"{server.url}/v1/jobs", files=files, data=options, timeout=60)
+            def refused(r, text):
+                self.assertEqual(r.status_code, 413, r.text)
+                self.assertEqual(r.json()["error"]["code"], 413)
+                self.assertIn(text, r.json()["error"]["message"])
+            with open(PDF, "rb") as f:
+                pdf = f.read()
+            with open(PAGES[0], "rb") as f:
+                png = f.read()
+            # more files than pages a job may read: refused before anything is stored
+            refused(post([("file", (f"p{i}.png", png)) for i in range(5)]), "the job has 5 files, more than max_pages_per_request (4)")
+            # a range longer than the limit: refused before the files are counted
+            refused(post([("file", ("a.pdf", pdf))], pages="1-5"), "the job has 5 pages")
+            # to the document's end: counting stops at the file that passes the limit (3 + 3 pages)
+            refused(post([("file", (f"{i}.pdf", pdf)) for i in range(3)]), "the job has at least 6 pages, more than max_pages_per_request (4)")
+            refused(post([("file", (f"{i}.pdf", pdf)) for i in range(2)], first_page="2"), "the job has 5 pages, more than")
+            self.assertEqual(os.listdir(os.path.join(server.data_dir, "jobs")), [], "a refused job left files")
+            # four pages of two three-page PDFs fit
+            r = post([("file", (f"{i}.pdf", pdf)) for i in range(2)], pages="2-5")
+            self.assertEqual(r.status_code, 202, r.text)
+            done = wait_job(server.url, r.json()["id"])
+            self.assertEqual((done["state"], done["pages_total"], done["pages_done"]), ("succeeded", 4, 4))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
 
 def rss_bytes(pid):
     with open(f"/proc/{pid}/status") as f:

@@ -161,6 +161,12 @@ class Jobs {
     const JobOptions& o = request.options;
     if (!o.callback_url.empty() && !notifier_.has_secret())
       throw ApiError(400, "this server has no callback secret (callback_secret_file), so it cannot sign callbacks", "callback_url");
+    // Every file holds a page at least, so more files than a job may read pages are refused before
+    // they are stored and counted (a PDF's pages by running poppler).
+    if (request.uploads.size() > size_t(config_.max_pages_per_request))
+      throw ApiError(413, "the job has " + std::to_string(request.uploads.size()) + " files, more than max_pages_per_request (" +
+                              std::to_string(config_.max_pages_per_request) + "); upload the files of the pages to read", "files");
+    if (o.last_page > 0 && o.last_page - o.first_page + 1 > config_.max_pages_per_request) throw too_many_pages(o.last_page - o.first_page + 1);
     std::shared_ptr<Job> job = store_.stage(o, request.uploads);
     try {
       uint64_t kv = 0;
@@ -243,30 +249,29 @@ class Jobs {
   // The job's page count (its range of the document), every image decoded once to refuse a bad
   // one now, and the KV the session will hold.
   int64_t count_pages(const Job& job, uint64_t& kv) const {
+    const JobOptions& o = job.options;
     std::vector<uocr::ImageU8> sizes;
     int64_t total = 0;
     const std::vector<std::string> paths = job.input_paths();
     for (size_t i = 0; i < paths.size(); ++i) {
       const std::string& path = paths[i];
       if (uocr_cli::is_pdf(path)) {
-        total += uocr_cli::PdfPages(path, job.options.dpi, config_.decode_limits, config_.page_render_timeout_seconds).count();
-        continue;
+        total += uocr_cli::PdfPages(path, o.dpi, config_.decode_limits, config_.page_render_timeout_seconds).count();
+      } else {
+        try {
+          const uocr::ImageU8 page = uocr::load_image(path, config_.decode_limits);
+          sizes.push_back({page.width, page.height, {}});
+          ++total;
+        } catch (const uocr::Error& e) {
+          throw ApiError(400, "file " + std::to_string(i + 1) + " is neither a PDF nor a usable image: " + e.what(), "files");
+        }
       }
-      try {
-        const uocr::ImageU8 page = uocr::load_image(path, config_.decode_limits);
-        sizes.push_back({page.width, page.height, {}});
-        ++total;
-      } catch (const uocr::Error& e) {
-        throw ApiError(400, "file " + std::to_string(i + 1) + " is neither a PDF nor a usable image: " + e.what(), "files");
-      }
+      // A job to the document's end is too long as soon as its pages so far are (the rest are not counted).
+      if (o.last_page == 0 && total - o.first_page + 1 > config_.max_pages_per_request) throw too_many_pages(total - o.first_page + 1, i + 1 < paths.size());
     }
-    const JobOptions& o = job.options;
     if (o.first_page > total || (o.last_page > 0 && o.last_page > total))
       throw ApiError(400, "option 'pages' asks for pages beyond the document's " + std::to_string(total), "pages");
     const int64_t pages = (o.last_page > 0 ? o.last_page : total) - o.first_page + 1;
-    if (pages > config_.max_pages_per_request)
-      throw ApiError(413, "the job has " + std::to_string(pages) + " pages, more than max_pages_per_request (" +
-                              std::to_string(config_.max_pages_per_request) + ")", "pages");
     if (o.mode == "gundam" && !(pages == 1 && job.inputs.size() == 1 && sizes.size() == 1))
       throw ApiError(400, "mode gundam reads a single image; documents of several pages and PDFs use base", "mode");
     const uocr::SessionParams p = session_params(o);
@@ -278,6 +283,12 @@ class Jobs {
     if (sizes.size() != size_t(pages)) sizes.assign(size_t(std::min<int64_t>(pages, 64)), uocr::ImageU8{});  // base views: sizes do not matter
     kv = scheduler_.kv_bytes(sizes, p);
     return pages;
+  }
+
+  // 413 for a job of `pages` pages (`at_least`: and those of files not counted).
+  ApiError too_many_pages(int64_t pages, bool at_least = false) const {
+    return ApiError(413, "the job has " + std::string(at_least ? "at least " : "") + std::to_string(pages) + " pages, more than max_pages_per_request (" +
+                             std::to_string(config_.max_pages_per_request) + ")", "pages");
   }
 
   uocr::SessionParams session_params(const JobOptions& o) const {
