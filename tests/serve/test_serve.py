@@ -312,6 +312,16 @@ class BadInput(unittest.TestCase):
         self.assertEqual(requests.get(f"{self.server.url}/v1/models", timeout=60, headers={"Authorization": "Bearer secret-key-1"}).status_code, 200)
         self.assertEqual(requests.get(f"{self.server.url}/health", timeout=60).status_code, 200)  # probes need no key
 
+    def test_malformed_http_gets_a_400_in_the_error_shape(self):
+        multipart = {**self.auth, "Content-Type": "multipart/form-data; boundary=b"}
+        self.assert_error(requests.post(f"{self.server.url}/v1/jobs", data=b"--b\r\nno part header\r\n", headers=multipart, timeout=60),
+                          400, "could not be read as HTTP")
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as s:
+            s.sendall(b"NOT A REQUEST LINE\r\n\r\n")
+            head, _, body = s.makefile("rb").read().partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 400 "), head)
+        self.assertIn("could not be read as HTTP", json.loads(body)["error"]["message"])
+
     def test_unknown_routes(self):
         self.assert_error(requests.get(f"{self.server.url}/v1/jobs/../../etc/passwd", headers=self.auth, timeout=60), 404)
         self.assert_error(requests.get(f"{self.server.url}/nothing", timeout=60), 404)

@@ -194,10 +194,15 @@ class Server {
       const httplib::Server::HandlerResponse handled = admit(req, res);
       if (handled == httplib::Server::HandlerResponse::Handled) res.set_header("Connection", "close");
       return handled;
-    });    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    });
+    // What cpp-httplib refused before any route saw the request.
+    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       const std::string message = res.status == 404   ? "no route " + req.method + " " + req.path
                                   : res.status == 413 ? "the request body is larger than max_body_bytes"
+                                  : res.status == 414 ? "the request's URI is too long"
+                                  : res.status == 400 ? "the request could not be read as HTTP: its request line, headers or body "
+                                                        "(chunks, multipart parts) are malformed or past the HTTP library's limits"
                                                       : "HTTP " + std::to_string(res.status);
       send_error(res, ApiError(res.status, message));
     });
