@@ -321,6 +321,8 @@ class BadInput(unittest.TestCase):
             head, _, body = s.makefile("rb").read().partition(b"\r\n\r\n")
         self.assertTrue(head.startswith(b"HTTP/1.1 400 "), head)
         self.assertIn("could not be read as HTTP", json.loads(body)["error"]["message"])
+        self.assert_error(requests.get(f"{self.server.url}/healthz", headers={"X-Padding": "x" * 20000}, timeout=60), 400, "could not be read")
+        self.assert_error(requests.get(f"{self.server.url}/v1/jobs/" + "a" * 10000, headers=self.auth, timeout=60), 414, "URI is too long")
 
     def test_unknown_routes(self):
         self.assert_error(requests.get(f"{self.server.url}/v1/jobs/../../etc/passwd", headers=self.auth, timeout=60), 404)
